@@ -1,0 +1,17 @@
+"""tg_codegen: kernel AST -> loops -> linear UOps -> source. Kernel, lowerer, linearizer, renderers.
+
+>>> from tg_codegen import ClangRenderer, get_program  # doctest: +SKIP
+"""
+
+from tg_codegen.kernel import Kernel, KernelOptError
+from tg_codegen.linearize import linearize
+from tg_codegen.lowerer import lower, reduce_identity
+from tg_codegen.program import get_program
+from tg_codegen.renderer import ProgramSpec, Renderer
+from tg_codegen.renderer.cstyle import ClangRenderer, CStyleLanguage
+
+__version__ = "0.1.0"
+__all__ = [
+    "CStyleLanguage", "ClangRenderer", "Kernel", "KernelOptError", "ProgramSpec", "Renderer", "get_program",
+    "linearize", "lower", "reduce_identity",
+]

@@ -1,0 +1,98 @@
+"""Linearize: order a lowered graph into a flat program with explicit loops and accumulators.
+
+Loops nest as a chain in RANGE order (axis number). Each node is placed at the shallowest loop depth
+its inputs allow; a REDUCE becomes DEFINE_ACC before its loop, an ASSIGN inside it, and reads the
+accumulator after the loop closes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tg_uop import Ops, UOp, dtypes
+
+from tg_codegen.lowerer import reduce_identity
+
+
+@dataclass
+class _Level:
+    pre: list[UOp] = field(default_factory=list)
+    post: list[UOp] = field(default_factory=list)
+
+
+def _expand_reduces(sink: UOp) -> UOp:
+    """Replace each REDUCE by an ASSIGN into a fresh accumulator (DEFINE_ACC)."""
+    mapping: dict[UOp, UOp] = {}
+    for n, u in enumerate(x for x in sink.toposort if x.op is Ops.REDUCE):
+        val, *rngs = u.src
+        val = val.substitute(mapping) if mapping else val
+        acc = UOp(Ops.DEFINE_ACC, u.dtype, (UOp.const(u.dtype, reduce_identity(u.arg, u.dtype)), *rngs), n)
+        upd = acc.alu(u.arg, val) if u.arg is not Ops.MAX else acc.maximum(val)
+        assign = UOp(Ops.ASSIGN, u.dtype, (acc, upd, *rngs))
+        mapping[u] = assign
+    return sink.substitute(mapping) if mapping else sink
+
+
+def linearize(sink: UOp) -> list[UOp]:
+    """The program as a list of UOps, ready for a renderer or the PYTHON interpreter."""
+    sink = _expand_reduces(sink)
+    nodes = list(sink.toposort)
+    chain = sorted((u for u in nodes if u.op is Ops.RANGE), key=lambda r: r.arg)
+    pos = {r: i for i, r in enumerate(chain)}
+
+    depth: dict[UOp, int] = {}
+    is_post: dict[UOp, bool] = {}
+
+    def seen_from_user(s: UOp) -> int:
+        """The loop depth a user of `s` must be at least at."""
+        if s.op is Ops.RANGE:
+            return pos[s] + 1
+        if s.op is Ops.ASSIGN:
+            return depth[s.src[0]]  # the accumulator is read after its loops close
+        return depth[s]
+
+    for u in nodes:
+        if u.op is Ops.RANGE:
+            depth[u] = pos[u]
+        elif u.op is Ops.DEFINE_ACC:
+            depth[u] = min(pos[r] for r in u.src[1:])
+        elif u.op is Ops.ASSIGN:
+            depth[u] = max(max(seen_from_user(s) for s in u.src[:2]), max(pos[r] for r in u.src[2:]) + 1)
+        else:
+            depth[u] = max((seen_from_user(s) for s in u.src), default=0)
+        d = depth[u]
+        is_post[u] = u.op is not Ops.ASSIGN and any(
+            (s.op is Ops.ASSIGN and depth[s.src[0]] == d) or (is_post.get(s, False) and depth[s] == d) for s in u.src
+        )
+
+    levels = [_Level() for _ in range(len(chain) + 1)]
+    consts = [u for u in nodes if u.op is Ops.CONST]
+    for u in nodes:
+        if u.op in (Ops.RANGE, Ops.SINK, Ops.CONST):
+            continue
+        lvl = levels[depth[u]]
+        (lvl.post if is_post[u] else lvl.pre).append(u)
+
+    out: list[UOp] = list(consts)
+
+    def emit(d: int) -> None:
+        out.extend(levels[d].pre)
+        if d < len(chain):
+            out.append(chain[d])
+            emit(d + 1)
+            out.append(UOp(Ops.ENDRANGE, dtypes.void, (chain[d],)))
+        out.extend(levels[d].post)
+
+    emit(0)
+    out.append(sink)
+    _check_order(out)
+    return out
+
+
+def _check_order(program: list[UOp]) -> None:
+    seen: set[UOp] = set()
+    for u in program:
+        for s in u.src:
+            if s not in seen and not (u.op is Ops.DEFINE_ACC and s.op is Ops.RANGE):
+                raise RuntimeError(f"linearize: {u.op} uses {s.op} before it is defined")
+        seen.add(u)

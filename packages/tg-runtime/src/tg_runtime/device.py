@@ -1,0 +1,251 @@
+"""Devices: the registry, Buffer, and the Allocator / Compiler / Program interfaces a backend implements.
+
+Write your own backend by combining the three:
+
+>>> from tg_runtime.device import Device, Compiled
+>>> Device.canonicalize("cpu")
+'CPU'
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from tg_codegen.renderer import Renderer
+from tg_uop import DType
+from tg_uop.helpers import DEBUG, GlobalCounters
+
+
+class Allocator:
+    """Device memory. Subclasses implement `_alloc`, `_free`, `_copyin` and `_copyout`."""
+
+    def alloc(self, nbytes: int) -> Any:
+        if not isinstance(nbytes, int) or nbytes < 0:
+            raise ValueError(f"alloc: size must be a non-negative int of bytes, got {nbytes!r}")
+        return self._alloc(max(nbytes, 1))
+
+    def free(self, opaque: Any, nbytes: int) -> None:
+        self._free(opaque, nbytes)
+
+    def copyin(self, dest: Any, src: memoryview) -> None:
+        """Host bytes -> device buffer."""
+        self._copyin(dest, src)
+
+    def copyout(self, dest: memoryview, src: Any) -> None:
+        """Device buffer -> host bytes."""
+        self._copyout(dest, src)
+
+    def _alloc(self, nbytes: int) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} must implement _alloc")
+
+    def _free(self, opaque: Any, nbytes: int) -> None:
+        pass
+
+    def _copyin(self, dest: Any, src: memoryview) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must implement _copyin")
+
+    def _copyout(self, dest: memoryview, src: Any) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must implement _copyout")
+
+
+class Compiler:
+    """Source -> binary. Results are cached in memory per (compiler, source)."""
+
+    cachekey: str | None = None
+
+    def compile(self, src: str) -> bytes:
+        raise NotImplementedError(f"{type(self).__name__} must implement compile")
+
+    def compile_cached(self, src: str) -> bytes:
+        return _compile_cache(self, src)
+
+
+@functools.lru_cache(maxsize=4096)
+def _compile_cache_impl(key: str, compiler: Compiler, src: str) -> bytes:
+    return compiler.compile(src)
+
+
+def _compile_cache(compiler: Compiler, src: str) -> bytes:
+    return _compile_cache_impl(compiler.cachekey or type(compiler).__name__, compiler, src)
+
+
+class Program(Protocol):
+    """A loaded kernel. Called with device buffers (and int variable values); returns seconds if `wait`."""
+
+    def __call__(self, *bufs: Any, global_size: tuple[int, ...] | None = None, local_size: tuple[int, ...] | None = None,
+                 vals: tuple[int, ...] = (), wait: bool = False) -> float | None: ...
+
+
+ProgramFactory = Callable[[str, bytes], Program]
+
+
+class Compiled:
+    """A device: its allocator, renderer, compiler and program loader."""
+
+    def __init__(self, device: str, allocator: Allocator, renderer: Renderer, compiler: Compiler,
+                 runtime: ProgramFactory) -> None:
+        self.device, self.allocator, self.renderer, self.compiler, self.runtime = device, allocator, renderer, compiler, runtime
+
+    def synchronize(self) -> None:
+        """Wait for queued work (devices that run synchronously need nothing)."""
+
+
+class _DeviceRegistry:
+    """`Device["CPU"]` opens (once) and returns a device; `Device.DEFAULT` is the default device's name."""
+
+    _builtin: dict[str, str] = {
+        "CPU": "tg_runtime.ops_cpu",
+        "PYTHON": "tg_runtime.ops_python",
+    }
+
+    def __init__(self) -> None:
+        self._factories: dict[str, Callable[[str], Compiled]] = {}
+        self._opened: dict[str, Compiled] = {}
+        self._default: str | None = None
+
+    @staticmethod
+    def canonicalize(name: str) -> str:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"device name must be a non-empty string, got {name!r}")
+        base, _, idx = name.partition(":")
+        base = base.upper()
+        return base if idx in ("", "0") else f"{base}:{idx}"
+
+    def register(self, name: str, factory: Callable[[str], Compiled]) -> None:
+        """Add a device without editing tg: `factory(name)` builds its Compiled object."""
+        self._factories[self.canonicalize(name).split(":")[0]] = factory
+
+    def known(self) -> list[str]:
+        return sorted(set(self._builtin) | set(self._factories) | set(_entry_point_devices()))
+
+    def __getitem__(self, name: str) -> Compiled:
+        key = self.canonicalize(name)
+        if key not in self._opened:
+            self._opened[key] = self._open(key)
+        return self._opened[key]
+
+    def _open(self, key: str) -> Compiled:
+        base = key.split(":")[0]
+        if base in self._factories:
+            return self._factories[base](key)
+        if base in self._builtin:
+            module = importlib.import_module(self._builtin[base])
+            return module.open_device(key)  # type: ignore[no-any-return]
+        eps = _entry_point_devices()
+        if base in eps:
+            return eps[base]().__call__(key)  # type: ignore[no-any-return]
+        raise KeyError(f"unknown device {key!r}; known devices: {', '.join(self.known())}")
+
+    @property
+    def DEFAULT(self) -> str:  # noqa: N802  (tinygrad's spelling)
+        if self._default is None:
+            self._default = self._pick_default()
+        return self._default
+
+    @DEFAULT.setter
+    def DEFAULT(self, name: str) -> None:  # noqa: N802
+        self[name]  # validate by opening
+        self._default = self.canonicalize(name)
+
+    def _pick_default(self) -> str:
+        if dev := os.getenv("DEV"):
+            self[dev]
+            return self.canonicalize(dev)
+        for flag in ("CUDA", "CL", "CPU", "PYTHON"):
+            if os.getenv(flag, "0") not in ("", "0"):
+                self[flag]
+                return flag
+        for candidate in ("CUDA", "CL", "CPU"):
+            if candidate not in self.known():
+                continue
+            try:
+                self[candidate]
+                return candidate
+            except Exception as e:  # a device that fails to open is skipped
+                if DEBUG >= 1:
+                    print(f"device {candidate} unavailable: {e}")
+        return "PYTHON"
+
+
+@functools.cache
+def _entry_point_devices() -> dict[str, Any]:
+    from importlib.metadata import entry_points
+
+    return {ep.name.upper(): ep.load for ep in entry_points(group="tg.devices")}
+
+
+Device = _DeviceRegistry()
+
+
+@dataclass(frozen=True)
+class BufferSpec:
+    device: str
+    size: int
+    dtype: DType
+
+
+class Buffer:
+    """`size` elements of `dtype` on `device`, allocated on first use.
+
+    >>> b = Buffer("PYTHON", 3, __import__("tg_uop").dtypes.int32).copyin(memoryview(bytes(12)))
+    >>> bytes(b.as_bytes())
+    b'\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00'
+    """
+
+    def __init__(self, device: str, size: int, dtype: DType) -> None:
+        if not isinstance(size, int) or size < 0:
+            raise ValueError(f"Buffer: size must be a non-negative int, got {size!r}")
+        self.device, self.size, self.dtype = Device.canonicalize(device), size, dtype
+        self._opaque: Any = None
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def allocator(self) -> Allocator:
+        return Device[self.device].allocator
+
+    def is_allocated(self) -> bool:
+        return self._opaque is not None
+
+    def ensure_allocated(self) -> Buffer:
+        if self._opaque is None:
+            self._opaque = self.allocator.alloc(self.nbytes)
+            GlobalCounters.mem_used += self.nbytes
+        return self
+
+    @property
+    def opaque(self) -> Any:
+        return self.ensure_allocated()._opaque
+
+    def copyin(self, data: memoryview) -> Buffer:
+        data = memoryview(data).cast("B")
+        if data.nbytes != self.nbytes:
+            raise ValueError(f"copyin: got {data.nbytes} bytes for a buffer of {self.nbytes} bytes ({self.size} x {self.dtype})")
+        self.allocator.copyin(self.opaque, data)
+        return self
+
+    def as_bytes(self) -> memoryview:
+        """A copy of the contents as host bytes."""
+        out = memoryview(bytearray(self.nbytes))
+        if self.nbytes:
+            Device[self.device].synchronize()
+            self.allocator.copyout(out, self.opaque)
+        return out
+
+    def __del__(self) -> None:
+        if self._opaque is not None:
+            try:
+                self.allocator.free(self._opaque, self.nbytes)
+                GlobalCounters.mem_used -= self.nbytes
+            except Exception:  # interpreter shutdown
+                pass
+
+    def __repr__(self) -> str:
+        return f"<buf {self.device} size={self.size} dtype={self.dtype}>"

@@ -1,0 +1,90 @@
+"""The CPU device: C from ClangRenderer, compiled by clang (when present) or gcc, loaded with ctypes.
+
+>>> from tg_runtime.device import Device
+>>> Device["CPU"].compiler.cc in ("clang", "gcc", "cc")
+True
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from typing import Any
+
+from tg_codegen.renderer.cstyle import ClangRenderer
+
+from tg_runtime.device import Allocator, Compiled, Compiler
+
+
+class CompileError(RuntimeError):
+    """The device compiler rejected a kernel; the message holds its output."""
+
+
+class CPUAllocator(Allocator):
+    """Host memory as ctypes byte arrays (16-byte aligned by malloc)."""
+
+    def _alloc(self, nbytes: int) -> Any:
+        return (ctypes.c_uint8 * nbytes)()
+
+    def _copyin(self, dest: Any, src: memoryview) -> None:
+        ctypes.memmove(dest, bytes(src) if src.readonly else (ctypes.c_char * src.nbytes).from_buffer(src), src.nbytes)
+
+    def _copyout(self, dest: memoryview, src: Any) -> None:
+        ctypes.memmove((ctypes.c_char * dest.nbytes).from_buffer(dest), src, dest.nbytes)
+
+
+def find_cc() -> str:
+    """clang if installed, else gcc, else cc (CC in the environment overrides)."""
+    for cc in (os.getenv("CC"), "clang", "gcc", "cc"):
+        if cc and shutil.which(cc):
+            return cc
+    raise RuntimeError("the CPU device needs a C compiler: none of $CC, clang, gcc, cc was found on PATH")
+
+
+class ClangCompiler(Compiler):
+    """C source -> shared object bytes."""
+
+    def __init__(self, cc: str | None = None, args: tuple[str, ...] = ("-O2", "-march=native")) -> None:
+        self.cc = cc or find_cc()
+        self.args = args
+        self.cachekey = f"cpu:{self.cc}:{' '.join(args)}"
+
+    def compile(self, src: str) -> bytes:
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "kernel.so")
+            cmd = [self.cc, "-shared", "-fPIC", *self.args, "-x", "c", "-", "-o", out, "-lm"]
+            proc = subprocess.run(cmd, input=src.encode(), capture_output=True)
+            if proc.returncode != 0:
+                raise CompileError(f"{self.cc} failed to compile the kernel:\n{proc.stderr.decode()}\n--- source ---\n{src}")
+            with open(out, "rb") as f:
+                return f.read()
+
+
+class CPUProgram:
+    """A compiled kernel loaded from its shared object."""
+
+    def __init__(self, name: str, lib: bytes) -> None:
+        self.name = name
+        with tempfile.NamedTemporaryFile(suffix=".so", delete=False) as f:
+            f.write(lib)
+            path = f.name
+        try:
+            self.lib = ctypes.CDLL(path)
+        finally:
+            os.unlink(path)
+        self.fxn = getattr(self.lib, name)
+
+    def __call__(self, *bufs: Any, global_size: tuple[int, ...] | None = None, local_size: tuple[int, ...] | None = None,
+                 vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
+        args = [ctypes.cast(b, ctypes.c_void_p) for b in bufs] + [ctypes.c_int(v) for v in vals]
+        st = time.perf_counter()
+        self.fxn(*args)
+        return time.perf_counter() - st if wait else None
+
+
+def open_device(name: str) -> Compiled:
+    return Compiled(name, CPUAllocator(), ClangRenderer(), ClangCompiler(), CPUProgram)

@@ -1,0 +1,86 @@
+"""Runners: a compiled kernel bound to its device, with the DEBUG=2 line and the global counters.
+
+>>> from tg_runtime.runner import get_runner  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import time
+
+
+from tg_codegen.program import get_program
+from tg_codegen.renderer import ProgramSpec
+from tg_uop import UOp
+from tg_uop.helpers import DEBUG, GlobalCounters, colored
+
+from tg_runtime.device import Buffer, Device, Program
+
+
+class CompiledRunner:
+    """One kernel compiled for one device; call it with Buffers and variable values."""
+
+    def __init__(self, spec: ProgramSpec) -> None:
+        self.spec = spec
+        self.device = spec.device
+        dev = Device[self.device]
+        st = time.perf_counter()
+        self.lib = dev.compiler.compile_cached(spec.src)
+        self.compile_s = time.perf_counter() - st
+        self.program: Program = dev.runtime(spec.function_name, self.lib)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def __call__(self, bufs: list[Buffer], var_vals: dict[UOp, int] | None = None, wait: bool = False) -> float | None:
+        vals = tuple((var_vals or {})[v] for v in self.spec.vars)
+        opaque = [b.opaque for b in bufs]
+        timed = wait or DEBUG >= 2
+        et = self.program(*opaque, global_size=self.spec.global_size, local_size=self.spec.local_size, vals=vals,
+                          wait=timed)
+        GlobalCounters.kernel_count += 1
+        GlobalCounters.global_ops += self.spec.estimated_ops
+        GlobalCounters.global_mem += self.spec.estimated_mem
+        if et is not None:
+            GlobalCounters.time_sum_s += et
+        if DEBUG >= 2:
+            print(debug_line(self.spec, bufs, et or 0.0))
+        return et
+
+
+def debug_line(spec: ProgramSpec, bufs: list[Buffer], et: float) -> str:
+    """`*** CPU    3 E_4          arg 3 mem 0.00 GB tm  5.00us/  0.01ms (  0.00 GFLOPS  0.0 GB/s)`"""
+    gflops = spec.estimated_ops / et * 1e-9 if et > 0 else 0.0
+    gbs = spec.estimated_mem / et * 1e-9 if et > 0 else 0.0
+    sizes = f"global={list(spec.global_size)}" if spec.global_size else ""
+    return (f"*** {spec.device:7s} {GlobalCounters.kernel_count:4d} {colored(f'{spec.name:18s}', 'cyan')} "
+            f"arg {len(bufs):2d} mem {GlobalCounters.mem_used / 1e9:5.2f} GB tm {et * 1e6:9.2f}us/"
+            f"{GlobalCounters.time_sum_s * 1e3:9.2f}ms ({gflops:8.2f} GFLOPS {gbs:6.1f} GB/s) {sizes}")
+
+
+_runner_cache: dict[tuple[str, UOp], CompiledRunner] = {}
+
+
+def get_runner(device: str, ast: UOp) -> CompiledRunner:
+    """The compiled kernel for `ast` on `device` (compiled once per process)."""
+    key = (Device.canonicalize(device), ast)
+    if (ret := _runner_cache.get(key)) is None:
+        spec = get_program(ast, Device[key[0]].renderer)
+        ret = _runner_cache[key] = CompiledRunner(spec)
+    return ret
+
+
+def clear_runner_cache() -> None:
+    _runner_cache.clear()
+
+
+def run_copy(dest: Buffer, src: Buffer) -> None:
+    """Copy one buffer into another of the same size, across devices through the host."""
+    if dest.nbytes != src.nbytes:
+        raise ValueError(f"copy: {src} and {dest} differ in size")
+    dest.copyin(src.as_bytes())
+    if DEBUG >= 2:
+        print(f"*** {dest.device:7s}      copy {src.nbytes:8d} bytes {src.device} -> {dest.device}")
+
+
+

@@ -1,0 +1,15 @@
+"""tg_tensor: the lazy Tensor, its scheduler (kernel fusion) and realize.
+
+>>> from tg_tensor import Tensor
+>>> Tensor([1, 2, 3]).sum().item()
+6
+"""
+
+from tg_uop import GlobalCounters
+
+from tg_tensor.realize import run_schedule
+from tg_tensor.schedule import ScheduleItem, create_schedule
+from tg_tensor.tensor import Tensor
+
+__version__ = "0.1.0"
+__all__ = ["GlobalCounters", "ScheduleItem", "Tensor", "create_schedule", "run_schedule"]

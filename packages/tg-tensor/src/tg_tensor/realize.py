@@ -1,0 +1,32 @@
+"""Run a schedule: each item is a kernel launch or a copy between buffers.
+
+>>> from tg_tensor.realize import run_schedule  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from tg_runtime.runner import get_runner, run_copy
+from tg_uop import Ops
+from tg_uop.helpers import DEBUG, GlobalCounters
+
+from tg_tensor.schedule import ScheduleItem
+
+
+def run_schedule(items: list[ScheduleItem]) -> None:
+    """Execute the items in order, allocating output buffers as they are first written."""
+    import time
+
+    st = time.perf_counter()
+    kernels = 0
+    for item in items:
+        for b in item.bufs:
+            b.ensure_allocated()
+        if item.ast.op is Ops.COPY:
+            run_copy(item.bufs[0], item.bufs[1])
+            continue
+        get_runner(item.bufs[0].device, item.ast)(item.bufs)
+        kernels += 1
+    if DEBUG >= 1 and items:
+        et = time.perf_counter() - st
+        print(f"realize: {len(items)} items, {kernels} kernels, {et * 1e3:.2f} ms "
+              f"({GlobalCounters.global_ops * 1e-9 / max(et, 1e-9):.2f} GFLOPS total counted)")

@@ -1,0 +1,271 @@
+"""The scheduler: cut a lazy tensor graph into as few kernels as possible.
+
+Every kernel writes one node of the graph to a fresh buffer. A node gets its own kernel when it is
+asked for (a root, CONTIGUOUS, COPY) or when fusing it would be wrong or wasteful:
+  - a movement op other than a reshape-into-the-output sits on top of a reduction
+    (e.g. the `expand` in softmax: fusing would recompute the reduction per element);
+  - two reductions of different shapes would share one kernel;
+  - a padded view sits on an op with f(0) != 0 (exp, log, reciprocal, division...).
+Each of these is discovered while building the kernel; the offending node is then realized first.
+
+>>> from tg_tensor.schedule import create_schedule  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field
+
+from tg_runtime.device import Buffer
+from tg_shape import ShapeTracker
+from tg_uop import GroupOp, Ops, UOp, dtypes
+from tg_uop.helpers import prod
+
+Movement = tuple[tuple[Ops, object], ...]
+
+# lazy node -> the realized node (a BUFFER reshaped to the node's shape) that now holds its value
+realized: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+# BUFFER node -> runtime Buffer
+buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
+
+
+def buffer_of(u: UOp) -> Buffer:
+    """The runtime Buffer behind a BUFFER node (created on first use, allocated when a kernel runs)."""
+    if u.op is not Ops.BUFFER:
+        raise TypeError(f"buffer_of needs a BUFFER node, got {u.op}")
+    if (buf := buffers.get(u)) is None:
+        assert u.device is not None
+        buf = buffers[u] = Buffer(u.device, u.arg[1], u.dtype)
+    return buf
+
+
+@dataclass
+class ScheduleItem:
+    """One unit of work: a kernel AST (SINK) or a COPY, with its buffers (outputs first)."""
+
+    ast: UOp
+    bufs: list[Buffer]
+    outputs: int = 1
+    metadata: dict[str, object] = field(default_factory=dict)
+
+
+class _Fail(Exception):
+    """Building a kernel hit a node that must be realized on its own first."""
+
+    def __init__(self, node: UOp) -> None:
+        super().__init__(node.op.name)
+        self.node = node
+
+
+def _resolve(u: UOp) -> UOp:
+    """The realized stand-in for a lazy node, if it was computed before."""
+    return realized.get(u, u)
+
+
+def _is_input(u: UOp) -> bool:
+    return u.op is Ops.BUFFER
+
+
+def _movement_st(shape: tuple[int, ...], ops: Movement) -> ShapeTracker:
+    st = ShapeTracker.from_shape(shape)
+    for op, arg in ops:
+        st = _apply(st, op, arg)
+    return st
+
+
+def _apply(st: ShapeTracker, op: Ops, arg: object) -> ShapeTracker:
+    if op is Ops.RESHAPE:
+        return st.reshape(arg)  # type: ignore[arg-type]
+    if op is Ops.PERMUTE:
+        return st.permute(arg)  # type: ignore[arg-type]
+    if op is Ops.EXPAND:
+        return st.expand(arg)  # type: ignore[arg-type]
+    if op is Ops.PAD:
+        return st.pad(arg)  # type: ignore[arg-type]
+    if op is Ops.SHRINK:
+        return st.shrink(arg)  # type: ignore[arg-type]
+    if op is Ops.FLIP:
+        return st.flip(arg)  # type: ignore[arg-type]
+    raise ValueError(f"not a movement op: {op}")
+
+
+class _KernelBuilder:
+    """Builds the AST of one kernel whose output is `root`."""
+
+    def __init__(self, sched: Scheduler, root: UOp) -> None:
+        self.sched, self.root = sched, root
+        self.inputs: list[UOp] = []  # BUFFER nodes read, in DEFINE_GLOBAL order (after the output)
+        self.memo: dict[tuple[UOp, Movement], UOp] = {}
+        self.full_shape: tuple[int, ...] | None = None
+
+    def build(self, out_buf: UOp) -> UOp:
+        root = self.root
+        inner = root.src[0] if root.op is Ops.CONTIGUOUS else root
+        space = self._output_space(inner)
+        top: Movement = ((Ops.RESHAPE, space),) if space != tuple(root.shape or ()) else ()
+        value = self._build(inner, top)
+        out_st = _movement_st((prod(root.shape or ()),), ((Ops.RESHAPE, space),))
+        g0 = UOp(Ops.DEFINE_GLOBAL, out_buf.dtype.ptr(), (), 0)
+        store = UOp(Ops.STORE, dtypes.void, (g0, UOp(Ops.VIEW, dtypes.void, (), out_st), value))
+        return UOp(Ops.SINK, dtypes.void, (store,))
+
+    def _output_space(self, node: UOp) -> tuple[int, ...]:
+        """The shape the kernel computes in: a reduction's output shape when only reshapes lead up to it."""
+        shape = tuple(node.shape or ())
+        stack, seen = [node], set()
+        while stack:
+            n = _resolve(stack.pop())
+            if n in seen or n.op is Ops.BUFFER or self.sched.is_boundary(n, self.root):
+                continue
+            seen.add(n)
+            if n.op is Ops.REDUCE_AXIS:
+                rshape = tuple(n.shape or ())
+                return rshape if prod(rshape) == prod(shape) else shape
+            if n.op in GroupOp.Elementwise or n.op in (Ops.RESHAPE, Ops.DETACH):
+                stack.extend(n.src)
+        return shape
+
+    def _load(self, buf: UOp, st: ShapeTracker) -> UOp:
+        if buf not in self.inputs:
+            self.inputs.append(buf)
+        g = UOp(Ops.DEFINE_GLOBAL, buf.dtype.ptr(), (), self.inputs.index(buf) + 1)
+        return UOp(Ops.LOAD, buf.dtype, (g, UOp(Ops.VIEW, dtypes.void, (), st)))
+
+    def _build(self, node: UOp, ops: Movement) -> UOp:
+        key = (node, ops)
+        if key in self.memo:
+            return self.memo[key]
+        ret = self._build_uncached(_resolve(node), ops)
+        self.memo[key] = ret
+        return ret
+
+    def _build_uncached(self, node: UOp, ops: Movement) -> UOp:
+        op = node.op
+        if op is Ops.BUFFER:
+            return self._load(node, _movement_st((node.arg[1],), ops))
+        if node is not self.root and self.sched.is_boundary(node, self.root):
+            buf = self.sched.realize_first(node)
+            return self._load(buf, _movement_st(tuple(node.shape or ()), ops))
+        if op in GroupOp.Movement:
+            return self._build(node.src[0], ((op, node.arg),) + ops)
+        if op is Ops.CONST:
+            st = _movement_st((), ops)
+            return UOp(Ops.CONST, node.dtype, (UOp(Ops.VIEW, dtypes.void, (), st),), node.arg)
+        if op in (Ops.DETACH, Ops.CONTIGUOUS):
+            return self._build(node.src[0], ops)
+        if op in GroupOp.Elementwise:
+            if ops and op not in GroupOp.PadSafe and _has_mask(_movement_st(tuple(node.shape or ()), ops)):
+                raise _Fail(node)
+            return UOp(op, node.dtype, tuple(self._build(s, ops) for s in node.src), node.arg)
+        if op is Ops.REDUCE_AXIS:
+            shape = tuple(node.shape or ())
+            if ops and _movement_st(shape, ops) != ShapeTracker.from_shape(shape):
+                raise _Fail(node)
+            src_shape = tuple(node.src[0].shape or ())
+            if self.full_shape is None:
+                self.full_shape = src_shape
+            elif self.full_shape != src_shape:
+                raise _Fail(node)
+            return UOp(Ops.REDUCE_AXIS, node.dtype, (self._build(node.src[0], ()),), node.arg)
+        raise NotImplementedError(f"the scheduler cannot put {op} in a kernel")
+
+
+def _has_mask(st: ShapeTracker) -> bool:
+    return any(v.mask is not None for v in st.views)
+
+
+class Scheduler:
+    """Turns lazy roots into ScheduleItems, realizing extra nodes only where fusion is impossible."""
+
+    def __init__(self) -> None:
+        self.items: list[ScheduleItem] = []
+        self.forced: set[UOp] = set()  # nodes that must get their own kernel
+        self.in_progress: set[UOp] = set()
+
+    def is_boundary(self, node: UOp, current_root: UOp) -> bool:
+        """Is `node` computed by a kernel of its own (so the current kernel loads it)?"""
+        return node in self.forced or node.op in (Ops.CONTIGUOUS, Ops.COPY) or node in realized
+
+    def realize_first(self, node: UOp) -> UOp:
+        """Schedule `node`'s kernel (if not done yet) and return the BUFFER holding it."""
+        node = _resolve(node)
+        done = realized.get(node)
+        if done is None:
+            self.schedule_node(node)
+            done = realized[node]
+        return done.base
+
+    def schedule_node(self, node: UOp) -> None:
+        """Schedule the kernel (or copy) computing `node`, after the kernels it depends on."""
+        if node in realized:
+            return
+        if node in self.in_progress:
+            raise RuntimeError(f"scheduler: cycle through {node.op}")
+        self.in_progress.add(node)
+        try:
+            if node.op is Ops.COPY:
+                self._schedule_copy(node)
+            else:
+                self._schedule_kernel(node)
+        finally:
+            self.in_progress.discard(node)
+
+    def _new_output(self, node: UOp) -> UOp:
+        shape = tuple(node.shape or ())
+        assert node.device is not None
+        return UOp.new_buffer(node.device, prod(shape), node.dtype)
+
+    def _schedule_copy(self, node: UOp) -> None:
+        src = node.src[0]
+        src_buf = self.buffer_for(src)
+        out = self._new_output(node)
+        self.items.append(ScheduleItem(UOp(Ops.COPY, node.dtype, (src_buf,), None), [buffer_of(out), buffer_of(src_buf)]))
+        realized[node] = out.reshape(tuple(node.shape or ()))
+
+    def buffer_for(self, node: UOp) -> UOp:
+        """A BUFFER holding `node` contiguously (a kernel is scheduled when it is not one already)."""
+        node = _resolve(node)
+        if node.op is Ops.BUFFER:
+            return node
+        if node.op is Ops.RESHAPE and node.src[0].op is Ops.BUFFER:
+            return node.src[0]
+        self.forced.add(node)
+        return self.realize_first(node)
+
+    def _schedule_kernel(self, node: UOp) -> None:
+        for _ in range(10_000):
+            builder = _KernelBuilder(self, node)
+            out = self._new_output(node)
+            try:
+                ast = builder.build(out)
+            except _Fail as f:
+                self.forced.add(f.node)
+                self.schedule_node(f.node)
+                continue
+            bufs = [buffer_of(out)] + [buffer_of(b) for b in builder.inputs]
+            self.items.append(ScheduleItem(ast, bufs))
+            realized[node] = out.reshape(tuple(node.shape or ()))
+            return
+        raise RuntimeError("scheduler did not converge")
+
+
+def _chain(node: UOp) -> list[UOp]:
+    ret = []
+    while node.op in GroupOp.Movement:
+        ret.append(node)
+        node = node.src[0]
+    return ret
+
+
+def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
+    """ScheduleItems computing every root, and for each root the realized node that now stands for it."""
+    sched = Scheduler()
+    becomes: dict[UOp, UOp] = {}
+    for root in roots:
+        r = _resolve(root)
+        if r.op is Ops.BUFFER or (r.base.op is Ops.BUFFER and all(n.op in GroupOp.Movement for n in _chain(r))):
+            becomes[root] = r
+            continue
+        sched.schedule_node(r)
+        becomes[root] = realized[r]
+    return sched.items, becomes

@@ -1,0 +1,196 @@
+"""Small helpers shared by every layer: environment variables, Context, counters, list utilities.
+
+>>> from tg_uop.helpers import getenv, Context, DEBUG
+>>> with Context(DEBUG=2):
+...     assert DEBUG.value == 2
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, ClassVar, TypeVar
+
+T = TypeVar("T")
+
+
+@functools.cache
+def getenv(key: str, default: Any = 0) -> Any:
+    """Read an environment variable, converted to the type of `default` (cached).
+
+    >>> getenv("SOME_UNSET_FLAG", 3)
+    3
+    """
+    return type(default)(os.getenv(key, default))
+
+
+class ContextVar:
+    """A named setting read from the environment once and overridable with `Context`."""
+
+    _registry: ClassVar[dict[str, ContextVar]] = {}
+
+    def __init__(self, key: str, default: int) -> None:
+        if key in ContextVar._registry:
+            raise ValueError(f"ContextVar {key!r} is already defined")
+        self.key = key
+        self.value: int = getenv(key, default)
+        ContextVar._registry[key] = self
+
+    def __bool__(self) -> bool:
+        return bool(self.value)
+
+    def __ge__(self, other: int) -> bool:
+        return self.value >= other
+
+    def __gt__(self, other: int) -> bool:
+        return self.value > other
+
+    def __lt__(self, other: int) -> bool:
+        return self.value < other
+
+    def __le__(self, other: int) -> bool:
+        return self.value <= other
+
+    def __repr__(self) -> str:
+        return f"ContextVar({self.key}={self.value})"
+
+
+DEBUG = ContextVar("DEBUG", 0)
+BEAM = ContextVar("BEAM", 0)
+NOOPT = ContextVar("NOOPT", 0)
+JIT = ContextVar("JIT", 1)
+CACHELEVEL = ContextVar("CACHELEVEL", 2)
+
+
+class Context(contextlib.ContextDecorator):
+    """Temporarily set ContextVars: `with Context(DEBUG=2): ...`."""
+
+    def __init__(self, **kwargs: int) -> None:
+        unknown = [k for k in kwargs if k not in ContextVar._registry]
+        if unknown:
+            raise KeyError(f"Context: unknown variable(s) {unknown}; known: {sorted(ContextVar._registry)}")
+        self.kwargs = kwargs
+        self.saved: dict[str, int] = {}
+
+    def __enter__(self) -> Context:
+        self.saved = {k: ContextVar._registry[k].value for k in self.kwargs}
+        for k, v in self.kwargs.items():
+            ContextVar._registry[k].value = v
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for k, v in self.saved.items():
+            ContextVar._registry[k].value = v
+
+
+class GlobalCounters:
+    """Process-wide counters of work done; `GlobalCounters.reset()` zeroes them."""
+
+    global_ops: ClassVar[int] = 0
+    global_mem: ClassVar[int] = 0
+    time_sum_s: ClassVar[float] = 0.0
+    kernel_count: ClassVar[int] = 0
+    mem_used: ClassVar[int] = 0
+
+    @staticmethod
+    def reset() -> None:
+        GlobalCounters.global_ops = 0
+        GlobalCounters.global_mem = 0
+        GlobalCounters.time_sum_s = 0.0
+        GlobalCounters.kernel_count = 0
+
+
+def prod(xs: Iterable[Any], start: Any = 1) -> Any:
+    """Product of the items (works for ints and UOps)."""
+    ret = start
+    for x in xs:
+        ret = ret * x
+    return ret
+
+
+def all_same(xs: Sequence[Any]) -> bool:
+    return all(x == xs[0] for x in xs)
+
+
+def all_int(xs: Iterable[Any]) -> bool:
+    return all(isinstance(x, int) for x in xs)
+
+
+def dedup(xs: Iterable[T]) -> list[T]:
+    return list(dict.fromkeys(xs))
+
+
+def flatten(xss: Iterable[Iterable[T]]) -> list[T]:
+    return [x for xs in xss for x in xs]
+
+
+def argsort(xs: Sequence[Any]) -> list[int]:
+    return sorted(range(len(xs)), key=xs.__getitem__)
+
+
+def partition(xs: Iterable[T], pred: Any) -> tuple[list[T], list[T]]:
+    yes: list[T] = []
+    no: list[T] = []
+    for x in xs:
+        (yes if pred(x) else no).append(x)
+    return yes, no
+
+
+def round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def ceildiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def pairwise(xs: Sequence[T]) -> Iterator[tuple[T, T]]:
+    return zip(xs, xs[1:])
+
+
+def colored(text: str, color: str | None) -> str:
+    """Wrap text in an ANSI color code (no-op for None)."""
+    if color is None:
+        return text
+    codes = ["black", "red", "green", "yellow", "blue", "magenta", "cyan", "white"]
+    return f"\u001b[{30 + codes.index(color)}m{text}\u001b[0m"
+
+
+def ansilen(text: str) -> int:
+    """Length of a string without its ANSI escape codes."""
+    n, i = 0, 0
+    while i < len(text):
+        if text[i] == "\u001b":
+            i = text.index("m", i) + 1
+            continue
+        n, i = n + 1, i + 1
+    return n
+
+
+def to_function_name(name: str) -> str:
+    """Turn a kernel display name into a valid C identifier."""
+    return "".join(c if c.isalnum() or c == "_" else f"{ord(c):02X}" for c in name)
+
+
+def cdiv(a: int, b: int) -> int:
+    """C-style integer division (truncates toward zero)."""
+    q = abs(a) // abs(b)
+    return q if (a < 0) == (b < 0) else -q
+
+
+def cmod(a: int, b: int) -> int:
+    """C-style modulo (the sign follows the dividend)."""
+    return a - b * cdiv(a, b)
+
+
+def is_finite_number(x: float) -> bool:
+    return not (math.isinf(x) or math.isnan(x))
+
+
+def cache_dir() -> str:
+    """The user cache directory for tg (XDG_CACHE_HOME aware)."""
+    base = os.getenv("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "tg")

@@ -1,0 +1,258 @@
+"""Pattern matching and graph rewriting: rules are data, not nested ifs.
+
+>>> from tg_uop import UOp, UPat, PatternMatcher, graph_rewrite, dtypes, Ops
+>>> fold = PatternMatcher([(UPat.cvar("c1") + UPat.cvar("c2"), lambda c1, c2: c1.const_like(c1.arg + c2.arg))])
+>>> graph_rewrite(UOp.const(dtypes.int, 3) + 4, fold).arg
+7
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from tg_uop.dtype import DType
+from tg_uop.ops import GroupOp, Ops
+from tg_uop.uop import UOp
+
+Store = dict[str, UOp]
+
+
+class UPat:
+    """A pattern over UOps.
+
+    op: one op or a collection of ops (None: any). dtype: one or a collection. src: a tuple matches the
+    sources in order, a list matches them in any order, a single UPat matches every source.
+    arg: must equal the node's arg. name: binds the matched node for the rewrite function.
+    """
+
+    __slots__ = ("op", "dtype", "src", "arg", "name", "allow_any_len", "_any_order")
+
+    def __init__(
+        self,
+        op: Ops | Iterable[Ops] | None = None,
+        dtype: DType | Iterable[DType] | None = None,
+        src: UPat | tuple[UPat, ...] | list[UPat] | None = None,
+        arg: Any = None,
+        name: str | None = None,
+        allow_any_len: bool = False,
+    ) -> None:
+        self.op: frozenset[Ops] | None = None if op is None else frozenset((op,) if isinstance(op, Ops) else op)
+        self.dtype: frozenset[DType] | None = None if dtype is None else frozenset(
+            (dtype,) if isinstance(dtype, DType) else dtype)
+        self._any_order = isinstance(src, list)
+        self.src: tuple[UPat, ...] | UPat | None = tuple(src) if isinstance(src, (list, tuple)) else src
+        self.arg, self.name, self.allow_any_len = arg, name, allow_any_len
+
+    # ---- constructors ----
+    @staticmethod
+    def var(name: str | None = None, dtype: DType | Iterable[DType] | None = None) -> UPat:
+        """Any node, bound to `name`."""
+        return UPat(dtype=dtype, name=name)
+
+    @staticmethod
+    def cvar(name: str | None = None, dtype: DType | Iterable[DType] | None = None) -> UPat:
+        """A constant, bound to `name`."""
+        return UPat(Ops.CONST, dtype=dtype, name=name)
+
+    @staticmethod
+    def const(dtype: DType | Iterable[DType] | None, value: Any) -> UPat:
+        """The constant `value`."""
+        return UPat(Ops.CONST, dtype=dtype, arg=value)
+
+    def named(self, name: str) -> UPat:
+        ret = UPat(self.op, self.dtype, None, self.arg, name, self.allow_any_len)
+        ret.src, ret._any_order = self.src, self._any_order
+        return ret
+
+    # ---- operator sugar (commutative ops match in any order) ----
+    def alu(self, op: Ops, *src: UPat) -> UPat:
+        operands = [self, *src]
+        return UPat(op, None, operands if op in GroupOp.Commutative else tuple(operands))
+
+    def __add__(self, x: UPat | Any) -> UPat:
+        return self.alu(Ops.ADD, _to_pat(x))
+
+    def __radd__(self, x: UPat | Any) -> UPat:
+        return _to_pat(x).alu(Ops.ADD, self)
+
+    def __sub__(self, x: UPat | Any) -> UPat:
+        return self.alu(Ops.SUB, _to_pat(x))
+
+    def __mul__(self, x: UPat | Any) -> UPat:
+        return self.alu(Ops.MUL, _to_pat(x))
+
+    def __rmul__(self, x: UPat | Any) -> UPat:
+        return _to_pat(x).alu(Ops.MUL, self)
+
+    def __floordiv__(self, x: UPat | Any) -> UPat:
+        return self.alu(Ops.IDIV, _to_pat(x))
+
+    def __mod__(self, x: UPat | Any) -> UPat:
+        return self.alu(Ops.MOD, _to_pat(x))
+
+    def __neg__(self) -> UPat:
+        return self.alu(Ops.NEG)
+
+    def __lt__(self, x: UPat | Any) -> UPat:
+        return self.alu(Ops.CMPLT, _to_pat(x))
+
+    def ne(self, x: UPat | Any) -> UPat:
+        return self.alu(Ops.CMPNE, _to_pat(x))
+
+    def maximum(self, x: UPat | Any) -> UPat:
+        return self.alu(Ops.MAX, _to_pat(x))
+
+    def where(self, a: UPat | Any, b: UPat | Any) -> UPat:
+        return self.alu(Ops.WHERE, _to_pat(a), _to_pat(b))
+
+    def cast(self, dtype: DType | None = None) -> UPat:
+        return UPat(Ops.CAST, dtype, (self,))
+
+    # ---- matching ----
+    def match(self, uop: UOp, store: Store) -> list[Store]:
+        """Every way this pattern matches `uop`, as dicts of bound names."""
+        if self.op is not None and uop.op not in self.op:
+            return []
+        if self.dtype is not None and uop.dtype not in self.dtype and uop.dtype.scalar() not in self.dtype:
+            return []
+        if self.arg is not None and not _arg_equal(self.arg, uop.arg):
+            return []
+        if self.name is not None:
+            bound = store.get(self.name)
+            if bound is not None and bound is not uop:
+                return []
+            store = {**store, self.name: uop}
+        if self.src is None:
+            return [store]
+        if isinstance(self.src, UPat):
+            return _match_seq((self.src,) * len(uop.src), uop.src, store)
+        if len(self.src) != len(uop.src) and not (self.allow_any_len and len(uop.src) >= len(self.src)):
+            return []
+        if not self._any_order:
+            return _match_seq(self.src, uop.src[: len(self.src)], store)
+        results: list[Store] = []
+        for perm in itertools.permutations(self.src):
+            results.extend(_match_seq(perm, uop.src, store))
+            if results:
+                break
+        return results
+
+    def __repr__(self) -> str:
+        ops = None if self.op is None else sorted(o.name for o in self.op)
+        return f"UPat(op={ops}, name={self.name!r}, arg={self.arg!r}, src={self.src!r})"
+
+
+def _arg_equal(pattern_arg: Any, arg: Any) -> bool:
+    if type(pattern_arg) is not type(arg) and not (isinstance(pattern_arg, (int, float)) and isinstance(arg, (int, float))):
+        return False
+    return bool(pattern_arg == arg)
+
+
+def _match_seq(pats: Sequence[UPat], srcs: Sequence[UOp], store: Store) -> list[Store]:
+    stores = [store]
+    for p, s in zip(pats, srcs):
+        stores = [m for st in stores for m in p.match(s, st)]
+        if not stores:
+            return []
+    return stores
+
+
+def _to_pat(x: UPat | Any) -> UPat:
+    return x if isinstance(x, UPat) else UPat.const(None, x)
+
+
+RewriteFn = Callable[..., UOp | None]
+
+
+class PatternMatcher:
+    """An ordered list of (UPat, function) rules, indexed by op. `+` concatenates matchers.
+
+    A rule's function gets the pattern's bound names as keyword arguments (and `ctx` if it asks for it)
+    and returns the replacement UOp, or None to decline.
+    """
+
+    def __init__(self, patterns: Sequence[tuple[UPat, RewriteFn]]) -> None:
+        self.patterns = list(patterns)
+        self.by_op: dict[Ops, list[tuple[UPat, RewriteFn, bool]]] = {}
+        self.any_op: list[tuple[UPat, RewriteFn, bool]] = []
+        for pat, fn in self.patterns:
+            entry = (pat, fn, "ctx" in inspect.signature(fn).parameters)
+            if pat.op is None:
+                self.any_op.append(entry)
+                for lst in self.by_op.values():
+                    lst.append(entry)
+            else:
+                for op in pat.op:
+                    self.by_op.setdefault(op, list(self.any_op)).append(entry)
+
+    def __add__(self, other: PatternMatcher) -> PatternMatcher:
+        return PatternMatcher(self.patterns + other.patterns)
+
+    def rewrite(self, uop: UOp, ctx: Any = None) -> UOp | None:
+        """The first rule's replacement for `uop`, or None when no rule fires."""
+        for pat, fn, wants_ctx in self.by_op.get(uop.op, self.any_op):
+            for store in pat.match(uop, {}):
+                ret = fn(ctx=ctx, **store) if wants_ctx else fn(**store)
+                if ret is not None and ret is not uop:
+                    return ret
+        return None
+
+
+def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: bool = False) -> UOp:
+    """Rewrite a graph with `pm` until no rule fires, memoized per node.
+
+    Default order: sources first, then the node (repeatedly). `bottom_up=True` tries rules on a node
+    before its sources, which lets a rule see the original subtree.
+    """
+    return _Rewriter(pm, ctx, bottom_up).run(sink)
+
+
+class _Rewriter:
+    def __init__(self, pm: PatternMatcher, ctx: Any, bottom_up: bool) -> None:
+        self.pm, self.ctx, self.bottom_up = pm, ctx, bottom_up
+        self.done: dict[UOp, UOp] = {}
+
+    def _fixed_point(self, node: UOp) -> UOp:
+        for _ in range(10_000):
+            nxt = self.pm.rewrite(node, self.ctx)
+            if nxt is None:
+                return node
+            node = nxt
+        raise RuntimeError(f"graph_rewrite did not converge on {node.op}")
+
+    def run(self, root: UOp) -> UOp:
+        # explicit stack: (node, stage, payload); stage 0 = enter, 1 = sources done, 2 = result of a rewrite
+        stack: list[tuple[UOp, int, UOp | None]] = [(root, 0, None)]
+        done = self.done
+        while stack:
+            node, stage, payload = stack.pop()
+            if stage == 0:
+                if node in done:
+                    continue
+                if self.bottom_up:
+                    nxt = self._fixed_point(node)
+                    if nxt is not node:
+                        stack.append((node, 2, nxt))
+                        stack.append((nxt, 0, None))
+                        continue
+                stack.append((node, 1, None))
+                stack.extend((s, 0, None) for s in reversed(node.src) if s not in done)
+            elif stage == 1:
+                new_src = tuple(done[s] for s in node.src)
+                rebuilt = node if all(a is b for a, b in zip(new_src, node.src)) else node.replace(src=new_src)
+                nxt = self.pm.rewrite(rebuilt, self.ctx)
+                if nxt is None:
+                    done[node] = rebuilt
+                else:
+                    stack.append((node, 2, nxt))
+                    stack.append((nxt, 0, None))
+            else:
+                assert payload is not None
+                done[node] = done[payload]
+        return done[root]
+
+
+substitute_matcher = PatternMatcher([(UPat(name="x"), lambda ctx, x: ctx.get(x))])

@@ -1,0 +1,670 @@
+"""UOp: the one IR node. Immutable and hash-consed: the same (op, dtype, src, arg) is the same object.
+
+>>> from tg_uop import UOp, dtypes
+>>> x = UOp.variable("x", 0, 10)
+>>> (x + 1) is (x + 1)
+True
+>>> ((x * 4 + 2) // 4).simplify().render()
+'x'
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+import struct
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, ClassVar
+
+from tg_uop.dtype import ConstType, DType, PtrDType, dtypes, truncate_const
+from tg_uop.helpers import all_int, cdiv, cmod, prod
+from tg_uop.ops import GroupOp, Ops
+
+sint = int | Any  # an int or a symbolic UOp (Any keeps mypy from demanding casts everywhere)
+
+
+def _arg_key(arg: Any) -> Any:
+    """A hashable key for an arg that keeps -0.0 apart from 0.0 and lets NaN match NaN."""
+    if isinstance(arg, float):
+        return ("float", struct.pack("<d", arg))
+    if isinstance(arg, tuple):
+        return tuple(_arg_key(a) for a in arg)
+    return (type(arg), arg)
+
+
+class UOpMetaClass(type):
+    """Hash-consing: a weak cache from (op, dtype, src, arg) to the live UOp."""
+
+    ucache: ClassVar[dict[tuple[Any, ...], weakref.ReferenceType[UOp]]] = {}
+
+    def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
+        key = (op, dtype, src, _arg_key(arg))
+        ref = UOpMetaClass.ucache.get(key)
+        if ref is not None and (live := ref()) is not None:
+            return live
+        ret: UOp = super().__call__(op, dtype, src, arg)
+        cache = UOpMetaClass.ucache
+
+        def forget(dead: weakref.ReferenceType[UOp], key: tuple[Any, ...] = key) -> None:
+            if cache.get(key) is dead:
+                del cache[key]
+
+        cache[key] = weakref.ref(ret, forget)
+        return ret
+
+
+_buffer_ids = itertools.count()
+
+
+class UOp(metaclass=UOpMetaClass):
+    """One node of the IR. Build with the constructors and operators; never mutate.
+
+    Fields: `op` (an Ops), `dtype`, `src` (tuple of UOps), `arg` (op specific, hashable).
+    """
+
+    __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "__dict__")
+
+    def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> None:
+        self.op, self.dtype, self.src, self.arg = op, dtype, src, arg
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return UOp, (self.op, self.dtype, self.src, self.arg)
+
+    def replace(self, **kwargs: Any) -> UOp:
+        """A UOp like this one with some fields changed."""
+        op = kwargs.get("op", self.op)
+        dtype = kwargs.get("dtype", self.dtype)
+        src = tuple(kwargs.get("src", self.src))
+        arg = kwargs.get("arg", self.arg)
+        if op is self.op and dtype is self.dtype and src == self.src and arg is self.arg:
+            return self
+        return UOp(op, dtype, src, arg)
+
+    # ---- graph walking ----
+    @functools.cached_property
+    def toposort(self) -> dict[UOp, None]:
+        """Every node reachable from this one, sources before users (an ordered set)."""
+        visited: dict[UOp, None] = {}
+        stack: list[tuple[UOp, bool]] = [(self, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if node in visited:
+                continue
+            if expanded:
+                visited[node] = None
+                continue
+            stack.append((node, True))
+            for s in reversed(node.src):
+                if s not in visited:
+                    stack.append((s, False))
+        return visited
+
+    def sparents(self) -> dict[UOp, None]:
+        return self.toposort
+
+    def substitute(self, mapping: dict[UOp, UOp]) -> UOp:
+        """Replace nodes by identity, rebuilding everything above them."""
+        from tg_uop.rewrite import graph_rewrite, substitute_matcher
+
+        return graph_rewrite(self, substitute_matcher, ctx=mapping, bottom_up=True)
+
+    def simplify(self) -> UOp:
+        """Apply the symbolic rules until nothing changes."""
+        from tg_uop.symbolic import symbolic
+
+        from tg_uop.rewrite import graph_rewrite
+
+        return graph_rewrite(self, symbolic)
+
+    # ---- printing ----
+    def __repr__(self) -> str:
+        return pretty(self)
+
+    def render(self) -> str:
+        """A short readable expression, e.g. `((x*4)+y)`."""
+        from tg_uop.render import render_expr
+
+        return render_expr(self)
+
+    # ---- constants ----
+    @staticmethod
+    def const(dtype: DType, value: ConstType) -> UOp:
+        """A scalar constant (vector dtypes broadcast it)."""
+        if isinstance(value, UOp):
+            return value
+        if dtype.count > 1:
+            c = UOp.const(dtype.scalar(), value)
+            return UOp(Ops.VECTORIZE, dtype, (c,) * dtype.count)
+        return UOp(Ops.CONST, dtype, (), truncate_const(value, dtype))
+
+    def const_like(self, value: ConstType) -> UOp:
+        """A constant with this node's dtype."""
+        return UOp.const(self.dtype, value)
+
+    @staticmethod
+    def variable(name: str, min_val: int, max_val: int, dtype: DType = dtypes.int32) -> UOp:
+        """A symbolic integer in [min_val, max_val]."""
+        if not (isinstance(min_val, int) and isinstance(max_val, int)) or min_val > max_val:
+            raise ValueError(f"variable {name!r}: need ints with min <= max, got [{min_val}, {max_val}]")
+        return UOp(Ops.DEFINE_VAR, dtype, (), (name, min_val, max_val))
+
+    def bind(self, value: int) -> UOp:
+        if self.op is not Ops.DEFINE_VAR:
+            raise TypeError(f"only a variable can be bound, not {self.op}")
+        name, lo, hi = self.arg
+        if not lo <= value <= hi:
+            raise ValueError(f"variable {name!r}: value {value} is outside [{lo}, {hi}]")
+        return UOp(Ops.BIND, self.dtype, (self, self.const_like(value)))
+
+    def unbind(self) -> tuple[UOp, int]:
+        if self.op is not Ops.BIND:
+            raise TypeError(f"unbind needs a BIND, not {self.op}")
+        return self.src[0], int(self.src[1].arg)
+
+    @property
+    def expr(self) -> str:
+        return str(self.arg[0])
+
+    # ---- ALU construction ----
+    def alu(self, op: Ops, *src: UOp) -> UOp:
+        """Build an ALU node after checking its operands' dtypes."""
+        operands = (self, *src)
+        if op is Ops.WHERE:
+            cond, a, b = operands
+            if cond.dtype.scalar() != dtypes.bool:
+                raise TypeError(f"WHERE needs a bool condition, got {cond.dtype}")
+            if a.dtype != b.dtype:
+                raise TypeError(f"WHERE branches differ in dtype: {a.dtype} vs {b.dtype}")
+            return UOp(op, a.dtype, operands)
+        if any(s.dtype != self.dtype for s in src) and op not in (Ops.SHL, Ops.SHR):
+            raise TypeError(f"{op.name}: operand dtypes differ: {', '.join(str(s.dtype) for s in operands)}")
+        if op in (Ops.SHL, Ops.SHR, Ops.IDIV, Ops.MOD, Ops.XOR, Ops.OR, Ops.AND) and dtypes.is_float(self.dtype):
+            raise TypeError(f"{op.name} is not defined for float dtype {self.dtype}")
+        out = dtypes.bool.vec(self.dtype.count) if op in GroupOp.Comparison else self.dtype
+        return UOp(op, out, operands)
+
+    def _binop(self, op: Ops, other: UOp | ConstType, reverse: bool = False) -> UOp:
+        rhs = other if isinstance(other, UOp) else self.const_like(other)
+        return rhs.alu(op, self) if reverse else self.alu(op, rhs)
+
+    def __add__(self, x: UOp | ConstType) -> UOp:
+        return self._binop(Ops.ADD, x)
+
+    def __radd__(self, x: UOp | ConstType) -> UOp:
+        return self._binop(Ops.ADD, x, True)
+
+    def __sub__(self, x: UOp | ConstType) -> UOp:
+        return self._binop(Ops.SUB, x)
+
+    def __rsub__(self, x: UOp | ConstType) -> UOp:
+        return self._binop(Ops.SUB, x, True)
+
+    def __mul__(self, x: UOp | ConstType) -> UOp:
+        return self._binop(Ops.MUL, x)
+
+    def __rmul__(self, x: UOp | ConstType) -> UOp:
+        return self._binop(Ops.MUL, x, True)
+
+    def __floordiv__(self, x: UOp | ConstType) -> UOp:
+        return self._binop(Ops.IDIV, x)
+
+    def __rfloordiv__(self, x: UOp | ConstType) -> UOp:
+        return self._binop(Ops.IDIV, x, True)
+
+    def __truediv__(self, x: UOp | ConstType) -> UOp:
+        return self._binop(Ops.FDIV, x)
+
+    def __mod__(self, x: UOp | ConstType) -> UOp:
+        return self._binop(Ops.MOD, x)
+
+    def __rmod__(self, x: UOp | ConstType) -> UOp:
+        return self._binop(Ops.MOD, x, True)
+
+    def __neg__(self) -> UOp:
+        return self.alu(Ops.NEG)
+
+    def __and__(self, x: UOp | ConstType) -> UOp:
+        return self._binop(Ops.AND, x)
+
+    def __or__(self, x: UOp | ConstType) -> UOp:
+        return self._binop(Ops.OR, x)
+
+    def __xor__(self, x: UOp | ConstType) -> UOp:
+        return self._binop(Ops.XOR, x)
+
+    def __lshift__(self, x: UOp | ConstType) -> UOp:
+        return self._binop(Ops.SHL, x)
+
+    def __rshift__(self, x: UOp | ConstType) -> UOp:
+        return self._binop(Ops.SHR, x)
+
+    def __lt__(self, x: UOp | ConstType) -> UOp:  # type: ignore[override]
+        return self._binop(Ops.CMPLT, x)
+
+    def __gt__(self, x: UOp | ConstType) -> UOp:  # type: ignore[override]
+        return self._binop(Ops.CMPLT, x, True)
+
+    def __ge__(self, x: UOp | ConstType) -> UOp:  # type: ignore[override]
+        return self._binop(Ops.CMPLT, x).logical_not()
+
+    def __le__(self, x: UOp | ConstType) -> UOp:  # type: ignore[override]
+        return self._binop(Ops.CMPLT, x, True).logical_not()
+
+    def ne(self, x: UOp | ConstType) -> UOp:
+        return self._binop(Ops.CMPNE, x)
+
+    def eq(self, x: UOp | ConstType) -> UOp:
+        return self.ne(x).logical_not()
+
+    def logical_not(self) -> UOp:
+        return self.ne(True)
+
+    def maximum(self, x: UOp | ConstType) -> UOp:
+        return self._binop(Ops.MAX, x)
+
+    def minimum(self, x: UOp | ConstType) -> UOp:
+        other = x if isinstance(x, UOp) else self.const_like(x)
+        return -((-self).maximum(-other))
+
+    def where(self, a: UOp | ConstType, b: UOp | ConstType) -> UOp:
+        if isinstance(a, UOp):
+            bb = b if isinstance(b, UOp) else a.const_like(b)
+            return self.alu(Ops.WHERE, a, bb)
+        if isinstance(b, UOp):
+            return self.alu(Ops.WHERE, b.const_like(a), b)
+        raise TypeError("where needs at least one UOp branch")
+
+    def cast(self, dtype: DType) -> UOp:
+        return self if self.dtype == dtype else UOp(Ops.CAST, dtype, (self,))
+
+    def bitcast(self, dtype: DType) -> UOp:
+        if dtype.itemsize != self.dtype.itemsize:
+            raise TypeError(f"bitcast changes itemsize: {self.dtype} ({self.dtype.itemsize}) -> {dtype} ({dtype.itemsize})")
+        return UOp(Ops.BITCAST, dtype, (self,))
+
+    def sink(self, *srcs: UOp) -> UOp:
+        return UOp(Ops.SINK, dtypes.void, (self, *srcs))
+
+    # ---- vectors ----
+    def gep(self, i: int | tuple[int, ...]) -> UOp:
+        idx = (i,) if isinstance(i, int) else i
+        if self.op is Ops.VECTORIZE and len(idx) == 1:
+            return self.src[idx[0]]
+        return UOp(Ops.GEP, self.dtype.scalar().vec(len(idx)), (self,), idx)
+
+    # ---- range analysis ----
+    @functools.cached_property
+    def _min_max(self) -> tuple[ConstType, ConstType]:
+        return _bounds(self)
+
+    @property
+    def vmin(self) -> ConstType:
+        return self._min_max[0]
+
+    @property
+    def vmax(self) -> ConstType:
+        return self._min_max[1]
+
+    def divides(self, v: int) -> UOp | None:
+        """self // v when that is exact by construction, else None."""
+        if self.op is Ops.CONST:
+            return self.const_like(self.arg // v) if self.arg % v == 0 else None
+        if self.op is Ops.ADD:
+            a, b = self.src[0].divides(v), self.src[1].divides(v)
+            return a + b if a is not None and b is not None else None
+        if self.op is Ops.MUL:
+            if (a := self.src[0].divides(v)) is not None:
+                return a * self.src[1]
+            if (b := self.src[1].divides(v)) is not None:
+                return self.src[0] * b
+        return None
+
+    def const_factor(self) -> int:
+        """The largest int known to divide this expression."""
+        if self.op is Ops.CONST:
+            return abs(int(self.arg)) if self.arg != 0 else 0
+        if self.op is Ops.ADD:
+            return math.gcd(self.src[0].const_factor(), self.src[1].const_factor())
+        if self.op is Ops.MUL:
+            return self.src[0].const_factor() * self.src[1].const_factor() if self.src[1].op is Ops.CONST else (
+                self.src[0].const_factor() if self.src[0].op is Ops.CONST else 1
+            )
+        return 1
+
+    # ---- tensor-level helpers ----
+    @staticmethod
+    def new_buffer(device: str, size: int, dtype: DType) -> UOp:
+        """A fresh, distinct BUFFER node of `size` elements on `device`."""
+        return UOp(Ops.BUFFER, dtype, (UOp(Ops.DEVICE, arg=device),), (next(_buffer_ids), size))
+
+    @functools.cached_property
+    def shape(self) -> tuple[sint, ...] | None:
+        """The shape of a tensor-level or kernel-level node (None where shapes do not apply)."""
+        return _shape(self)
+
+    @property
+    def size(self) -> sint:
+        if self.shape is None:
+            raise TypeError(f"{self.op} has no shape")
+        return prod(self.shape)
+
+    @functools.cached_property
+    def device(self) -> str | None:
+        """The device a tensor-level node lives on."""
+        if self.op is Ops.DEVICE:
+            return str(self.arg)
+        if self.op is Ops.COPY:
+            return self.src[1].device
+        for s in self.src:
+            if (d := s.device) is not None:
+                return d
+        return None
+
+    @functools.cached_property
+    def base(self) -> UOp:
+        """This node with its leading movement ops stripped."""
+        node = self
+        while node.op in GroupOp.Movement:
+            node = node.src[0]
+        return node
+
+    def is_realized_buffer(self) -> bool:
+        return self.op is Ops.BUFFER
+
+    # movement ops on tensor graphs (validated; return self when they are no-ops)
+    def reshape(self, shape: tuple[sint, ...]) -> UOp:
+        cur = self._need_shape("reshape")
+        if any(not isinstance(s, UOp) and s < 0 for s in shape):
+            raise ValueError(f"reshape: negative dimension in {shape}")
+        if prod(cur) != prod(shape) and all_int(cur) and all_int(shape):
+            raise ValueError(f"reshape: cannot reshape {cur} (size {prod(cur)}) to {shape} (size {prod(shape)})")
+        return self if tuple(shape) == cur else UOp(Ops.RESHAPE, self.dtype, (self,), tuple(shape))
+
+    def permute(self, order: tuple[int, ...]) -> UOp:
+        cur = self._need_shape("permute")
+        if sorted(order) != list(range(len(cur))):
+            raise ValueError(f"permute: {order} is not a permutation of the axes of shape {cur}")
+        return self if tuple(order) == tuple(range(len(cur))) else UOp(Ops.PERMUTE, self.dtype, (self,), tuple(order))
+
+    def expand(self, shape: tuple[sint, ...]) -> UOp:
+        cur = self._need_shape("expand")
+        if len(shape) != len(cur) or any(c != s and c != 1 for c, s in zip(cur, shape)):
+            raise ValueError(f"expand: cannot expand shape {cur} to {shape} (only size-1 dims expand)")
+        return self if tuple(shape) == cur else UOp(Ops.EXPAND, self.dtype, (self,), tuple(shape))
+
+    def pad(self, arg: tuple[tuple[sint, sint], ...]) -> UOp:
+        cur = self._need_shape("pad")
+        if len(arg) != len(cur) or any(not isinstance(x, UOp) and x < 0 for p in arg for x in p):
+            raise ValueError(f"pad: {arg} must give a (before, after) pair of non-negative ints for each dim of {cur}")
+        return self if all(b == 0 and a == 0 for b, a in arg) else UOp(Ops.PAD, self.dtype, (self,), tuple(arg))
+
+    def shrink(self, arg: tuple[tuple[sint, sint], ...]) -> UOp:
+        cur = self._need_shape("shrink")
+        bad = len(arg) != len(cur) or any(
+            all_int((b, e, s)) and not 0 <= b <= e <= s for (b, e), s in zip(arg, cur)
+        )
+        if bad:
+            raise ValueError(f"shrink: {arg} is out of bounds for shape {cur}")
+        return self if all(b == 0 and e == s for (b, e), s in zip(arg, cur)) else UOp(
+            Ops.SHRINK, self.dtype, (self,), tuple(arg))
+
+    def flip(self, axes: tuple[bool, ...]) -> UOp:
+        cur = self._need_shape("flip")
+        if len(axes) != len(cur):
+            raise ValueError(f"flip: need one flag per dim of {cur}, got {axes}")
+        return self if not any(axes) else UOp(Ops.FLIP, self.dtype, (self,), tuple(axes))
+
+    def r(self, op: Ops, axes: tuple[int, ...]) -> UOp:
+        """Reduce over `axes` (kept as size-1 dims)."""
+        cur = self._need_shape("reduce")
+        if any(not 0 <= a < len(cur) for a in axes):
+            raise ValueError(f"reduce: axes {axes} out of range for shape {cur}")
+        axes = tuple(sorted(set(a for a in axes if cur[a] != 1)))
+        if not axes:
+            return self
+        return UOp(Ops.REDUCE_AXIS, self.dtype, (self,), (op, axes))
+
+    def _need_shape(self, what: str) -> tuple[sint, ...]:
+        if self.shape is None:
+            raise TypeError(f"{what}: {self.op} has no shape")
+        return self.shape
+
+
+# ---------------------------------------------------------------------------------------------
+# shapes
+
+
+def _shape(u: UOp) -> tuple[sint, ...] | None:
+    op = u.op
+    if op is Ops.VIEW:
+        return tuple(u.arg.shape)
+    if op is Ops.BUFFER:
+        return (u.arg[1],)
+    if op is Ops.CONST:
+        if not u.src:
+            return None
+        return () if u.src[0].op is Ops.DEVICE else u.src[0].shape
+    if op is Ops.RESHAPE or op is Ops.EXPAND:
+        return tuple(u.arg)
+    src_shape = u.src[0].shape if u.src else None
+    if op in (Ops.LOAD, Ops.STORE) and len(u.src) > 1 and u.src[1].op is Ops.VIEW:
+        return u.src[1].shape
+    if src_shape is None:
+        return None
+    if op is Ops.PERMUTE:
+        return tuple(src_shape[i] for i in u.arg)
+    if op is Ops.PAD:
+        return tuple(s + b + a for s, (b, a) in zip(src_shape, u.arg))
+    if op is Ops.SHRINK:
+        return tuple(e - b for b, e in u.arg)
+    if op is Ops.REDUCE_AXIS:
+        return tuple(1 if i in u.arg[1] else s for i, s in enumerate(src_shape))
+    if op in GroupOp.Elementwise and op is Ops.WHERE:
+        return u.src[1].shape
+    if op in GroupOp.Elementwise or op in (Ops.FLIP, Ops.COPY, Ops.CONTIGUOUS, Ops.DETACH, Ops.ASSIGN):
+        return src_shape
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# range analysis
+
+
+def _bounds(u: UOp) -> tuple[ConstType, ConstType]:
+    dt = u.dtype.scalar()
+    lo, hi = dtypes.min(dt), dtypes.max(dt)
+    op, s = u.op, u.src
+    if op is Ops.CONST:
+        return u.arg, u.arg
+    if op is Ops.DEFINE_VAR:
+        return u.arg[1], u.arg[2]
+    if op is Ops.BIND:
+        return s[0].vmin, s[0].vmax
+    if op is Ops.RANGE:
+        return 0, s[0].vmax - 1
+    if op is Ops.SPECIAL:
+        return 0, s[0].vmax - 1
+    if op is Ops.VECTORIZE and s:
+        return min(x.vmin for x in s), max(x.vmax for x in s)
+    if op is Ops.GEP or op is Ops.CAST and dtypes.is_int(dt) and dtypes.is_int(s[0].dtype):
+        a, b = s[0].vmin, s[0].vmax
+        return (max(a, lo), min(b, hi)) if op is Ops.CAST else (a, b)
+    if op is Ops.ADD:
+        return _clip(s[0].vmin + s[1].vmin, s[0].vmax + s[1].vmax, lo, hi)
+    if op is Ops.SUB:
+        return _clip(s[0].vmin - s[1].vmax, s[0].vmax - s[1].vmin, lo, hi)
+    if op is Ops.NEG and not dtypes.is_unsigned(dt):
+        return _clip(-s[0].vmax, -s[0].vmin, lo, hi)
+    if op is Ops.MUL:
+        corners = [a * b for a in (s[0].vmin, s[0].vmax) for b in (s[1].vmin, s[1].vmax)]
+        if any(isinstance(c, float) and math.isnan(c) for c in corners):
+            return lo, hi
+        return _clip(min(corners), max(corners), lo, hi)
+    if op is Ops.MAX:
+        return max(s[0].vmin, s[1].vmin), max(s[0].vmax, s[1].vmax)
+    if op is Ops.IDIV and s[1].op is Ops.CONST and s[1].arg > 0:
+        return cdiv(int(s[0].vmin), s[1].arg), cdiv(int(s[0].vmax), s[1].arg)
+    if op is Ops.MOD and s[1].op is Ops.CONST and s[1].arg > 0:
+        c = s[1].arg
+        if s[0].vmin >= 0:
+            return (s[0].vmin, s[0].vmax) if s[0].vmax < c else (0, c - 1)
+        return -(c - 1), c - 1
+    if op is Ops.AND and dtypes.is_int(dt) and s[1].vmin >= 0 and s[0].vmin >= 0:
+        return 0, min(s[0].vmax, s[1].vmax)
+    if op is Ops.WHERE:
+        return min(s[1].vmin, s[2].vmin), max(s[1].vmax, s[2].vmax)
+    if op is Ops.CMPLT:
+        if s[0].vmax < s[1].vmin:
+            return True, True
+        if s[0].vmin >= s[1].vmax:
+            return False, False
+        return False, True
+    if op is Ops.CMPNE:
+        if s[0].vmax < s[1].vmin or s[0].vmin > s[1].vmax:
+            return True, True
+        if s[0].vmin == s[0].vmax == s[1].vmin == s[1].vmax:
+            return False, False
+        return False, True
+    return lo, hi
+
+
+def _clip(a: ConstType, b: ConstType, lo: ConstType, hi: ConstType) -> tuple[ConstType, ConstType]:
+    if a < lo or b > hi:  # possible overflow: give up precision rather than lie
+        return lo, hi
+    return a, b
+
+
+# ---------------------------------------------------------------------------------------------
+# Python semantics of every ALU op (constant folding and the PYTHON device)
+
+
+def _safe_div(x: float, y: float) -> float:
+    if y == 0:
+        if x == 0 or math.isnan(x):
+            return math.nan
+        return math.copysign(math.inf, x) * math.copysign(1.0, y)
+    return x / y
+
+
+def _exp2(x: float) -> float:
+    try:
+        return 2.0**x
+    except OverflowError:
+        return math.inf
+
+
+def _log2(x: float) -> float:
+    if math.isnan(x) or x < 0:
+        return math.nan
+    return -math.inf if x == 0 else math.log2(x)
+
+
+def _sin(x: float) -> float:
+    return math.nan if math.isinf(x) or math.isnan(x) else math.sin(x)
+
+
+def _sqrt(x: float) -> float:
+    return math.nan if math.isnan(x) or x < 0 else math.sqrt(x)
+
+
+def _recip(x: float) -> float:
+    return _safe_div(1.0, x)
+
+
+def _trunc(x: Any) -> Any:
+    return x if isinstance(x, (int, bool)) or math.isinf(x) or math.isnan(x) else float(math.trunc(x))
+
+
+def _idiv(x: int, y: int) -> int:
+    return cdiv(int(x), int(y)) if y != 0 else 0
+
+
+def _mod(x: int, y: int) -> int:
+    return cmod(int(x), int(y)) if y != 0 else 0
+
+
+def _max(x: Any, y: Any) -> Any:
+    if isinstance(x, float) and math.isnan(x) or isinstance(y, float) and math.isnan(y):
+        return math.nan
+    return max(x, y)
+
+
+PYTHON_ALU: dict[Ops, Callable[..., Any]] = {
+    Ops.EXP2: _exp2, Ops.LOG2: _log2, Ops.SIN: _sin, Ops.SQRT: _sqrt, Ops.RECIP: _recip,
+    Ops.NEG: lambda x: (not x) if isinstance(x, bool) else -x, Ops.TRUNC: _trunc,
+    Ops.ADD: lambda x, y: x + y, Ops.SUB: lambda x, y: x - y, Ops.MUL: lambda x, y: x * y,
+    Ops.FDIV: _safe_div, Ops.IDIV: _idiv, Ops.MOD: _mod, Ops.MAX: _max,
+    Ops.CMPLT: lambda x, y: x < y, Ops.CMPNE: lambda x, y: x != y,
+    Ops.XOR: lambda x, y: x ^ y, Ops.OR: lambda x, y: x | y, Ops.AND: lambda x, y: x & y,
+    Ops.SHL: lambda x, y: x << y, Ops.SHR: lambda x, y: x >> y,
+    Ops.WHERE: lambda c, x, y: x if c else y, Ops.MULACC: lambda x, y, z: x * y + z,
+}
+
+
+def exec_alu(op: Ops, dtype: DType, operands: Sequence[ConstType]) -> ConstType:
+    """Evaluate one ALU op on Python scalars with C semantics for `dtype` (wrap-around, truncation).
+
+    >>> exec_alu(Ops.IDIV, dtypes.int32, (-7, 2))
+    -3
+    """
+    if dtype.count > 1:
+        raise TypeError("exec_alu works on scalars")
+    if op is Ops.CAST:
+        return cast_const(operands[0], dtype)
+    if op in (Ops.SHL, Ops.SHR) and not 0 <= int(operands[1]) < 8 * dtype.itemsize:
+        return 0
+    ret = PYTHON_ALU[op](*operands)
+    if dtypes.is_int(dtype) and isinstance(ret, float):
+        ret = int(ret) if math.isfinite(ret) else 0
+    return truncate_const(ret, dtype)
+
+
+def cast_const(value: ConstType, dtype: DType) -> ConstType:
+    """C conversion of a scalar to `dtype` (float to int truncates; NaN/inf give the dtype minimum)."""
+    if dtypes.is_int(dtype) and isinstance(value, float):
+        if not math.isfinite(value):
+            return dtypes.min(dtype)
+        value = math.trunc(value)
+    return truncate_const(value, dtype)
+
+
+def bitcast_const(value: ConstType, src: DType, dst: DType) -> ConstType:
+    """Reinterpret the bytes of `value` (of dtype `src`) as `dst`."""
+    if src.fmt is None or dst.fmt is None:
+        raise TypeError(f"cannot bitcast {src} to {dst}")
+    return struct.unpack("<" + dst.fmt, struct.pack("<" + src.fmt, value))[0]  # type: ignore[no-any-return]
+
+
+# ---------------------------------------------------------------------------------------------
+# pretty printing
+
+
+def pretty(root: UOp) -> str:
+    """Print a UOp graph; nodes used more than once are printed once and referred to by name."""
+    users: dict[UOp, int] = {}
+    for node in root.toposort:
+        for s in node.src:
+            users[s] = users.get(s, 0) + 1
+    shared = [n for n in root.toposort if users.get(n, 0) > 1 and n.op is not Ops.CONST and n.src]
+    names = {n: f"x{i}" for i, n in enumerate(shared)}
+
+    def fmt(u: UOp, depth: int, top: bool) -> str:
+        if not top and u in names:
+            return names[u]
+        pad = "  " * (depth + 1)
+        srcs = "".join(f"\n{pad}{fmt(s, depth + 1, False)}," for s in u.src)
+        src_part = f", src=({srcs})" if u.src else ""
+        return f"UOp({u.op!r}, {u.dtype!r}, arg={u.arg!r}{src_part})"
+
+    lines = [f"{names[n]} = {fmt(n, 0, True)}" for n in shared if n is not root]
+    lines.append(fmt(root, 0, True))
+    return "\n".join(lines)
+
+
+def uops_iter(u: UOp) -> Iterator[UOp]:
+    yield from u.toposort
+
+
+AnyPtr = PtrDType

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Check that every layer works from its built wheel, with only itself and the layers below installed.
+#
+#   1. Build every workspace package (sdist, then the wheel from the sdist) into a temp dir.
+#   2. For k = 1..7: a fresh venv with only the first k wheels in layer order (+ numpy, pytest,
+#      hypothesis from PyPI), then run layer k's tests from a copy outside the source tree, so
+#      the installed wheels, not packages/*/src, are what is imported (a conftest checks it).
+#   3. A fresh venv with only the `tg` wheel (its tg-* dependencies resolved from the built
+#      wheels) runs examples/quickstart.py.
+#
+# Our wheels are installed with --no-index: PyPI has an unrelated project named `tg`, and no
+# tg-* package may ever come from an index here.
+# Usage: bash scripts/check_layers_wheels.sh      (KEEP_TMP=1 keeps the temp dir for inspection)
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+DISTS=(tg-uop tg-shape tg-codegen tg-runtime tg-tensor tg-nn tg)
+THIRD_PARTY=(numpy pytest hypothesis)
+
+TMP="$(mktemp -d "${TMPDIR:-/tmp}/tg-wheels.XXXXXX")"
+cleanup() { if [[ "${KEEP_TMP:-0}" == 1 ]]; then echo "kept $TMP"; else rm -rf "$TMP"; fi; }
+trap cleanup EXIT
+DIST="$TMP/dist"
+
+say() { printf '\n=== %s\n' "$*"; }
+fail() { printf 'check_layers_wheels: FAIL: %s\n' "$*" >&2; exit 1; }
+
+say "building all wheels into $DIST"
+(cd "$REPO" && uv build --all-packages -o "$DIST")
+for dist in "${DISTS[@]}"; do
+    ls "$DIST/${dist//-/_}"-*.whl >/dev/null 2>&1 || fail "no wheel built for $dist"
+done
+
+# new_venv DIR PACKAGE...: a fresh venv with the third-party test tools from PyPI, then the given
+# tg packages from the built wheels only.
+new_venv() {
+    local venv="$1"; shift
+    (cd "$REPO" && uv venv -q "$venv")
+    uv pip install -q --python "$venv/bin/python" "${THIRD_PARTY[@]}"
+    uv pip install -q --python "$venv/bin/python" --no-index --find-links "$DIST" "$@"
+}
+
+# check_installed VENV DIST...: exactly these tg packages are installed, and tg_uop comes from the venv.
+check_installed() {
+    local venv="$1"; shift
+    local want got
+    want="$(printf '%s\n' "$@" | sort)"
+    got="$(uv pip list -q --python "$venv/bin/python" --format freeze | sed 's/==.*//' | grep -E '^tg(-|$)' | sort || true)"
+    [[ "$want" == "$got" ]] || fail "venv $venv has tg packages [$(echo $got)], expected [$(echo $want)]"
+    local where
+    where="$(cd "$TMP" && "$venv/bin/python" -c 'import tg_uop; print(tg_uop.__file__)')"
+    echo "tg_uop imported from: $where"
+    [[ "$where" == "$venv"/* ]] || fail "tg_uop was imported from $where, not from the venv $venv"
+}
+
+# A conftest at the temp rootdir: fails the run if any tg module was imported from outside the venv.
+write_guard_conftest() {
+    cat > "$1/conftest.py" <<'PY'
+"""Written by scripts/check_layers_wheels.sh: every tg module must come from the installed wheels."""
+import os
+import sys
+
+_ROOTS = {"tg_uop", "tg_shape", "tg_codegen", "tg_runtime", "tg_tensor", "tg_nn", "tg"}
+
+
+def pytest_sessionfinish(session, exitstatus):
+    prefix = os.path.realpath(sys.prefix) + os.sep
+    bad = sorted(
+        f"{name}: {mod.__file__}"
+        for name, mod in list(sys.modules.items())
+        if name.split(".")[0] in _ROOTS
+        and getattr(mod, "__file__", None)
+        and not os.path.realpath(mod.__file__).startswith(prefix)
+    )
+    if bad:
+        print("\ncheck_layers_wheels: tg modules imported from outside the venv:\n  " + "\n  ".join(bad))
+        session.exitstatus = 3
+PY
+}
+
+for k in "${!DISTS[@]}"; do
+    dist="${DISTS[$k]}"
+    installed=("${DISTS[@]:0:$((k + 1))}")
+    say "layer $((k + 1))/7: $dist (installed: ${installed[*]})"
+    tests="$REPO/packages/$dist/tests"
+    [[ -d "$tests" ]] || fail "$dist has no tests directory ($tests)"
+
+    venv="$TMP/venv-$dist"
+    new_venv "$venv" "${installed[@]}"
+    check_installed "$venv" "${installed[@]}"
+
+    run="$TMP/run-$dist"
+    mkdir -p "$run"
+    cp -r "$tests" "$run/tests"
+    printf '[pytest]\n' > "$run/pytest.ini"
+    write_guard_conftest "$run"
+    set +e
+    (cd "$run" && "$venv/bin/python" -m pytest tests -q -p no:cacheprovider --import-mode=importlib \
+        --rootdir "$run" -c "$run/pytest.ini")
+    rc=$?
+    set -e
+    [[ $rc -ne 5 ]] || fail "$dist: pytest collected no tests (exit 5)"
+    [[ $rc -eq 0 ]] || fail "$dist: pytest failed (exit $rc) with only ${installed[*]} installed"
+done
+
+say "examples/quickstart.py with only the tg wheel (+ its dependencies from the built wheels)"
+[[ -f "$REPO/examples/quickstart.py" ]] || fail "examples/quickstart.py is missing"
+venv="$TMP/venv-quickstart"
+(cd "$REPO" && uv venv -q "$venv")
+uv pip install -q --python "$venv/bin/python" numpy
+uv pip install -q --python "$venv/bin/python" --no-index --find-links "$DIST" tg
+check_installed "$venv" "${DISTS[@]}"
+# Run from the temp dir: only examples/ itself joins sys.path, never packages/*/src.
+(cd "$TMP" && "$venv/bin/python" "$REPO/examples/quickstart.py") || fail "examples/quickstart.py failed"
+
+say "check_layers_wheels: all 7 layers pass from their wheels; quickstart runs"
