@@ -12,6 +12,14 @@ from tg_codegen.renderer.cstyle import ClangRenderer, CStyleLanguage
 
 __version__ = "0.1.0"
 __all__ = [
-    "CStyleLanguage", "ClangRenderer", "Kernel", "KernelOptError", "ProgramSpec", "Renderer", "get_program",
-    "linearize", "lower", "reduce_identity",
+    "CStyleLanguage",
+    "ClangRenderer",
+    "Kernel",
+    "KernelOptError",
+    "ProgramSpec",
+    "Renderer",
+    "get_program",
+    "linearize",
+    "lower",
+    "reduce_identity",
 ]

@@ -96,7 +96,11 @@ class Kernel:
         groups: list[list[int]] = []
         for i in range(len(shape)):
             is_red = i >= self.first_reduce
-            if groups and (groups[-1][-1] >= self.first_reduce) == is_red and all(_mergeable(st, groups[-1][-1], i) for st in sts):
+            if (
+                groups
+                and (groups[-1][-1] >= self.first_reduce) == is_red
+                and all(_mergeable(st, groups[-1][-1], i) for st in sts)
+            ):
                 groups[-1].append(i)
             else:
                 groups.append([i])
@@ -114,8 +118,11 @@ class Kernel:
             elif u.op is Ops.REDUCE_AXIS:
                 pass
         ret = ast.substitute(mapping)
-        remap = {u: u.replace(arg=(u.arg[0], tuple(range(new_first_reduce, len(groups)))))
-                 for u in ret.toposort if u.op is Ops.REDUCE_AXIS}
+        remap = {
+            u: u.replace(arg=(u.arg[0], tuple(range(new_first_reduce, len(groups)))))
+            for u in ret.toposort
+            if u.op is Ops.REDUCE_AXIS
+        }
         self.full_shape, self.first_reduce = new_full, new_first_reduce
         return ret.substitute(remap) if remap else ret
 

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tg_uop import Ops, UOp, dtypes
-
 from tg_codegen.lowerer import reduce_identity
+from tg_uop import Ops, UOp, dtypes
 
 
 @dataclass

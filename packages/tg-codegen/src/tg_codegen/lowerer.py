@@ -10,10 +10,9 @@ The lowered graph uses:
 
 from __future__ import annotations
 
+from tg_codegen.kernel import Kernel
 from tg_uop import Ops, UOp, dtypes, graph_rewrite
 from tg_uop.symbolic import symbolic
-
-from tg_codegen.kernel import Kernel
 
 
 def _identity(op: Ops, dtype: object) -> float | int | bool:
@@ -41,8 +40,12 @@ class Lowerer:
         self.k = k
         full = k.full_shape
         self.ranges = [
-            UOp(Ops.RANGE, dtypes.int32, (UOp.const(dtypes.int32, s) if isinstance(s, int) else s,),
-                (i, "reduce" if i >= k.first_reduce else "loop"))
+            UOp(
+                Ops.RANGE,
+                dtypes.int32,
+                (UOp.const(dtypes.int32, s) if isinstance(s, int) else s,),
+                (i, "reduce" if i >= k.first_reduce else "loop"),
+            )
             for i, s in enumerate(full)
         ]
         zero = UOp.const(dtypes.int32, 0)

@@ -5,13 +5,12 @@
 
 from __future__ import annotations
 
-from tg_uop import Ops, UOp
-from tg_uop.helpers import DEBUG
-
 from tg_codegen.kernel import Kernel
 from tg_codegen.linearize import linearize
 from tg_codegen.lowerer import lower
 from tg_codegen.renderer import ProgramSpec, Renderer, estimate
+from tg_uop import Ops, UOp
+from tg_uop.helpers import DEBUG
 
 
 def get_program(ast: UOp, renderer: Renderer, name_override: str | None = None) -> ProgramSpec:
@@ -35,7 +34,14 @@ def get_program(ast: UOp, renderer: Renderer, name_override: str | None = None) 
     bufs = [u for u in uops if u.op is Ops.DEFINE_GLOBAL]
     outs = tuple(sorted({u.src[0].src[0].arg for u in uops if u.op is Ops.STORE}))
     return ProgramSpec(
-        name=name, function_name=function_name, src=src, device=renderer.device, uops=tuple(uops),
-        globals=tuple(b.arg for b in bufs), outs=outs,
-        vars=tuple(u for u in uops if u.op is Ops.DEFINE_VAR), estimated_ops=ops, estimated_mem=mem,
+        name=name,
+        function_name=function_name,
+        src=src,
+        device=renderer.device,
+        uops=tuple(uops),
+        globals=tuple(b.arg for b in bufs),
+        outs=outs,
+        vars=tuple(u for u in uops if u.op is Ops.DEFINE_VAR),
+        estimated_ops=ops,
+        estimated_mem=mem,
     )

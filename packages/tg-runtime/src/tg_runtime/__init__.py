@@ -9,4 +9,14 @@ from tg_runtime.device import Allocator, Buffer, Compiled, Compiler, Device, Pro
 from tg_runtime.runner import CompiledRunner, get_runner, run_copy
 
 __version__ = "0.1.0"
-__all__ = ["Allocator", "Buffer", "Compiled", "CompiledRunner", "Compiler", "Device", "Program", "get_runner", "run_copy"]
+__all__ = [
+    "Allocator",
+    "Buffer",
+    "Compiled",
+    "CompiledRunner",
+    "Compiler",
+    "Device",
+    "Program",
+    "get_runner",
+    "run_copy",
+]

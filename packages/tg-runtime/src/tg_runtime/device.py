@@ -77,8 +77,14 @@ def _compile_cache(compiler: Compiler, src: str) -> bytes:
 class Program(Protocol):
     """A loaded kernel. Called with device buffers (and int variable values); returns seconds if `wait`."""
 
-    def __call__(self, *bufs: Any, global_size: tuple[int, ...] | None = None, local_size: tuple[int, ...] | None = None,
-                 vals: tuple[int, ...] = (), wait: bool = False) -> float | None: ...
+    def __call__(
+        self,
+        *bufs: Any,
+        global_size: tuple[int, ...] | None = None,
+        local_size: tuple[int, ...] | None = None,
+        vals: tuple[int, ...] = (),
+        wait: bool = False,
+    ) -> float | None: ...
 
 
 ProgramFactory = Callable[[str, bytes], Program]
@@ -87,9 +93,16 @@ ProgramFactory = Callable[[str, bytes], Program]
 class Compiled:
     """A device: its allocator, renderer, compiler and program loader."""
 
-    def __init__(self, device: str, allocator: Allocator, renderer: Renderer, compiler: Compiler,
-                 runtime: ProgramFactory) -> None:
-        self.device, self.allocator, self.renderer, self.compiler, self.runtime = device, allocator, renderer, compiler, runtime
+    def __init__(
+        self, device: str, allocator: Allocator, renderer: Renderer, compiler: Compiler, runtime: ProgramFactory
+    ) -> None:
+        self.device, self.allocator, self.renderer, self.compiler, self.runtime = (
+            device,
+            allocator,
+            renderer,
+            compiler,
+            runtime,
+        )
 
     def synchronize(self) -> None:
         """Wait for queued work (devices that run synchronously need nothing)."""
@@ -227,7 +240,9 @@ class Buffer:
     def copyin(self, data: memoryview) -> Buffer:
         data = memoryview(data).cast("B")
         if data.nbytes != self.nbytes:
-            raise ValueError(f"copyin: got {data.nbytes} bytes for a buffer of {self.nbytes} bytes ({self.size} x {self.dtype})")
+            raise ValueError(
+                f"copyin: got {data.nbytes} bytes for a buffer of {self.nbytes} bytes ({self.size} x {self.dtype})"
+            )
         self.allocator.copyin(self.opaque, data)
         return self
 

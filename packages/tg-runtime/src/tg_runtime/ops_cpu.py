@@ -16,7 +16,6 @@ import time
 from typing import Any
 
 from tg_codegen.renderer.cstyle import ClangRenderer
-
 from tg_runtime.device import Allocator, Compiled, Compiler
 
 
@@ -59,7 +58,9 @@ class ClangCompiler(Compiler):
             cmd = [self.cc, "-shared", "-fPIC", *self.args, "-x", "c", "-", "-o", out, "-lm"]
             proc = subprocess.run(cmd, input=src.encode(), capture_output=True)
             if proc.returncode != 0:
-                raise CompileError(f"{self.cc} failed to compile the kernel:\n{proc.stderr.decode()}\n--- source ---\n{src}")
+                raise CompileError(
+                    f"{self.cc} failed to compile the kernel:\n{proc.stderr.decode()}\n--- source ---\n{src}"
+                )
             with open(out, "rb") as f:
                 return f.read()
 
@@ -78,8 +79,14 @@ class CPUProgram:
             os.unlink(path)
         self.fxn = getattr(self.lib, name)
 
-    def __call__(self, *bufs: Any, global_size: tuple[int, ...] | None = None, local_size: tuple[int, ...] | None = None,
-                 vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
+    def __call__(
+        self,
+        *bufs: Any,
+        global_size: tuple[int, ...] | None = None,
+        local_size: tuple[int, ...] | None = None,
+        vals: tuple[int, ...] = (),
+        wait: bool = False,
+    ) -> float | None:
         args = [ctypes.cast(b, ctypes.c_void_p) for b in bufs] + [ctypes.c_int(v) for v in vals]
         st = time.perf_counter()
         self.fxn(*args)

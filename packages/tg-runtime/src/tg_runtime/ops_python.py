@@ -14,10 +14,9 @@ import time
 from typing import Any
 
 from tg_codegen.renderer import Renderer
+from tg_runtime.device import Allocator, Compiled, Compiler
 from tg_uop import DType, Ops, UOp, dtypes
 from tg_uop.uop import bitcast_const, exec_alu
-
-from tg_runtime.device import Allocator, Compiled, Compiler
 
 
 class PythonRenderer(Renderer):
@@ -57,7 +56,9 @@ def _fmt(dt: DType) -> str:
 
 def _load(buf: bytearray, dt: DType, idx: int) -> Any:
     if not 0 <= idx * dt.itemsize < len(buf):
-        raise IndexError(f"PYTHON device: load at element {idx} is outside a buffer of {len(buf) // dt.itemsize} elements")
+        raise IndexError(
+            f"PYTHON device: load at element {idx} is outside a buffer of {len(buf) // dt.itemsize} elements"
+        )
     v = struct.unpack_from(_fmt(dt), buf, idx * dt.itemsize)[0]
     if dt == dtypes.bfloat16:
         return struct.unpack("<f", struct.pack("<I", v << 16))[0]
@@ -66,7 +67,9 @@ def _load(buf: bytearray, dt: DType, idx: int) -> Any:
 
 def _store(buf: bytearray, dt: DType, idx: int, value: Any) -> None:
     if not 0 <= idx * dt.itemsize < len(buf):
-        raise IndexError(f"PYTHON device: store at element {idx} is outside a buffer of {len(buf) // dt.itemsize} elements")
+        raise IndexError(
+            f"PYTHON device: store at element {idx} is outside a buffer of {len(buf) // dt.itemsize} elements"
+        )
     if dt == dtypes.bfloat16:
         value = struct.unpack("<I", struct.pack("<f", value))[0] >> 16
     struct.pack_into(_fmt(dt), buf, idx * dt.itemsize, value)
@@ -84,8 +87,14 @@ class PythonProgram:
             if u.op is Ops.ENDRANGE:
                 self.loop_end[self.index[u.src[0]]] = i
 
-    def __call__(self, *bufs: Any, global_size: tuple[int, ...] | None = None, local_size: tuple[int, ...] | None = None,
-                 vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
+    def __call__(
+        self,
+        *bufs: Any,
+        global_size: tuple[int, ...] | None = None,
+        local_size: tuple[int, ...] | None = None,
+        vals: tuple[int, ...] = (),
+        wait: bool = False,
+    ) -> float | None:
         st = time.perf_counter()
         self._run(list(bufs), list(vals))
         return time.perf_counter() - st if wait else None

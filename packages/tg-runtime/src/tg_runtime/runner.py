@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import time
 
-
 from tg_codegen.program import get_program
 from tg_codegen.renderer import ProgramSpec
+from tg_runtime.device import Buffer, Device, Program
 from tg_uop import UOp
 from tg_uop.helpers import DEBUG, GlobalCounters, colored
-
-from tg_runtime.device import Buffer, Device, Program
 
 
 class CompiledRunner:
@@ -36,8 +34,9 @@ class CompiledRunner:
         vals = tuple((var_vals or {})[v] for v in self.spec.vars)
         opaque = [b.opaque for b in bufs]
         timed = wait or DEBUG >= 2
-        et = self.program(*opaque, global_size=self.spec.global_size, local_size=self.spec.local_size, vals=vals,
-                          wait=timed)
+        et = self.program(
+            *opaque, global_size=self.spec.global_size, local_size=self.spec.local_size, vals=vals, wait=timed
+        )
         GlobalCounters.kernel_count += 1
         GlobalCounters.global_ops += self.spec.estimated_ops
         GlobalCounters.global_mem += self.spec.estimated_mem
@@ -53,9 +52,11 @@ def debug_line(spec: ProgramSpec, bufs: list[Buffer], et: float) -> str:
     gflops = spec.estimated_ops / et * 1e-9 if et > 0 else 0.0
     gbs = spec.estimated_mem / et * 1e-9 if et > 0 else 0.0
     sizes = f"global={list(spec.global_size)}" if spec.global_size else ""
-    return (f"*** {spec.device:7s} {GlobalCounters.kernel_count:4d} {colored(f'{spec.name:18s}', 'cyan')} "
-            f"arg {len(bufs):2d} mem {GlobalCounters.mem_used / 1e9:5.2f} GB tm {et * 1e6:9.2f}us/"
-            f"{GlobalCounters.time_sum_s * 1e3:9.2f}ms ({gflops:8.2f} GFLOPS {gbs:6.1f} GB/s) {sizes}")
+    return (
+        f"*** {spec.device:7s} {GlobalCounters.kernel_count:4d} {colored(f'{spec.name:18s}', 'cyan')} "
+        f"arg {len(bufs):2d} mem {GlobalCounters.mem_used / 1e9:5.2f} GB tm {et * 1e6:9.2f}us/"
+        f"{GlobalCounters.time_sum_s * 1e3:9.2f}ms ({gflops:8.2f} GFLOPS {gbs:6.1f} GB/s) {sizes}"
+    )
 
 
 _runner_cache: dict[tuple[str, UOp], CompiledRunner] = {}
@@ -81,6 +82,3 @@ def run_copy(dest: Buffer, src: Buffer) -> None:
     dest.copyin(src.as_bytes())
     if DEBUG >= 2:
         print(f"*** {dest.device:7s}      copy {src.nbytes:8d} bytes {src.device} -> {dest.device}")
-
-
-

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tg_shape.view import View, strides_for_shape
 from tg_uop import UOp, dtypes
 from tg_uop.helpers import prod
 from tg_uop.uop import sint
-from tg_shape.view import View, strides_for_shape
 
 
 @dataclass(frozen=True)

@@ -69,7 +69,9 @@ class View:
         if sorted(order) != list(range(len(self.shape))):
             raise ValueError(f"permute: {order} is not a permutation of the axes of shape {self.shape}")
         mask = tuple(self.mask[i] for i in order) if self.mask is not None else None
-        return View.create(tuple(self.shape[i] for i in order), tuple(self.strides[i] for i in order), self.offset, mask)
+        return View.create(
+            tuple(self.shape[i] for i in order), tuple(self.strides[i] for i in order), self.offset, mask
+        )
 
     def expand(self, new_shape: tuple[sint, ...]) -> View:
         if len(new_shape) != len(self.shape) or any(s != n and s != 1 for s, n in zip(self.shape, new_shape)):
@@ -79,7 +81,8 @@ class View:
         mask = None
         if self.mask is not None:
             mask = tuple(
-                (m if s == n else ((0, n) if m != (0, 0) else (0, 0))) for m, s, n in zip(self.mask, self.shape, new_shape)
+                (m if s == n else ((0, n) if m != (0, 0) else (0, 0)))
+                for m, s, n in zip(self.mask, self.shape, new_shape)
             )
         strides = tuple(st if s == n else 0 for st, s, n in zip(self.strides, self.shape, new_shape))
         return View.create(new_shape, strides, self.offset, mask)
@@ -101,7 +104,9 @@ class View:
 
     def pad(self, arg: tuple[tuple[sint, sint], ...]) -> View:
         if len(arg) != len(self.shape) or any(not isinstance(x, UOp) and x < 0 for p in arg for x in p):
-            raise ValueError(f"pad: {arg} must give a (before, after) pair of non-negative ints for each dim of {self.shape}")
+            raise ValueError(
+                f"pad: {arg} must give a (before, after) pair of non-negative ints for each dim of {self.shape}"
+            )
         if all(b == 0 and a == 0 for b, a in arg):
             return self
         # pad is a shrink with negative bounds plus a mask that hides the new elements
@@ -139,8 +144,10 @@ class View:
         if self.shape == new_shape:
             return self
         if all_int(self.shape) and all_int(new_shape) and prod(self.shape) != prod(new_shape):
-            raise ValueError(f"reshape: cannot reshape {self.shape} (size {prod(self.shape)}) to {new_shape} "
-                             f"(size {prod(new_shape)})")
+            raise ValueError(
+                f"reshape: cannot reshape {self.shape} (size {prod(self.shape)}) to {new_shape} "
+                f"(size {prod(new_shape)})"
+            )
         if 0 in self.shape:
             return View.create(new_shape)
         if self.contiguous:
@@ -205,7 +212,9 @@ class View:
         return View.create(tuple(shape), tuple(strides), self.offset)
 
 
-def _reshape_strides(old_shape: tuple[int, ...], old_strides: tuple[int, ...], new_shape: tuple[int, ...]) -> tuple[int, ...] | None:
+def _reshape_strides(
+    old_shape: tuple[int, ...], old_strides: tuple[int, ...], new_shape: tuple[int, ...]
+) -> tuple[int, ...] | None:
     """Strides for `new_shape` reading the same elements in the same order, or None if impossible."""
     runs: list[list[int]] = []  # [size, stride of the innermost element]
     for s, st in zip(old_shape, old_strides):

@@ -6,10 +6,14 @@
 from __future__ import annotations
 
 from tg_runtime.runner import get_runner, run_copy
+from tg_tensor.schedule import ScheduleItem, pending
 from tg_uop import Ops
 from tg_uop.helpers import DEBUG, GlobalCounters
 
-from tg_tensor.schedule import ScheduleItem
+
+def run_pending() -> None:
+    """Run the items that Tensor.schedule() handed out and nobody ran yet."""
+    run_schedule(list(pending))
 
 
 def run_schedule(items: list[ScheduleItem]) -> None:
@@ -19,6 +23,10 @@ def run_schedule(items: list[ScheduleItem]) -> None:
     st = time.perf_counter()
     kernels = 0
     for item in items:
+        for i, p in enumerate(pending):
+            if p is item:
+                del pending[i]
+                break
         for b in item.bufs:
             b.ensure_allocated()
         if item.ast.op is Ops.COPY:
@@ -28,5 +36,7 @@ def run_schedule(items: list[ScheduleItem]) -> None:
         kernels += 1
     if DEBUG >= 1 and items:
         et = time.perf_counter() - st
-        print(f"realize: {len(items)} items, {kernels} kernels, {et * 1e3:.2f} ms "
-              f"({GlobalCounters.global_ops * 1e-9 / max(et, 1e-9):.2f} GFLOPS total counted)")
+        print(
+            f"realize: {len(items)} items, {kernels} kernels, {et * 1e3:.2f} ms "
+            f"({GlobalCounters.global_ops * 1e-9 / max(et, 1e-9):.2f} GFLOPS total counted)"
+        )

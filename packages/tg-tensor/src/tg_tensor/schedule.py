@@ -49,6 +49,10 @@ class ScheduleItem:
     metadata: dict[str, object] = field(default_factory=dict)
 
 
+# items handed out by Tensor.schedule() that have not run yet; realize() runs them first
+pending: list[ScheduleItem] = []
+
+
 class _Fail(Exception):
     """Building a kernel hit a node that must be realized on its own first."""
 
@@ -219,7 +223,9 @@ class Scheduler:
         src = node.src[0]
         src_buf = self.buffer_for(src)
         out = self._new_output(node)
-        self.items.append(ScheduleItem(UOp(Ops.COPY, node.dtype, (src_buf,), None), [buffer_of(out), buffer_of(src_buf)]))
+        self.items.append(
+            ScheduleItem(UOp(Ops.COPY, node.dtype, (src_buf,), None), [buffer_of(out), buffer_of(src_buf)])
+        )
         realized[node] = out.reshape(tuple(node.shape or ()))
 
     def buffer_for(self, node: UOp) -> UOp:

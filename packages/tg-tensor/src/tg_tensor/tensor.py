@@ -15,13 +15,13 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
+
 from tg_runtime.device import Device
+from tg_tensor.realize import run_pending
+from tg_tensor.schedule import ScheduleItem, buffer_of, create_schedule, pending
 from tg_uop import ConstType, DType, Ops, UOp, dtypes
 from tg_uop.helpers import all_int, prod
 from tg_uop.uop import sint
-
-from tg_tensor.realize import run_schedule
-from tg_tensor.schedule import ScheduleItem, buffer_of, create_schedule
 
 sys.setrecursionlimit(max(sys.getrecursionlimit(), 20_000))
 
@@ -65,8 +65,9 @@ class Tensor:
 
     __slots__ = ("uop", "requires_grad", "grad", "__weakref__")
 
-    def __init__(self, data: TensorLike, device: str | None = None, dtype: DType | None = None,
-                 requires_grad: bool | None = None) -> None:
+    def __init__(
+        self, data: TensorLike, device: str | None = None, dtype: DType | None = None, requires_grad: bool | None = None
+    ) -> None:
         dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
         if dtype is not None and not isinstance(dtype, DType):
             raise TypeError(f"Tensor: dtype must be a tg DType, got {dtype!r}")
@@ -79,7 +80,9 @@ class Tensor:
         elif isinstance(data, (list, tuple)):
             shape = _shape_of_list(data)
             dt = dtype or (dtypes.from_py(data) if prod(shape) else dtypes.default_float)
-            self.uop = _from_numpy(np.array(data, dtype=_np_dtype(dt) if dt != dtypes.bfloat16 else np.float32).reshape(shape), dt, dev)
+            self.uop = _from_numpy(
+                np.array(data, dtype=_np_dtype(dt) if dt != dtypes.bfloat16 else np.float32).reshape(shape), dt, dev
+            )
         elif isinstance(data, np.ndarray):
             self.uop = _from_numpy(data, dtype, dev)
         elif isinstance(data, (bytes, bytearray, memoryview)):
@@ -123,8 +126,9 @@ class Tensor:
 
     # ---- creation ----
     @staticmethod
-    def full(shape: tuple[sint, ...] | int, fill_value: ConstType, dtype: DType | None = None,
-             device: str | None = None) -> Tensor:
+    def full(
+        shape: tuple[sint, ...] | int, fill_value: ConstType, dtype: DType | None = None, device: str | None = None
+    ) -> Tensor:
         """A tensor of `shape` filled with `fill_value` (lazy: no memory until realized)."""
         shape = _norm_shape(shape)
         dt = dtype or dtypes.from_py(fill_value)
@@ -140,15 +144,22 @@ class Tensor:
         return Tensor.full(_varargs_shape(shape), 1.0, dtype or dtypes.default_float, device)
 
     @staticmethod
-    def arange(start: int | float, stop: int | float | None = None, step: int | float = 1, dtype: DType | None = None,
-               device: str | None = None) -> Tensor:
+    def arange(
+        start: int | float,
+        stop: int | float | None = None,
+        step: int | float = 1,
+        dtype: DType | None = None,
+        device: str | None = None,
+    ) -> Tensor:
         """Evenly spaced values in [start, stop). One argument means [0, start)."""
         if stop is None:
             start, stop = 0, start
         if step == 0:
             raise ValueError("arange: step must not be zero")
         n = max(0, math.ceil((stop - start) / step))
-        dt = dtype or (dtypes.default_float if any(isinstance(v, float) for v in (start, stop, step)) else dtypes.default_int)
+        dt = dtype or (
+            dtypes.default_float if any(isinstance(v, float) for v in (start, stop, step)) else dtypes.default_int
+        )
         values = np.array([start + i * step for i in range(n)], dtype=np.float64)
         return Tensor(values.astype(_np_dtype(dt)) if dt != dtypes.bfloat16 else values, device=device, dtype=dt)
 
@@ -168,11 +179,13 @@ class Tensor:
         items, becomes = create_schedule([t.uop for t in tensors])
         for t in tensors:
             t.uop = becomes[t.uop]
+        pending.extend(items)
         return items
 
     def realize(self, *others: Tensor) -> Tensor:
         """Run every kernel needed to compute this tensor (and `others`)."""
-        run_schedule(self.schedule(*others))
+        self.schedule(*others)
+        run_pending()
         return self
 
     def contiguous(self) -> Tensor:
@@ -262,7 +275,7 @@ class Tensor:
         if self.ndim == 0:
             return self.reshape((1,))
         s, e = self._axis(start_dim), self._axis(end_dim)
-        return self.reshape(self.shape[:s] + (prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
+        return self.reshape(self.shape[:s] + (prod(self.shape[s : e + 1]),) + self.shape[e + 1 :])
 
     def _axis(self, axis: int) -> int:
         n = max(self.ndim, 1)
@@ -327,12 +340,6 @@ class Tensor:
             raise TypeError(f"cast: expected a tg DType, got {dtype!r}")
         return self if self.dtype == dtype else Tensor(self.uop.cast(dtype))
 
-    def float(self) -> Tensor:
-        return self.cast(dtypes.float32)
-
-    def int(self) -> Tensor:
-        return self.cast(dtypes.int32)
-
     def __add__(self, x: TensorLike) -> Tensor:
         return self.add(x)
 
@@ -362,8 +369,11 @@ class Tensor:
 
     # ---- reductions ----
     def _reduce(self, op: Ops, axis: int | Sequence[int] | None, keepdim: bool) -> Tensor:
-        axes = tuple(range(self.ndim)) if axis is None else tuple(
-            self._axis(a) for a in ((axis,) if isinstance(axis, int) else axis))
+        axes = (
+            tuple(range(self.ndim))
+            if axis is None
+            else tuple(self._axis(a) for a in ((axis,) if isinstance(axis, int) else axis))
+        )
         if self.ndim == 0:
             return self
         if any(self.shape[a] == 0 for a in axes) and op is Ops.MAX:
@@ -381,6 +391,12 @@ class Tensor:
 
     def max(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
         return self._reduce(Ops.MAX, axis, keepdim)
+
+    def float(self) -> Tensor:
+        return self.cast(dtypes.float32)
+
+    def int(self) -> Tensor:
+        return self.cast(dtypes.int32)
 
 
 def _const(value: ConstType, dtype: DType, device: str) -> UOp:

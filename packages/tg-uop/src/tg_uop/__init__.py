@@ -17,7 +17,25 @@ Variable = UOp.variable
 
 __version__ = "0.1.0"
 __all__ = [
-    "DEBUG", "ConstType", "Context", "ContextVar", "DType", "GlobalCounters", "GroupOp", "Ops", "PatternMatcher",
-    "PtrDType", "UOp", "UPat", "Variable", "dtypes", "exec_alu", "getenv", "graph_rewrite", "prod", "sint",
-    "symbolic", "symbolic_simple",
+    "DEBUG",
+    "ConstType",
+    "Context",
+    "ContextVar",
+    "DType",
+    "GlobalCounters",
+    "GroupOp",
+    "Ops",
+    "PatternMatcher",
+    "PtrDType",
+    "UOp",
+    "UPat",
+    "Variable",
+    "dtypes",
+    "exec_alu",
+    "getenv",
+    "graph_rewrite",
+    "prod",
+    "sint",
+    "symbolic",
+    "symbolic_simple",
 ]

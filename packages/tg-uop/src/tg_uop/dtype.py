@@ -88,7 +88,18 @@ class PtrDType(DType):
         return self._base
 
     def vec(self, count: int) -> DType:
-        return PtrDType(self.priority, self.itemsize, self.name, self.fmt, self.count, None, self._base, self.local, count, self.size)
+        return PtrDType(
+            self.priority,
+            self.itemsize,
+            self.name,
+            self.fmt,
+            self.count,
+            None,
+            self._base,
+            self.local,
+            count,
+            self.size,
+        )
 
     def ptr(self, size: int = -1, local: bool = False) -> PtrDType:
         raise TypeError("cannot take a pointer to a pointer type")
@@ -176,7 +187,7 @@ class dtypes:  # noqa: N801  (tinygrad's public spelling)
     def min(dtype: DType) -> ConstType:
         d = dtype.scalar()
         if dtypes.is_int(d):
-            return 0 if dtypes.is_unsigned(d) else -(2 ** (8 * d.itemsize - 1))
+            return 0 if dtypes.is_unsigned(d) else -(1 << (8 * d.itemsize - 1))
         if dtypes.is_float(d):
             return -math.inf
         return False
@@ -185,7 +196,7 @@ class dtypes:  # noqa: N801  (tinygrad's public spelling)
     def max(dtype: DType) -> ConstType:
         d = dtype.scalar()
         if dtypes.is_int(d):
-            return 2 ** (8 * d.itemsize) - 1 if dtypes.is_unsigned(d) else 2 ** (8 * d.itemsize - 1) - 1
+            return (1 << (8 * d.itemsize)) - 1 if dtypes.is_unsigned(d) else (1 << (8 * d.itemsize - 1)) - 1
         if dtypes.is_float(d):
             return math.inf
         return True
@@ -229,14 +240,41 @@ DTYPES_BY_NAME: dict[str, DType] = {
     k: v for k, v in vars(dtypes).items() if isinstance(v, DType) and not k.startswith("default")
 }
 INVERSE_NAMES: dict[DType, str] = {
-    v: k for k, v in vars(dtypes).items() if isinstance(v, DType) and not k.startswith("default") and k in (
-        "void", "bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
-        "half", "bfloat16", "float", "double")
+    v: k
+    for k, v in vars(dtypes).items()
+    if isinstance(v, DType)
+    and not k.startswith("default")
+    and k
+    in (
+        "void",
+        "bool",
+        "int8",
+        "uint8",
+        "int16",
+        "uint16",
+        "int32",
+        "uint32",
+        "int64",
+        "uint64",
+        "half",
+        "bfloat16",
+        "float",
+        "double",
+    )
 }
 NP_NAMES: dict[str, DType] = {
-    "bool": dtypes.bool, "int8": dtypes.int8, "uint8": dtypes.uint8, "int16": dtypes.int16,
-    "uint16": dtypes.uint16, "int32": dtypes.int32, "uint32": dtypes.uint32, "int64": dtypes.int64,
-    "uint64": dtypes.uint64, "float16": dtypes.float16, "float32": dtypes.float32, "float64": dtypes.float64,
+    "bool": dtypes.bool,
+    "int8": dtypes.int8,
+    "uint8": dtypes.uint8,
+    "int16": dtypes.int16,
+    "uint16": dtypes.uint16,
+    "int32": dtypes.int32,
+    "uint32": dtypes.uint32,
+    "int64": dtypes.int64,
+    "uint64": dtypes.uint64,
+    "float16": dtypes.float16,
+    "float32": dtypes.float32,
+    "float64": dtypes.float64,
 }
 
 _LATTICE: dict[DType, tuple[DType, ...]] = {

@@ -97,10 +97,24 @@ class GroupOp:
     """Sets of ops that rewrite rules match on."""
 
     Unary = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.NEG, Ops.TRUNC})
-    Binary = frozenset({
-        Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE,
-        Ops.XOR, Ops.OR, Ops.AND, Ops.SHL, Ops.SHR,
-    })
+    Binary = frozenset(
+        {
+            Ops.ADD,
+            Ops.SUB,
+            Ops.MUL,
+            Ops.FDIV,
+            Ops.IDIV,
+            Ops.MOD,
+            Ops.MAX,
+            Ops.CMPLT,
+            Ops.CMPNE,
+            Ops.XOR,
+            Ops.OR,
+            Ops.AND,
+            Ops.SHL,
+            Ops.SHR,
+        }
+    )
     Ternary = frozenset({Ops.WHERE, Ops.MULACC})
     ALU = Unary | Binary | Ternary
     Elementwise = ALU | {Ops.CAST, Ops.BITCAST}
@@ -110,9 +124,28 @@ class GroupOp:
     Comparison = frozenset({Ops.CMPLT, Ops.CMPNE})
     Idempotent = frozenset({Ops.OR, Ops.AND, Ops.MAX})
     # ops for which f(0, ..., 0) == 0: a padded (masked) view may be pushed through them
-    PadSafe = frozenset({
-        Ops.ADD, Ops.SUB, Ops.MUL, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.XOR, Ops.OR, Ops.AND, Ops.SHL, Ops.SHR,
-        Ops.WHERE, Ops.MULACC, Ops.NEG, Ops.SQRT, Ops.SIN, Ops.TRUNC, Ops.CAST, Ops.BITCAST,
-    })
+    PadSafe = frozenset(
+        {
+            Ops.ADD,
+            Ops.SUB,
+            Ops.MUL,
+            Ops.MAX,
+            Ops.CMPLT,
+            Ops.CMPNE,
+            Ops.XOR,
+            Ops.OR,
+            Ops.AND,
+            Ops.SHL,
+            Ops.SHR,
+            Ops.WHERE,
+            Ops.MULACC,
+            Ops.NEG,
+            Ops.SQRT,
+            Ops.SIN,
+            Ops.TRUNC,
+            Ops.CAST,
+            Ops.BITCAST,
+        }
+    )
     # ops that only order or mark things and carry no value of their own
     Meta = frozenset({Ops.SINK, Ops.NOOP, Ops.ENDRANGE, Ops.ENDIF, Ops.BARRIER})

@@ -12,8 +12,19 @@ from tg_uop.ops import Ops
 from tg_uop.uop import UOp
 
 _INFIX: dict[Ops, str] = {
-    Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.IDIV: "//", Ops.MOD: "%", Ops.FDIV: "/",
-    Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>",
+    Ops.ADD: "+",
+    Ops.SUB: "-",
+    Ops.MUL: "*",
+    Ops.IDIV: "//",
+    Ops.MOD: "%",
+    Ops.FDIV: "/",
+    Ops.CMPLT: "<",
+    Ops.CMPNE: "!=",
+    Ops.AND: "&",
+    Ops.OR: "|",
+    Ops.XOR: "^",
+    Ops.SHL: "<<",
+    Ops.SHR: ">>",
 }
 
 

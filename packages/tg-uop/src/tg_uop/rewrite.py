@@ -40,8 +40,9 @@ class UPat:
         allow_any_len: bool = False,
     ) -> None:
         self.op: frozenset[Ops] | None = None if op is None else frozenset((op,) if isinstance(op, Ops) else op)
-        self.dtype: frozenset[DType] | None = None if dtype is None else frozenset(
-            (dtype,) if isinstance(dtype, DType) else dtype)
+        self.dtype: frozenset[DType] | None = (
+            None if dtype is None else frozenset((dtype,) if isinstance(dtype, DType) else dtype)
+        )
         self._any_order = isinstance(src, list)
         self.src: tuple[UPat, ...] | UPat | None = tuple(src) if isinstance(src, (list, tuple)) else src
         self.arg, self.name, self.allow_any_len = arg, name, allow_any_len
@@ -146,7 +147,9 @@ class UPat:
 
 
 def _arg_equal(pattern_arg: Any, arg: Any) -> bool:
-    if type(pattern_arg) is not type(arg) and not (isinstance(pattern_arg, (int, float)) and isinstance(arg, (int, float))):
+    if type(pattern_arg) is not type(arg) and not (
+        isinstance(pattern_arg, (int, float)) and isinstance(arg, (int, float))
+    ):
         return False
     return bool(pattern_arg == arg)
 
@@ -243,12 +246,12 @@ class _Rewriter:
             elif stage == 1:
                 new_src = tuple(done[s] for s in node.src)
                 rebuilt = node if all(a is b for a, b in zip(new_src, node.src)) else node.replace(src=new_src)
-                nxt = self.pm.rewrite(rebuilt, self.ctx)
-                if nxt is None:
+                rewritten = self.pm.rewrite(rebuilt, self.ctx)
+                if rewritten is None:
                     done[node] = rebuilt
                 else:
-                    stack.append((node, 2, nxt))
-                    stack.append((nxt, 0, None))
+                    stack.append((node, 2, rewritten))
+                    stack.append((rewritten, 0, None))
             else:
                 assert payload is not None
                 done[node] = done[payload]

@@ -82,21 +82,21 @@ def nested_div(x: UOp, c1: UOp, c2: UOp) -> UOp | None:
     """(x // a) // b -> x // (a*b) for non-negative x and positive a, b."""
     if x.vmin < 0 or c1.arg <= 0 or c2.arg <= 0:
         return None
-    return x // (c1.arg * c2.arg)
+    return x // int(c1.arg * c2.arg)
 
 
 def nested_mod(x: UOp, c1: UOp, c2: UOp) -> UOp | None:
     """(x % a) % b -> x % b when b divides a (non-negative x)."""
     if x.vmin < 0 or c2.arg <= 0 or c1.arg % c2.arg != 0:
         return None
-    return x % c2.arg
+    return x % int(c2.arg)
 
 
 def mod_of_div_mul(x: UOp, c1: UOp, c2: UOp) -> UOp | None:
     """(x % (a*b)) // a -> (x // a) % b for non-negative x."""
     if x.vmin < 0 or c2.arg <= 0 or c1.arg % c2.arg != 0:
         return None
-    return (x // c2.arg) % (c1.arg // c2.arg)
+    return (x // int(c2.arg)) % int(c1.arg // c2.arg)
 
 
 def combine_terms(x: UOp) -> UOp | None:
@@ -126,52 +126,64 @@ def lt_fold(x: UOp, c: UOp) -> UOp | None:
     k = x.src[1].arg
     if k <= 0:
         return None
-    return x.src[0] < -(-c.arg // k)
+    return x.src[0] < int(-(-c.arg // k))
 
 
-symbolic_simple = PatternMatcher([
-    # constants to the right for commutative ops
-    (UPat(GroupOp.Commutative, src=(UPat.cvar("c"), UPat.var("x")), name="op"),
-     lambda op, c, x: None if x.op is Ops.CONST else UOp(op.op, op.dtype, (x, c))),
-    # folding
-    (UPat(GroupOp.ALU, name="x"), fold_constants),
-    (UPat((Ops.CAST,), src=(UPat.cvar("c"),), name="x"), lambda x, c: x.const_like(exec_alu(Ops.CAST, x.dtype, [c.arg]))),
-    # identities
-    (UPat.var("x") + 0, lambda x: x),
-    (UPat.var("x") - 0, lambda x: x),
-    (UPat.var("x") * 1, lambda x: x),
-    (UPat.var("x") // 1, lambda x: x),
-    (UPat.var("x", dtype=dtypes.ints) * 0, lambda x: x.const_like(0)),
-    (UPat.var("x") - UPat.var("x"), lambda x: x.const_like(0) if dtypes.is_int(x.dtype) else None),
-    (UPat(Ops.NEG, src=(UPat(Ops.NEG, src=(UPat.var("x"),)),)), lambda x: x),
-    (UPat(Ops.MAX, src=(UPat.var("x"), UPat.var("x"))), lambda x: x),
-    (UPat(Ops.AND, src=(UPat.var("x"), UPat.var("x"))), lambda x: x),
-    (UPat(Ops.OR, src=(UPat.var("x"), UPat.var("x"))), lambda x: x),
-    (UPat(Ops.WHERE, src=(UPat.var(), UPat.var("a"), UPat.var("a"))), lambda a: a),
-    (UPat(Ops.WHERE, src=(UPat.cvar("c"), UPat.var("a"), UPat.var("b"))), lambda c, a, b: a if c.arg else b),
-    (UPat(Ops.CAST, name="x"), lambda x: x.src[0] if x.src[0].dtype == x.dtype else None),
-    (UPat(Ops.AND, src=(UPat.var("x", dtype=dtypes.bool), UPat.const(dtypes.bool, True))), lambda x: x),
-    (UPat(Ops.AND, src=(UPat.var("x", dtype=dtypes.bool), UPat.const(dtypes.bool, False))), lambda x: x.const_like(False)),
-    (UPat(Ops.OR, src=(UPat.var("x", dtype=dtypes.bool), UPat.const(dtypes.bool, False))), lambda x: x),
-])
+symbolic_simple = PatternMatcher(
+    [
+        # constants to the right for commutative ops
+        (
+            UPat(GroupOp.Commutative, src=(UPat.cvar("c"), UPat.var("x")), name="op"),
+            lambda op, c, x: None if x.op is Ops.CONST else UOp(op.op, op.dtype, (x, c)),
+        ),
+        # folding
+        (UPat(GroupOp.ALU, name="x"), fold_constants),
+        (
+            UPat((Ops.CAST,), src=(UPat.cvar("c"),), name="x"),
+            lambda x, c: x.const_like(exec_alu(Ops.CAST, x.dtype, [c.arg])),
+        ),
+        # identities
+        (UPat.var("x") + 0, lambda x: x),
+        (UPat.var("x") - 0, lambda x: x),
+        (UPat.var("x") * 1, lambda x: x),
+        (UPat.var("x") // 1, lambda x: x),
+        (UPat.var("x", dtype=dtypes.ints) * 0, lambda x: x.const_like(0)),
+        (UPat.var("x") - UPat.var("x"), lambda x: x.const_like(0) if dtypes.is_int(x.dtype) else None),
+        (UPat(Ops.NEG, src=(UPat(Ops.NEG, src=(UPat.var("x"),)),)), lambda x: x),
+        (UPat(Ops.MAX, src=(UPat.var("x"), UPat.var("x"))), lambda x: x),
+        (UPat(Ops.AND, src=(UPat.var("x"), UPat.var("x"))), lambda x: x),
+        (UPat(Ops.OR, src=(UPat.var("x"), UPat.var("x"))), lambda x: x),
+        (UPat(Ops.WHERE, src=(UPat.var(), UPat.var("a"), UPat.var("a"))), lambda a: a),
+        (UPat(Ops.WHERE, src=(UPat.cvar("c"), UPat.var("a"), UPat.var("b"))), lambda c, a, b: a if c.arg else b),
+        (UPat(Ops.CAST, name="x"), lambda x: x.src[0] if x.src[0].dtype == x.dtype else None),
+        (UPat(Ops.AND, src=(UPat.var("x", dtype=dtypes.bool), UPat.const(dtypes.bool, True))), lambda x: x),
+        (
+            UPat(Ops.AND, src=(UPat.var("x", dtype=dtypes.bool), UPat.const(dtypes.bool, False))),
+            lambda x: x.const_like(False),
+        ),
+        (UPat(Ops.OR, src=(UPat.var("x", dtype=dtypes.bool), UPat.const(dtypes.bool, False))), lambda x: x),
+    ]
+)
 
-symbolic = symbolic_simple + PatternMatcher([
-    # ranges that pin a value
-    (UPat(GroupOp.ALU, name="x"), fold_by_bounds),
-    # regroup constants: (x + c1) + c2 -> x + (c1 + c2), (x * c1) * c2 -> x * (c1 * c2)
-    ((UPat.var("x") + UPat.cvar("c1")) + UPat.cvar("c2"), lambda x, c1, c2: x + (c1.arg + c2.arg)),
-    ((UPat.var("x") * UPat.cvar("c1")) * UPat.cvar("c2"), lambda x, c1, c2: x * (c1.arg * c2.arg)),
-    # move constants outward: (x + c) + y -> (x + y) + c
-    ((UPat.var("x") + UPat.cvar("c")) + UPat.var("y"), lambda x, c, y: None if y.op is Ops.CONST else (x + y) + c),
-    # distribute constants: (x + y) * c -> x*c + y*c for ints (index maths)
-    ((UPat.var("x", dtype=dtypes.ints) + UPat.var("y")) * UPat.cvar("c"), lambda x, y, c: x * c + y * c),
-    (UPat(Ops.ADD, name="x"), combine_terms),
-    # div and mod from bounds
-    (UPat.var("x", dtype=dtypes.ints) // UPat.cvar("c"), lambda x, c: fold_divmod(x, c, Ops.IDIV)),
-    (UPat.var("x", dtype=dtypes.ints) % UPat.cvar("c"), lambda x, c: fold_divmod(x, c, Ops.MOD)),
-    ((UPat.var("x") // UPat.cvar("c1")) // UPat.cvar("c2"), nested_div),
-    ((UPat.var("x") % UPat.cvar("c1")) % UPat.cvar("c2"), nested_mod),
-    ((UPat.var("x") % UPat.cvar("c1")) // UPat.cvar("c2"), mod_of_div_mul),
-    # comparisons
-    (UPat.var("x", dtype=dtypes.ints) < UPat.cvar("c"), lt_fold),
-])
+symbolic = symbolic_simple + PatternMatcher(
+    [
+        # ranges that pin a value
+        (UPat(GroupOp.ALU, name="x"), fold_by_bounds),
+        # regroup constants: (x + c1) + c2 -> x + (c1 + c2), (x * c1) * c2 -> x * (c1 * c2)
+        ((UPat.var("x") + UPat.cvar("c1")) + UPat.cvar("c2"), lambda x, c1, c2: x + (c1.arg + c2.arg)),
+        ((UPat.var("x") * UPat.cvar("c1")) * UPat.cvar("c2"), lambda x, c1, c2: x * (c1.arg * c2.arg)),
+        # move constants outward: (x + c) + y -> (x + y) + c
+        ((UPat.var("x") + UPat.cvar("c")) + UPat.var("y"), lambda x, c, y: None if y.op is Ops.CONST else (x + y) + c),
+        # distribute constants: (x + y) * c -> x*c + y*c for ints (index maths)
+        ((UPat.var("x", dtype=dtypes.ints) + UPat.var("y")) * UPat.cvar("c"), lambda x, y, c: x * c + y * c),
+        (UPat(Ops.ADD, name="x"), combine_terms),
+        # div and mod from bounds
+        (UPat.var("x", dtype=dtypes.ints) // UPat.cvar("c"), lambda x, c: fold_divmod(x, c, Ops.IDIV)),
+        (UPat.var("x", dtype=dtypes.ints) % UPat.cvar("c"), lambda x, c: fold_divmod(x, c, Ops.MOD)),
+        ((UPat.var("x") // UPat.cvar("c1")) // UPat.cvar("c2"), nested_div),
+        ((UPat.var("x") % UPat.cvar("c1")) % UPat.cvar("c2"), nested_mod),
+        ((UPat.var("x") % UPat.cvar("c1")) // UPat.cvar("c2"), mod_of_div_mul),
+        # comparisons
+        (UPat.var("x", dtype=dtypes.ints) < UPat.cvar("c"), lt_fold),
+    ]
+)

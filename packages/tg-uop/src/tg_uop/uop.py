@@ -112,9 +112,8 @@ class UOp(metaclass=UOpMetaClass):
 
     def simplify(self) -> UOp:
         """Apply the symbolic rules until nothing changes."""
-        from tg_uop.symbolic import symbolic
-
         from tg_uop.rewrite import graph_rewrite
+        from tg_uop.symbolic import symbolic
 
         return graph_rewrite(self, symbolic)
 
@@ -240,16 +239,16 @@ class UOp(metaclass=UOpMetaClass):
     def __rshift__(self, x: UOp | ConstType) -> UOp:
         return self._binop(Ops.SHR, x)
 
-    def __lt__(self, x: UOp | ConstType) -> UOp:  # type: ignore[override]
+    def __lt__(self, x: UOp | ConstType) -> UOp:
         return self._binop(Ops.CMPLT, x)
 
-    def __gt__(self, x: UOp | ConstType) -> UOp:  # type: ignore[override]
+    def __gt__(self, x: UOp | ConstType) -> UOp:
         return self._binop(Ops.CMPLT, x, True)
 
-    def __ge__(self, x: UOp | ConstType) -> UOp:  # type: ignore[override]
+    def __ge__(self, x: UOp | ConstType) -> UOp:
         return self._binop(Ops.CMPLT, x).logical_not()
 
-    def __le__(self, x: UOp | ConstType) -> UOp:  # type: ignore[override]
+    def __le__(self, x: UOp | ConstType) -> UOp:
         return self._binop(Ops.CMPLT, x, True).logical_not()
 
     def ne(self, x: UOp | ConstType) -> UOp:
@@ -281,7 +280,9 @@ class UOp(metaclass=UOpMetaClass):
 
     def bitcast(self, dtype: DType) -> UOp:
         if dtype.itemsize != self.dtype.itemsize:
-            raise TypeError(f"bitcast changes itemsize: {self.dtype} ({self.dtype.itemsize}) -> {dtype} ({dtype.itemsize})")
+            raise TypeError(
+                f"bitcast changes itemsize: {self.dtype} ({self.dtype.itemsize}) -> {dtype} ({dtype.itemsize})"
+            )
         return UOp(Ops.BITCAST, dtype, (self,))
 
     def sink(self, *srcs: UOp) -> UOp:
@@ -328,8 +329,10 @@ class UOp(metaclass=UOpMetaClass):
         if self.op is Ops.ADD:
             return math.gcd(self.src[0].const_factor(), self.src[1].const_factor())
         if self.op is Ops.MUL:
-            return self.src[0].const_factor() * self.src[1].const_factor() if self.src[1].op is Ops.CONST else (
-                self.src[0].const_factor() if self.src[0].op is Ops.CONST else 1
+            return (
+                self.src[0].const_factor() * self.src[1].const_factor()
+                if self.src[1].op is Ops.CONST
+                else (self.src[0].const_factor() if self.src[0].op is Ops.CONST else 1)
             )
         return 1
 
@@ -402,13 +405,14 @@ class UOp(metaclass=UOpMetaClass):
 
     def shrink(self, arg: tuple[tuple[sint, sint], ...]) -> UOp:
         cur = self._need_shape("shrink")
-        bad = len(arg) != len(cur) or any(
-            all_int((b, e, s)) and not 0 <= b <= e <= s for (b, e), s in zip(arg, cur)
-        )
+        bad = len(arg) != len(cur) or any(all_int((b, e, s)) and not 0 <= b <= e <= s for (b, e), s in zip(arg, cur))
         if bad:
             raise ValueError(f"shrink: {arg} is out of bounds for shape {cur}")
-        return self if all(b == 0 and e == s for (b, e), s in zip(arg, cur)) else UOp(
-            Ops.SHRINK, self.dtype, (self,), tuple(arg))
+        return (
+            self
+            if all(b == 0 and e == s for (b, e), s in zip(arg, cur))
+            else UOp(Ops.SHRINK, self.dtype, (self,), tuple(arg))
+        )
 
     def flip(self, axes: tuple[bool, ...]) -> UOp:
         cur = self._need_shape("flip")
@@ -550,7 +554,7 @@ def _safe_div(x: float, y: float) -> float:
 
 def _exp2(x: float) -> float:
     try:
-        return 2.0**x
+        return math.pow(2.0, x)
     except OverflowError:
         return math.inf
 
@@ -592,14 +596,29 @@ def _max(x: Any, y: Any) -> Any:
 
 
 PYTHON_ALU: dict[Ops, Callable[..., Any]] = {
-    Ops.EXP2: _exp2, Ops.LOG2: _log2, Ops.SIN: _sin, Ops.SQRT: _sqrt, Ops.RECIP: _recip,
-    Ops.NEG: lambda x: (not x) if isinstance(x, bool) else -x, Ops.TRUNC: _trunc,
-    Ops.ADD: lambda x, y: x + y, Ops.SUB: lambda x, y: x - y, Ops.MUL: lambda x, y: x * y,
-    Ops.FDIV: _safe_div, Ops.IDIV: _idiv, Ops.MOD: _mod, Ops.MAX: _max,
-    Ops.CMPLT: lambda x, y: x < y, Ops.CMPNE: lambda x, y: x != y,
-    Ops.XOR: lambda x, y: x ^ y, Ops.OR: lambda x, y: x | y, Ops.AND: lambda x, y: x & y,
-    Ops.SHL: lambda x, y: x << y, Ops.SHR: lambda x, y: x >> y,
-    Ops.WHERE: lambda c, x, y: x if c else y, Ops.MULACC: lambda x, y, z: x * y + z,
+    Ops.EXP2: _exp2,
+    Ops.LOG2: _log2,
+    Ops.SIN: _sin,
+    Ops.SQRT: _sqrt,
+    Ops.RECIP: _recip,
+    Ops.NEG: lambda x: (not x) if isinstance(x, bool) else -x,
+    Ops.TRUNC: _trunc,
+    Ops.ADD: lambda x, y: x + y,
+    Ops.SUB: lambda x, y: x - y,
+    Ops.MUL: lambda x, y: x * y,
+    Ops.FDIV: _safe_div,
+    Ops.IDIV: _idiv,
+    Ops.MOD: _mod,
+    Ops.MAX: _max,
+    Ops.CMPLT: lambda x, y: x < y,
+    Ops.CMPNE: lambda x, y: x != y,
+    Ops.XOR: lambda x, y: x ^ y,
+    Ops.OR: lambda x, y: x | y,
+    Ops.AND: lambda x, y: x & y,
+    Ops.SHL: lambda x, y: x << y,
+    Ops.SHR: lambda x, y: x >> y,
+    Ops.WHERE: lambda c, x, y: x if c else y,
+    Ops.MULACC: lambda x, y, z: x * y + z,
 }
 
 

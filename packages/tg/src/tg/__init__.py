@@ -1,0 +1,14 @@
+"""tg: the full stack. `from tg import Tensor, Device, dtypes, nn` mirrors tinygrad's public surface.
+
+>>> from tg import Tensor
+>>> (Tensor([1, 2, 3]) + Tensor([4, 5, 6])).tolist()
+[5, 7, 9]
+"""
+
+import tg_nn as nn
+from tg_runtime import Device
+from tg_tensor import Tensor
+from tg_uop import Context, GlobalCounters, UOp, Variable, dtypes, getenv
+
+__version__ = "0.1.0"
+__all__ = ["Context", "Device", "GlobalCounters", "Tensor", "UOp", "Variable", "dtypes", "getenv", "nn"]

@@ -10,9 +10,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from tg_uop import DType, Ops, PtrDType, UOp, dtypes
-
 from tg_codegen.renderer import Renderer
+from tg_uop import DType, Ops, PtrDType, UOp, dtypes
 
 
 def _infix(sym: str) -> Callable[..., str]:
@@ -38,9 +37,19 @@ class CStyleLanguage(Renderer):
         Ops.LOG2: lambda x, dt: f"log2({x})",
         Ops.SIN: lambda x, dt: f"sin({x})",
         Ops.TRUNC: lambda x, dt: f"trunc({x})",
-        Ops.ADD: _infix("+"), Ops.SUB: _infix("-"), Ops.MUL: _infix("*"), Ops.FDIV: _infix("/"),
-        Ops.IDIV: _infix("/"), Ops.MOD: _infix("%"), Ops.CMPLT: _infix("<"), Ops.CMPNE: _infix("!="),
-        Ops.XOR: _infix("^"), Ops.OR: _infix("|"), Ops.AND: _infix("&"), Ops.SHL: _infix("<<"), Ops.SHR: _infix(">>"),
+        Ops.ADD: _infix("+"),
+        Ops.SUB: _infix("-"),
+        Ops.MUL: _infix("*"),
+        Ops.FDIV: _infix("/"),
+        Ops.IDIV: _infix("/"),
+        Ops.MOD: _infix("%"),
+        Ops.CMPLT: _infix("<"),
+        Ops.CMPNE: _infix("!="),
+        Ops.XOR: _infix("^"),
+        Ops.OR: _infix("|"),
+        Ops.AND: _infix("&"),
+        Ops.SHL: _infix("<<"),
+        Ops.SHR: _infix(">>"),
         Ops.MAX: lambda a, b, dt: f"(({a}>{b})?{a}:{b})" if not dtypes.is_float(dt) else f"tg_max({a},{b})",
         Ops.WHERE: lambda c, a, b, dt: f"({c}?{a}:{b})",
         Ops.MULACC: lambda a, b, c, dt: f"(({a}*{b})+{c})",
