@@ -227,3 +227,101 @@ class CUDADevice(Compiled):
 
 def open_device(name: str) -> Compiled:
     return CUDADevice(name)
+
+
+# ---------------------------------------------------------------------------------------------
+# CUDA graphs: record kernel launches once, replay them with one launch
+
+
+class _KernelNodeParams(ctypes.Structure):
+    """CUDA_KERNEL_NODE_PARAMS_v2."""
+
+    _fields_ = [
+        ("func", ctypes.c_void_p),
+        ("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
+        ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+        ("sharedMemBytes", ctypes.c_uint),
+        ("kernelParams", ctypes.POINTER(ctypes.c_void_p)),
+        ("extra", ctypes.POINTER(ctypes.c_void_p)),
+        ("kern", ctypes.c_void_p),
+        ("ctx", ctypes.c_void_p),
+    ]  # fmt: skip
+
+
+Launch = tuple[CUDAProgram, list[Any], tuple[int, ...] | None, tuple[int, ...] | None, tuple[int, ...]]
+
+
+class CUDAGraph:
+    """A recorded chain of kernel launches (each after the previous), replayed by one cuGraphLaunch.
+
+    launches: (program, device buffers, global size, local size, int variable values) per kernel.
+    """
+
+    def __init__(self, drv: Driver, launches: list[Launch]) -> None:
+        if not launches:
+            raise ValueError("CUDAGraph needs at least one launch")
+        self.drv = drv
+        self.graph, self.exec = ctypes.c_void_p(), ctypes.c_void_p()
+        drv.check(drv.lib.cuGraphCreate(ctypes.byref(self.graph), 0), "cuGraphCreate")
+        self._keep: list[Any] = []  # argument storage must outlive the graph
+        prev: ctypes.c_void_p | None = None
+        for prog, bufs, gsz, lsz, vals in launches:
+            node = ctypes.c_void_p()
+            params = self._params(prog, bufs, gsz, lsz, vals)
+            deps, ndeps = (ctypes.byref(prev), 1) if prev is not None else (None, 0)
+            drv.check(
+                drv.lib.cuGraphAddKernelNode_v2(ctypes.byref(node), self.graph, deps, ndeps, ctypes.byref(params)),
+                f"cuGraphAddKernelNode({prog.name})",
+            )
+            prev = node
+            self._keep.append(node)
+        drv.check(
+            drv.lib.cuGraphInstantiateWithFlags(ctypes.byref(self.exec), self.graph, ctypes.c_ulonglong(0)),
+            "cuGraphInstantiateWithFlags",
+        )
+
+    def _params(
+        self,
+        prog: CUDAProgram,
+        bufs: list[Any],
+        gsz: tuple[int, ...] | None,
+        lsz: tuple[int, ...] | None,
+        vals: tuple[int, ...],
+    ) -> _KernelNodeParams:
+        args = [ctypes.c_uint64(b.value) for b in bufs] + [ctypes.c_int(v) for v in vals]
+        ptrs = (ctypes.c_void_p * len(args))(*(ctypes.cast(ctypes.byref(a), ctypes.c_void_p) for a in args))
+        g = tuple(gsz or (1,)) + (1, 1, 1)
+        b = tuple(lsz or (1,)) + (1, 1, 1)
+        p = _KernelNodeParams(
+            prog.fxn.value,
+            g[0],
+            g[1],
+            g[2],
+            b[0],
+            b[1],
+            b[2],
+            0,
+            ctypes.cast(ptrs, ctypes.POINTER(ctypes.c_void_p)),
+            None,
+            None,
+            self.drv.ctx.value,
+        )
+        self._keep.extend([args, ptrs, p])
+        return p
+
+    def __call__(self, wait: bool = False) -> float | None:
+        st = time.perf_counter()
+        self.drv.check(self.drv.lib.cuGraphLaunch(self.exec, None), "cuGraphLaunch")
+        if not wait:
+            return None
+        self.drv.synchronize()
+        return time.perf_counter() - st
+
+    def __del__(self) -> None:
+        try:
+            if self.exec.value:
+                self.drv.lib.cuGraphExecDestroy(self.exec)
+            if self.graph.value:
+                self.drv.lib.cuGraphDestroy(self.graph)
+        except Exception:  # interpreter shutdown
+            pass
