@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tg import Tensor
+from tg import Tensor, dtypes
 from tg_codegen import get_program
 from tg_codegen.renderer.cuda import CUDARenderer
 from tg_runtime.ops_cuda import CUDAError, NVRTCCompiler
@@ -37,6 +37,8 @@ CASES = {
     "matmul": lambda: (rand(8, 1, 16) * rand(1, 4, 16)).sum(axis=2),
     "int_ops": lambda: (Tensor([1, 2, 3]) * 7 + 1).maximum(4),
     "division": lambda: rand(10) / (rand(10) + 3),
+    "half": lambda: (Tensor(np.linspace(-1, 1, 16).astype(np.float16)) * 2 + 1).sum(),
+    "bfloat16": lambda: (Tensor([1.0, 2.0, 3.0], dtype=dtypes.bfloat16) * 2).cast(dtypes.float32),
 }
 
 

@@ -57,6 +57,18 @@ def load_nvrtc() -> ctypes.CDLL:
     )
 
 
+def cuda_include_dirs() -> list[str]:
+    """Folders holding cuda_fp16.h (the nvidia-cuda-runtime wheel, $CUDA_PATH, /usr/local/cuda)."""
+    dirs: list[str] = []
+    for base in sys.path:
+        dirs += sorted(glob.glob(os.path.join(base, "nvidia", "cu*", "include")), reverse=True)
+        dirs += glob.glob(os.path.join(base, "nvidia", "cuda_runtime", "include"))
+    for root in (os.getenv("CUDA_PATH", ""), "/usr/local/cuda"):
+        if root:
+            dirs.append(os.path.join(root, "include"))
+    return [d for d in dict.fromkeys(dirs) if os.path.isfile(os.path.join(d, "cuda_fp16.h"))]
+
+
 def load_libcuda() -> ctypes.CDLL:
     """The driver library; a clear error when there is no NVIDIA driver."""
     names = [n for n in (ctypes.util.find_library("cuda"), "libcuda.so.1", "libcuda.so") if n]
@@ -79,7 +91,8 @@ class NVRTCCompiler(Compiler):
 
     def __init__(self, arch: str = "sm_90", extra_options: tuple[str, ...] = ()) -> None:
         self.arch = arch
-        self.options = (f"--gpu-architecture={arch}", "-default-device", "-std=c++17", *extra_options)
+        includes = tuple(f"-I{d}" for d in cuda_include_dirs()[:1])
+        self.options = (f"--gpu-architecture={arch}", "-default-device", "-std=c++17", *includes, *extra_options)
         self.cachekey = f"cuda:{arch}:{' '.join(extra_options)}"
         self.lib = load_nvrtc()
 

@@ -50,6 +50,9 @@ class CUDARenderer(CStyleLanguage):
             "template <class T, class F> __device__ inline T __tg_bitcast(F x) "
             "{ union { F f; T t; } u; u.f = x; return u.t; }"
         )
-        needs_bitcast = any("__tg_bitcast" in line for line in body)
+        text = "\n".join(body) + " ".join(self.render_dtype(dt) for _, dt, _ in params)
+        headers = [f"#include <{h}>" for h, t in (("cuda_fp16.h", "half"), ("cuda_bf16.h", "nv_bfloat16")) if t in text]
+        if "__tg_bitcast" in text:
+            headers.append(prelude)
         src = super().render_kernel(function_name, body, params)
-        return (prelude + "\n" + src) if needs_bitcast else src
+        return "\n".join([*headers, src])
