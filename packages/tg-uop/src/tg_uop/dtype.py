@@ -10,6 +10,7 @@ dtypes.half
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import functools
 import math
 import struct
@@ -29,6 +30,20 @@ class DType:
     fmt: str | None  # struct format character, None for types struct cannot pack
     count: int = 1  # vector width
     _scalar: DType | None = None
+
+    def __post_init__(self) -> None:
+        # equality and hashing are on every hot path of the rewriter: compute the key once
+        key = tuple(getattr(self, f.name) for f in dataclasses.fields(self))
+        object.__setattr__(self, "_key", (type(self), key))
+        object.__setattr__(self, "_hash", hash((type(self), key)))
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        return isinstance(other, DType) and self._key == other._key  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[attr-defined,no-any-return]
 
     def __repr__(self) -> str:
         if self.count > 1:
@@ -151,15 +166,15 @@ class dtypes:  # noqa: N801  (tinygrad's public spelling)
 
     @staticmethod
     def is_float(x: DType) -> builtins.bool:
-        return x.scalar() in dtypes.floats
+        return x.scalar() in _FLOAT_SET
 
     @staticmethod
     def is_int(x: DType) -> builtins.bool:
-        return x.scalar() in dtypes.ints
+        return x.scalar() in _INT_SET
 
     @staticmethod
     def is_unsigned(x: DType) -> builtins.bool:
-        return x.scalar() in dtypes.uints
+        return x.scalar() in _UINT_SET
 
     @staticmethod
     def is_bool(x: DType) -> builtins.bool:
@@ -235,6 +250,10 @@ class dtypes:  # noqa: N801  (tinygrad's public spelling)
             return "float32"
         raise TypeError(f"dtype {dtype} has no numpy equivalent")
 
+
+_FLOAT_SET = frozenset(dtypes.floats)
+_INT_SET = frozenset(dtypes.ints)
+_UINT_SET = frozenset(dtypes.uints)
 
 DTYPES_BY_NAME: dict[str, DType] = {
     k: v for k, v in vars(dtypes).items() if isinstance(v, DType) and not k.startswith("default")
