@@ -55,7 +55,9 @@ def _recip(x: float) -> float:
 
 
 def _trunc(x: Any) -> Any:
-    return x if isinstance(x, (int, bool)) or math.isinf(x) or math.isnan(x) else float(math.trunc(x))
+    if isinstance(x, (int, bool)) or math.isinf(x) or math.isnan(x):
+        return x
+    return math.copysign(float(math.trunc(x)), x)  # C's trunc keeps the sign: trunc(-0.5) is -0.0
 
 
 def _idiv(x: int, y: int) -> int:

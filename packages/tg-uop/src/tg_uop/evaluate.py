@@ -35,9 +35,12 @@ def evaluate_many(u: UOp, env: Mapping[UOp, Sequence[ConstType]]) -> list[ConstT
         raise ValueError(f"evaluate_many: the value lists differ in length: {sorted(lengths)}")
     n = lengths.pop() if lengths else 1
     values: dict[UOp, list[ConstType]] = {}
+    bound = {b.src[0]: b.src[1].arg for b in u.toposort if b.op is Ops.BIND}  # a bound variable has its value
     for node in u.toposort:
         if node in env:
             values[node] = list(env[node])
+        elif node in bound:
+            values[node] = [bound[node]] * n
         else:
             values[node] = _eval_node(node, [values[s] for s in node.src], n)
     return values[u]

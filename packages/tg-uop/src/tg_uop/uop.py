@@ -44,7 +44,8 @@ class UOpMetaClass(type):
     ucache: ClassVar[dict[tuple[Any, ...], weakref.ReferenceType[UOp]]] = {}
 
     def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
-        key = (op, dtype, src, _arg_key(arg))
+        t = type(arg)
+        key = (op, dtype, src, (t, arg) if t is int or t is str or t is bool or arg is None else _arg_key(arg))
         ref = UOpMetaClass.ucache.get(key)
         if ref is not None and (live := ref()) is not None:
             return live
