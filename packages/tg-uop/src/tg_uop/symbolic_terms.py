@@ -103,12 +103,23 @@ def _split_by_divisor(x: UOp, k: int) -> tuple[list[UOp], int, list[UOp]]:
             const_total += int(t.arg)
         elif (q := t.divides(k)) is not None:
             quotient.append(q)
+        elif (split := _split_coefficient(t, k)) is not None:
+            quotient.append(split[0])
+            rest.append(split[1])
         else:
             rest.append(t)
     q_const, r_const = divmod(const_total, k)
     if r_const:
         rest.append(x.const_like(r_const))
     return quotient, q_const, rest
+
+
+def _split_coefficient(t: UOp, k: int) -> tuple[UOp, UOp] | None:
+    """v*c with c > k as (v*(c//k), v*(c%k)): v*15 for k=14 is 14*v + v."""
+    base, c = base_coeff(t)
+    if t.op is not Ops.MUL or c <= k:
+        return None
+    return (base if c // k == 1 else base * (c // k)), (base if c % k == 1 else base * (c % k))
 
 
 def _with_const(terms: list[UOp], c: int, like: UOp) -> UOp:
@@ -135,7 +146,28 @@ def fold_divmod(x: UOp, c: UOp, op: Ops) -> UOp | None:
             return remainder if remainder.vmax < k else remainder % k
         tail = [] if remainder.vmax < k else [remainder // k]
         return _with_const(quotient + tail, q_const, x)
+    if (by_gcd := _fold_by_gcd(x, k, op)) is not None:
+        return by_gcd
     return _cancel_common_factor(x, k, op)
+
+
+def _fold_by_gcd(x: UOp, k: int, op: Ops) -> UOp | None:
+    """(g*b + r) // k -> b // (k/g) and (g*b + r) % k -> (b % (k/g))*g + r, when g divides k and 0 <= r < g."""
+    terms = split_add(x)
+    big = [t for t in terms if t.op is not Ops.CONST and t.const_factor() > 1]
+    if not big or x.vmin < 0:
+        return None
+    g = math.gcd(k, *(t.const_factor() for t in big))
+    if g <= 1 or g == k:
+        return None
+    q_const, r_const = divmod(sum(int(t.arg) for t in terms if t.op is Ops.CONST), g)
+    small = [t for t in terms if t.op is not Ops.CONST and t not in big]
+    r = _with_const(small, r_const, x)
+    divided = [t.divides(g) for t in big]
+    if r.vmin < 0 or r.vmax >= g or any(d is None for d in divided):
+        return None
+    b = _with_const([d for d in divided if d is not None], q_const, x)
+    return b // (k // g) if op is Ops.IDIV else (b % (k // g)) * g + r
 
 
 def _cancel_common_factor(x: UOp, k: int, op: Ops) -> UOp | None:
