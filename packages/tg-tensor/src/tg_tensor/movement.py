@@ -214,17 +214,14 @@ class MovementMixin:
         assert ret is not None
         return ret
 
-    @classmethod
-    def stack(cls: type[Tensor], *tensors: Tensor, dim: int = 0) -> Tensor:
-        """Join tensors along a new dim (also callable as `t.stack(u)`)."""
-        if not tensors:
-            raise ValueError("stack: needs at least one tensor")
-        first = tensors[0]
-        d = normalize_axis(dim, first.ndim + 1)
-        for t in tensors:
-            if t.shape != first.shape:
+    def stack(self: Tensor, *others: Tensor, dim: int = 0) -> Tensor:
+        """Join tensors along a new dim: `Tensor.stack(a, b)` or `a.stack(b)`."""
+        tensors = (self, *others)
+        d = normalize_axis(dim, self.ndim + 1)
+        for t in others:
+            if t.shape != self.shape:
                 raise ValueError(f"stack: shapes {[x.shape for x in tensors]} differ")
-        return first.unsqueeze(d).cat(*(t.unsqueeze(d) for t in tensors[1:]), dim=d)
+        return self.unsqueeze(d).cat(*(t.unsqueeze(d) for t in others), dim=d)
 
     def split(self: Tensor, sizes: int | list[int] | tuple[int, ...], dim: int = 0) -> list[Tensor]:
         """Pieces of `sizes` along `dim` (an int: equal pieces, the last maybe smaller)."""

@@ -36,9 +36,13 @@ class ReduceMixin:
         axes = resolve_axes(axis if axis is None or isinstance(axis, int) else tuple(axis), self.ndim)
         if self.ndim == 0:
             return self
-        if op is Ops.MAX and any(self.shape[a] == 0 for a in axes):
-            raise ValueError(f"max/min: cannot reduce over a size-0 axis of shape {self.shape}")
-        ret = type(self)(self.uop.r(op, axes))
+        kept = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
+        if any(self.shape[a] == 0 for a in axes):  # an empty reduction is its identity (max has none)
+            if op is Ops.MAX:
+                raise ValueError(f"max/min: cannot reduce over a size-0 axis of shape {self.shape}")
+            ret = type(self).full(kept, 0 if op is Ops.ADD else 1, self.dtype, self.device)
+        else:
+            ret = type(self)(self.uop.r(op, axes))
         return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
     def sum(self: Tensor, axis: Axis = None, keepdim: bool = False, dtype: DType | None = None) -> Tensor:
