@@ -1,4 +1,4 @@
-"""tg_nn: neural-network layers on top of Tensor.
+"""tg_nn: neural-network layers, optimizers, model state (safetensors) and datasets on top of Tensor.
 
 >>> from tg_nn import Linear
 >>> from tg_tensor import Tensor
@@ -6,7 +6,8 @@
 (4, 2)
 """
 
+from tg_nn import datasets, state
 from tg_nn.layers import Linear
 
 __version__ = "0.1.0"
-__all__ = ["Linear"]
+__all__ = ["Linear", "datasets", "state"]

@@ -114,6 +114,7 @@ class _DeviceRegistry:
     _builtin: dict[str, str] = {
         "CPU": "tg_runtime.ops_cpu",
         "PYTHON": "tg_runtime.ops_python",
+        "DISK": "tg_runtime.ops_disk",
     }
 
     def __init__(self) -> None:
