@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from tg import Device, GlobalCounters, Tensor, dtypes
 
 
@@ -22,7 +23,9 @@ def test_movement_ops_alone_run_no_kernels(device: str) -> None:
     GlobalCounters.reset()
     v = t.permute(2, 0, 1).reshape(4, 6).expand(3, 4, 6)
     assert GlobalCounters.kernel_count == 0
-    np.testing.assert_equal(v.numpy(), np.broadcast_to(np.arange(24).reshape(2, 3, 4).transpose(2, 0, 1).reshape(4, 6), (3, 4, 6)))
+    np.testing.assert_equal(
+        v.numpy(), np.broadcast_to(np.arange(24).reshape(2, 3, 4).transpose(2, 0, 1).reshape(4, 6), (3, 4, 6))
+    )
 
 
 def test_hash_consing() -> None:

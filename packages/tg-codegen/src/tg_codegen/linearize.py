@@ -48,6 +48,8 @@ def linearize(sink: UOp) -> list[UOp]:
             return pos[s] + 1
         if s.op is Ops.ASSIGN:
             return depth[s.src[0]]  # the accumulator is read after its loops close
+        if s.op is Ops.DEFINE_ACC:
+            return max(pos[r] for r in s.src[1:]) + 1  # the running value exists only inside its loops
         return depth[s]
 
     for u in nodes:

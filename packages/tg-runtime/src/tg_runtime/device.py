@@ -114,6 +114,7 @@ class _DeviceRegistry:
     _builtin: dict[str, str] = {
         "CPU": "tg_runtime.ops_cpu",
         "PYTHON": "tg_runtime.ops_python",
+        "CUDA": "tg_runtime.ops_cuda",
         "DISK": "tg_runtime.ops_disk",
     }
 

@@ -83,7 +83,8 @@ class Tensor:
             self.uop = _from_numpy(
                 np.array(data, dtype=_np_dtype(dt) if dt != dtypes.bfloat16 else np.float32).reshape(shape), dt, dev
             )
-        elif isinstance(data, np.ndarray):
+        elif isinstance(data, (np.ndarray, np.generic)):
+            data = np.asarray(data)
             self.uop = _from_numpy(data, dtype, dev)
         elif isinstance(data, (bytes, bytearray, memoryview)):
             self.uop = _from_numpy(np.frombuffer(bytes(data), dtype=np.uint8), dtype or dtypes.uint8, dev)

@@ -70,12 +70,13 @@ def fold_divmod(x: UOp, c: UOp, op: Ops) -> UOp | None:
     remainder = sum_terms(rest, x)
     if not quotient and not q_const:
         return None
-    if remainder.vmin < 0 or remainder.vmax >= k:
+    if remainder.vmin < 0:
         return None
-    if op is Ops.MOD:
-        return remainder
     qsum = sum_terms(quotient, x)
-    return qsum + q_const if q_const else qsum
+    qsum = qsum + q_const if q_const else qsum
+    if remainder.vmax >= k:  # keep the part that is not a multiple of k: (q*k + r) % k -> r % k
+        return remainder % int(k) if op is Ops.MOD else qsum + remainder // int(k)
+    return remainder if op is Ops.MOD else qsum
 
 
 def nested_div(x: UOp, c1: UOp, c2: UOp) -> UOp | None:

@@ -1,0 +1,139 @@
+"""GPU benchmark: tg on CUDA against torch in the same run (run on the lent GPU machine).
+
+    PYTHONPATH=$(ls -d packages/*/src | tr '\\n' ':') python3 bench/bench_gpu.py [--quick]
+
+Prints one JSON line per figure: {"bench", "impl", "value", "unit", "params"}. Kernel times are the best of
+several launches of the already-compiled kernels (tg) or of the op (torch), synchronized on the device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+sys.setrecursionlimit(100_000)
+os.environ.setdefault("DEV", "CUDA")
+
+from tg import Context, Tensor, dtypes  # noqa: E402
+from tg_runtime import Device, get_runner  # noqa: E402
+from tg_tensor.schedule import pending  # noqa: E402
+
+
+def emit(bench: str, impl: str, value: float, unit: str, **params: Any) -> None:
+    print(
+        json.dumps({"bench": bench, "impl": impl, "value": round(value, 3), "unit": unit, "params": params}), flush=True
+    )
+
+
+def tg_kernel_seconds(t: Tensor, reps: int) -> float:
+    """Best total time of the kernels that compute `t` (compiled once, then launched `reps` times)."""
+    items = t.schedule()
+    for item in items:
+        pending.remove(item)
+        for b in item.bufs:
+            b.ensure_allocated()
+    runners = [(get_runner("CUDA", it.ast), it.bufs) for it in items if it.ast.op.name == "SINK"]
+    best = float("inf")
+    for _ in range(reps):
+        Device["CUDA"].synchronize()
+        st = time.perf_counter()
+        for r, bufs in runners:
+            r(bufs)
+        Device["CUDA"].synchronize()
+        best = min(best, time.perf_counter() - st)
+    return best
+
+
+def torch_seconds(fn: Callable[[], Any], reps: int) -> float:
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(reps):
+        st = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - st)
+    return best
+
+
+def tg_matmul(a: Tensor, b: Tensor) -> Tensor:
+    if hasattr(Tensor, "matmul"):
+        return a.matmul(b)
+    n, k = a.shape
+    m = b.shape[1]
+    return (a.reshape(n, 1, k) * b.permute(1, 0).reshape(1, m, k)).sum(axis=2)
+
+
+def bench_matmul(n: int, reps: int) -> None:
+    import torch
+
+    for name, dt, tdt in (
+        ("fp32", dtypes.float32, torch.float32),
+        ("fp16", dtypes.float16, torch.float16),
+        ("bf16", dtypes.bfloat16, torch.bfloat16),
+    ):
+        flop = 2 * n**3
+        torch.backends.cuda.matmul.allow_tf32 = False
+        ta, tb = torch.randn(n, n, dtype=tdt, device="cuda"), torch.randn(n, n, dtype=tdt, device="cuda")
+        emit(
+            "matmul",
+            "torch",
+            flop / torch_seconds(lambda ta=ta, tb=tb: ta @ tb, reps) * 1e-12,
+            "TFLOPS",
+            n=n,
+            dtype=name,
+        )
+        a = Tensor(np.random.default_rng(0).standard_normal((n, n)).astype(np.float32)).cast(dt).contiguous().realize()
+        b = Tensor(np.random.default_rng(1).standard_normal((n, n)).astype(np.float32)).cast(dt).contiguous().realize()
+        emit("matmul", "tg", flop / tg_kernel_seconds(tg_matmul(a, b), reps) * 1e-12, "TFLOPS", n=n, dtype=name)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    ta, tb = torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda")
+    emit("matmul", "torch", 2 * n**3 / torch_seconds(lambda: ta @ tb, reps) * 1e-12, "TFLOPS", n=n, dtype="tf32")
+
+
+def bench_elementwise(n: int, reps: int) -> None:
+    import torch
+
+    ta, tb, tc = (torch.randn(n, device="cuda") for _ in range(3))
+    nbytes = 4 * n * 4
+    emit("elementwise", "torch", nbytes / torch_seconds(lambda: ((ta + tb) * tc).relu(), reps) * 1e-9, "GB/s", n=n)
+    a, b, c = (Tensor.ones(n).contiguous().realize() for _ in range(3))
+    emit("elementwise", "tg", nbytes / tg_kernel_seconds(((a + b) * c).relu(), reps) * 1e-9, "GB/s", n=n)
+    emit("sum", "torch", 4 * n / torch_seconds(lambda: ta.sum(), reps) * 1e-9, "GB/s", n=n)
+    emit("sum", "tg", 4 * n / tg_kernel_seconds(a.sum(), reps) * 1e-9, "GB/s", n=n)
+
+
+def bench_tiny_realize(reps: int) -> None:
+    t = Tensor([1.0, 2.0, 3.0]).realize()
+    (t + 1).realize()
+    best = float("inf")
+    for _ in range(reps):
+        st = time.perf_counter()
+        (t + 1).realize()
+        Device["CUDA"].synchronize()
+        best = min(best, time.perf_counter() - st)
+    emit("tiny_realize", "tg", best * 1e6, "us")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="small sizes, to check the script itself")
+    args = parser.parse_args()
+    reps = 3 if args.quick else 10
+    with Context(DEBUG=0):
+        bench_tiny_realize(reps)
+        bench_elementwise(2**12 if args.quick else 2**26, reps)
+        bench_matmul(64 if args.quick else 4096, reps)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,340 @@
+"""The CUDA device: CUDA C compiled by NVRTC and launched through the driver API, both via ctypes.
+
+No CUDA Python package is needed at run time: libcuda (from the driver) and libnvrtc (from a CUDA toolkit or
+the `nvidia-cuda-nvrtc` wheel) are loaded directly.
+
+>>> from tg_runtime.ops_cuda import NVRTCCompiler   # doctest: +SKIP
+>>> NVRTCCompiler("sm_90").compile('extern "C" __global__ void k(float* x) { x[0] = 1.0f; }')[:4]   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import glob
+import os
+import sys
+import time
+from typing import Any
+
+from tg_codegen.renderer.cuda import CUDARenderer
+from tg_runtime.device import Allocator, Compiled, Compiler
+
+
+class CUDAError(RuntimeError):
+    """A CUDA driver or NVRTC call failed; the message names the call and the error."""
+
+
+# ---------------------------------------------------------------------------------------------
+# finding the libraries
+
+
+def _nvrtc_candidates() -> list[str]:
+    found: list[str] = []
+    for base in sys.path:
+        found += sorted(glob.glob(os.path.join(base, "nvidia", "cuda_nvrtc", "lib", "libnvrtc.so*")), reverse=True)
+        found += sorted(glob.glob(os.path.join(base, "nvidia", "cu*", "lib", "libnvrtc.so*")), reverse=True)
+    if (name := ctypes.util.find_library("nvrtc")) is not None:
+        found.append(name)
+    for root in (os.getenv("CUDA_PATH", ""), "/usr/local/cuda"):
+        if root:
+            found += sorted(glob.glob(os.path.join(root, "lib64", "libnvrtc.so*")), reverse=True)
+    return [f for f in found if "builtins" not in os.path.basename(f)]
+
+
+def load_nvrtc() -> ctypes.CDLL:
+    """libnvrtc from the nvidia-cuda-nvrtc wheel, the system, or $CUDA_PATH; a clear error if none loads."""
+    tried = _nvrtc_candidates()
+    for path in tried:
+        try:
+            return ctypes.CDLL(path)
+        except OSError:
+            continue
+    raise CUDAError(
+        "NVRTC not found: looked for libnvrtc.so* in the nvidia-cuda-nvrtc wheel (site-packages/nvidia/*/lib), "
+        f"the system library path and $CUDA_PATH/lib64 or /usr/local/cuda/lib64 (tried: {tried or 'nothing found'}). "
+        "Install it with `pip install nvidia-cuda-nvrtc`."
+    )
+
+
+def cuda_include_dirs() -> list[str]:
+    """Folders holding cuda_fp16.h (the nvidia-cuda-runtime wheel, $CUDA_PATH, /usr/local/cuda)."""
+    dirs: list[str] = []
+    for base in sys.path:
+        dirs += sorted(glob.glob(os.path.join(base, "nvidia", "cu*", "include")), reverse=True)
+        dirs += glob.glob(os.path.join(base, "nvidia", "cuda_runtime", "include"))
+    for root in (os.getenv("CUDA_PATH", ""), "/usr/local/cuda"):
+        if root:
+            dirs.append(os.path.join(root, "include"))
+    return [d for d in dict.fromkeys(dirs) if os.path.isfile(os.path.join(d, "cuda_fp16.h"))]
+
+
+def load_libcuda() -> ctypes.CDLL:
+    """The driver library; a clear error when there is no NVIDIA driver."""
+    names = [n for n in (ctypes.util.find_library("cuda"), "libcuda.so.1", "libcuda.so") if n]
+    for name in names:
+        try:
+            return ctypes.CDLL(name)
+        except OSError:
+            continue
+    raise CUDAError(
+        f"no NVIDIA driver: could not load libcuda (tried {names}); the CUDA device needs a GPU and its driver"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# NVRTC
+
+
+class NVRTCCompiler(Compiler):
+    """CUDA C -> CUBIN for `arch` (e.g. sm_90) with NVRTC."""
+
+    def __init__(self, arch: str = "sm_90", extra_options: tuple[str, ...] = ()) -> None:
+        self.arch = arch
+        includes = tuple(f"-I{d}" for d in cuda_include_dirs()[:1])
+        self.options = (f"--gpu-architecture={arch}", "-default-device", "-std=c++17", *includes, *extra_options)
+        self.cachekey = f"cuda:{arch}:{' '.join(extra_options)}"
+        self.lib = load_nvrtc()
+
+    def _check(self, status: int, what: str, prog: ctypes.c_void_p | None = None) -> None:
+        if status == 0:
+            return
+        self.lib.nvrtcGetErrorString.restype = ctypes.c_char_p
+        msg = self.lib.nvrtcGetErrorString(status).decode()
+        log = self._log(prog) if prog is not None else ""
+        raise CUDAError(f"NVRTC {what} failed ({msg}) for {self.arch}" + (f":\n{log}" if log else ""))
+
+    def _log(self, prog: ctypes.c_void_p) -> str:
+        size = ctypes.c_size_t()
+        self.lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+        buf = ctypes.create_string_buffer(size.value)
+        self.lib.nvrtcGetProgramLog(prog, buf)
+        return buf.value.decode(errors="replace")
+
+    def compile(self, src: str) -> bytes:
+        prog = ctypes.c_void_p()
+        self._check(
+            self.lib.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), b"kernel.cu", 0, None, None), "create"
+        )
+        try:
+            opts = (ctypes.c_char_p * len(self.options))(*(o.encode() for o in self.options))
+            status = self.lib.nvrtcCompileProgram(prog, len(self.options), opts)
+            if status != 0:
+                self._check(status, "compile", prog)
+            size = ctypes.c_size_t()
+            self._check(self.lib.nvrtcGetCUBINSize(prog, ctypes.byref(size)), "get cubin size")
+            out = ctypes.create_string_buffer(size.value)
+            self._check(self.lib.nvrtcGetCUBIN(prog, out), "get cubin")
+            return out.raw
+        finally:
+            self.lib.nvrtcDestroyProgram(ctypes.byref(prog))
+
+
+# ---------------------------------------------------------------------------------------------
+# the driver
+
+
+class Driver:
+    """The few libcuda calls tg needs, with errors that name the failing call."""
+
+    def __init__(self, ordinal: int = 0) -> None:
+        self.lib = load_libcuda()
+        self.check(self.lib.cuInit(0), "cuInit")
+        self.dev = ctypes.c_int()
+        self.check(self.lib.cuDeviceGet(ctypes.byref(self.dev), ordinal), f"cuDeviceGet({ordinal})")
+        self.ctx = ctypes.c_void_p()
+        self.check(self.lib.cuDevicePrimaryCtxRetain(ctypes.byref(self.ctx), self.dev), "cuDevicePrimaryCtxRetain")
+        self.make_current()
+        major, minor = ctypes.c_int(), ctypes.c_int()
+        self.check(self.lib.cuDeviceGetAttribute(ctypes.byref(major), 75, self.dev), "cuDeviceGetAttribute(major)")
+        self.check(self.lib.cuDeviceGetAttribute(ctypes.byref(minor), 76, self.dev), "cuDeviceGetAttribute(minor)")
+        self.arch = f"sm_{major.value}{minor.value}"
+
+    def make_current(self) -> None:
+        self.check(self.lib.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
+
+    def check(self, status: int, what: str) -> None:
+        if status != 0:
+            msg = ctypes.c_char_p()
+            self.lib.cuGetErrorString(status, ctypes.byref(msg))
+            raise CUDAError(f"{what} failed: {msg.value.decode() if msg.value else f'CUresult {status}'}")
+
+    def synchronize(self) -> None:
+        self.check(self.lib.cuCtxSynchronize(), "cuCtxSynchronize")
+
+
+class CUDAAllocator(Allocator):
+    def __init__(self, drv: Driver) -> None:
+        self.drv = drv
+
+    def _alloc(self, nbytes: int) -> Any:
+        ptr = ctypes.c_uint64()
+        self.drv.check(self.drv.lib.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(nbytes)), f"cuMemAlloc({nbytes})")
+        return ptr
+
+    def _free(self, opaque: Any, nbytes: int) -> None:
+        self.drv.lib.cuMemFree_v2(opaque)
+
+    def _copyin(self, dest: Any, src: memoryview) -> None:
+        host = (ctypes.c_char * src.nbytes).from_buffer_copy(src)
+        self.drv.check(self.drv.lib.cuMemcpyHtoD_v2(dest, host, ctypes.c_size_t(src.nbytes)), "cuMemcpyHtoD")
+
+    def _copyout(self, dest: memoryview, src: Any) -> None:
+        self.drv.synchronize()
+        host = (ctypes.c_char * dest.nbytes).from_buffer(dest)
+        self.drv.check(self.drv.lib.cuMemcpyDtoH_v2(host, src, ctypes.c_size_t(dest.nbytes)), "cuMemcpyDtoH")
+
+
+class CUDAProgram:
+    """A loaded CUBIN function; launches on the default stream and times with events when asked."""
+
+    def __init__(self, drv: Driver, name: str, lib: bytes) -> None:
+        self.drv, self.name = drv, name
+        self.module = ctypes.c_void_p()
+        drv.check(drv.lib.cuModuleLoadData(ctypes.byref(self.module), lib), f"cuModuleLoadData({name})")
+        self.fxn = ctypes.c_void_p()
+        drv.check(
+            drv.lib.cuModuleGetFunction(ctypes.byref(self.fxn), self.module, name.encode()),
+            f"cuModuleGetFunction({name})",
+        )
+
+    def __call__(
+        self,
+        *bufs: Any,
+        global_size: tuple[int, ...] | None = None,
+        local_size: tuple[int, ...] | None = None,
+        vals: tuple[int, ...] = (),
+        wait: bool = False,
+    ) -> float | None:
+        args = [ctypes.c_uint64(b.value) for b in bufs] + [ctypes.c_int(v) for v in vals]
+        params = (ctypes.c_void_p * len(args))(*(ctypes.cast(ctypes.byref(a), ctypes.c_void_p) for a in args))
+        gs = tuple(global_size or (1,)) + (1, 1, 1)
+        ls = tuple(local_size or (1,)) + (1, 1, 1)
+        st = time.perf_counter()
+        self.drv.check(
+            self.drv.lib.cuLaunchKernel(self.fxn, gs[0], gs[1], gs[2], ls[0], ls[1], ls[2], 0, None, params, None),
+            f"cuLaunchKernel({self.name}, grid={gs[:3]}, block={ls[:3]})",
+        )
+        if not wait:
+            return None
+        self.drv.synchronize()
+        return time.perf_counter() - st
+
+
+class CUDADevice(Compiled):
+    def __init__(self, name: str) -> None:
+        ordinal = int(name.split(":")[1]) if ":" in name else 0
+        self.drv = Driver(ordinal)
+        drv = self.drv
+        super().__init__(
+            name,
+            CUDAAllocator(drv),
+            CUDARenderer(drv.arch),
+            NVRTCCompiler(drv.arch),
+            lambda fname, lib: CUDAProgram(drv, fname, lib),
+        )
+
+    def synchronize(self) -> None:
+        self.drv.synchronize()
+
+
+def open_device(name: str) -> Compiled:
+    return CUDADevice(name)
+
+
+# ---------------------------------------------------------------------------------------------
+# CUDA graphs: record kernel launches once, replay them with one launch
+
+
+class _KernelNodeParams(ctypes.Structure):
+    """CUDA_KERNEL_NODE_PARAMS_v2."""
+
+    _fields_ = [
+        ("func", ctypes.c_void_p),
+        ("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
+        ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+        ("sharedMemBytes", ctypes.c_uint),
+        ("kernelParams", ctypes.POINTER(ctypes.c_void_p)),
+        ("extra", ctypes.POINTER(ctypes.c_void_p)),
+        ("kern", ctypes.c_void_p),
+        ("ctx", ctypes.c_void_p),
+    ]  # fmt: skip
+
+
+Launch = tuple[CUDAProgram, list[Any], tuple[int, ...] | None, tuple[int, ...] | None, tuple[int, ...]]
+
+
+class CUDAGraph:
+    """A recorded chain of kernel launches (each after the previous), replayed by one cuGraphLaunch.
+
+    launches: (program, device buffers, global size, local size, int variable values) per kernel.
+    """
+
+    def __init__(self, drv: Driver, launches: list[Launch]) -> None:
+        if not launches:
+            raise ValueError("CUDAGraph needs at least one launch")
+        self.drv = drv
+        self.graph, self.exec = ctypes.c_void_p(), ctypes.c_void_p()
+        drv.check(drv.lib.cuGraphCreate(ctypes.byref(self.graph), 0), "cuGraphCreate")
+        self._keep: list[Any] = []  # argument storage must outlive the graph
+        prev: ctypes.c_void_p | None = None
+        for prog, bufs, gsz, lsz, vals in launches:
+            node = ctypes.c_void_p()
+            params = self._params(prog, bufs, gsz, lsz, vals)
+            deps, ndeps = (ctypes.byref(prev), 1) if prev is not None else (None, 0)
+            drv.check(
+                drv.lib.cuGraphAddKernelNode_v2(ctypes.byref(node), self.graph, deps, ndeps, ctypes.byref(params)),
+                f"cuGraphAddKernelNode({prog.name})",
+            )
+            prev = node
+            self._keep.append(node)
+        drv.check(
+            drv.lib.cuGraphInstantiateWithFlags(ctypes.byref(self.exec), self.graph, ctypes.c_ulonglong(0)),
+            "cuGraphInstantiateWithFlags",
+        )
+
+    def _params(
+        self,
+        prog: CUDAProgram,
+        bufs: list[Any],
+        gsz: tuple[int, ...] | None,
+        lsz: tuple[int, ...] | None,
+        vals: tuple[int, ...],
+    ) -> _KernelNodeParams:
+        args = [ctypes.c_uint64(b.value) for b in bufs] + [ctypes.c_int(v) for v in vals]
+        ptrs = (ctypes.c_void_p * len(args))(*(ctypes.cast(ctypes.byref(a), ctypes.c_void_p) for a in args))
+        g = tuple(gsz or (1,)) + (1, 1, 1)
+        b = tuple(lsz or (1,)) + (1, 1, 1)
+        p = _KernelNodeParams(
+            prog.fxn.value,
+            g[0],
+            g[1],
+            g[2],
+            b[0],
+            b[1],
+            b[2],
+            0,
+            ctypes.cast(ptrs, ctypes.POINTER(ctypes.c_void_p)),
+            None,
+            None,
+            self.drv.ctx.value,
+        )
+        self._keep.extend([args, ptrs, p])
+        return p
+
+    def __call__(self, wait: bool = False) -> float | None:
+        st = time.perf_counter()
+        self.drv.check(self.drv.lib.cuGraphLaunch(self.exec, None), "cuGraphLaunch")
+        if not wait:
+            return None
+        self.drv.synchronize()
+        return time.perf_counter() - st
+
+    def __del__(self) -> None:
+        try:
+            if self.exec.value:
+                self.drv.lib.cuGraphExecDestroy(self.exec)
+            if self.graph.value:
+                self.drv.lib.cuGraphDestroy(self.graph)
+        except Exception:  # interpreter shutdown
+            pass
