@@ -104,7 +104,7 @@ class _KernelBuilder:
 
     def build(self, out_buf: UOp) -> UOp:
         root = self.root
-        inner = root.src[0] if root.op is Ops.CONTIGUOUS else root
+        inner = root.src[0] if root.op is Ops.CONTIGUOUS else root.src[1] if root.op is Ops.ASSIGN else root
         space = self._output_space(inner)
         top: Movement = ((Ops.RESHAPE, space),) if space != tuple(root.shape or ()) else ()
         value = self._build(inner, top)
@@ -188,7 +188,7 @@ class Scheduler:
 
     def is_boundary(self, node: UOp, current_root: UOp) -> bool:
         """Is `node` computed by a kernel of its own (so the current kernel loads it)?"""
-        return node in self.forced or node.op in (Ops.CONTIGUOUS, Ops.COPY) or node in realized
+        return node in self.forced or node.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN) or node in realized
 
     def realize_first(self, node: UOp) -> UOp:
         """Schedule `node`'s kernel (if not done yet) and return the BUFFER holding it."""
@@ -241,7 +241,7 @@ class Scheduler:
     def _schedule_kernel(self, node: UOp) -> None:
         for _ in range(10_000):
             builder = _KernelBuilder(self, node)
-            out = self._new_output(node)
+            out = node.src[0].base if node.op is Ops.ASSIGN else self._new_output(node)  # ASSIGN writes in place
             try:
                 ast = builder.build(out)
             except _Fail as f:

@@ -1,5 +1,8 @@
 """Tensor: a lazy, torch-like array built on UOps. Nothing runs until realize/numpy/item/tolist.
 
+The methods live in mixins grouped by kind (creation, elementwise, activation, reduce, movement,
+indexing, linalg, nn); this module holds the core: construction, realization, assignment, autograd.
+
 >>> from tg_tensor import Tensor
 >>> (Tensor([1, 2, 3]) + 4).tolist()
 [5, 6, 7]
@@ -9,27 +12,37 @@
 
 from __future__ import annotations
 
-import math
+import contextlib
 import sys
-from collections.abc import Sequence
+import weakref
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import numpy as np
 
 from tg_runtime.device import Device
+from tg_tensor import gradient as autograd
+from tg_tensor.activation import ActivationMixin
+from tg_tensor.creation import CreationMixin
+from tg_tensor.elementwise import ElementwiseMixin
+from tg_tensor.indexing import IndexingMixin
+from tg_tensor.linalg import LinalgMixin
+from tg_tensor.movement import MovementMixin
+from tg_tensor.nn import NNMixin
 from tg_tensor.realize import run_pending
-from tg_tensor.schedule import ScheduleItem, buffer_of, create_schedule, pending
-from tg_uop import ConstType, DType, Ops, UOp, dtypes
+from tg_tensor.reduce import ReduceMixin
+from tg_tensor.schedule import ScheduleItem, buffer_of, buffers, create_schedule, pending
+from tg_tensor.util import const_uop, is_contiguous_buffer, np_dtype, shape_of_list
+from tg_uop import ConstType, DType, GroupOp, Ops, UOp, dtypes
 from tg_uop.helpers import all_int, prod
 from tg_uop.uop import sint
 
 sys.setrecursionlimit(max(sys.getrecursionlimit(), 20_000))
 
-TensorLike = Any  # Tensor | ConstType | nested lists | numpy arrays
+TensorLike = Any  # Tensor | ConstType | nested lists | numpy arrays | bytes
 
-
-def _np_dtype(dt: DType) -> np.dtype[Any]:
-    return np.dtype(dtypes.to_np_name(dt))
+# every live tensor that asked for gradients: backward() finds its targets here
+_grad_tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
 
 
 def _from_numpy(arr: np.ndarray[Any, Any], dtype: DType | None, device: str) -> UOp:
@@ -40,30 +53,43 @@ def _from_numpy(arr: np.ndarray[Any, Any], dtype: DType | None, device: str) -> 
         raw = (f32.view(np.uint32) + 0x7FFF + ((f32.view(np.uint32) >> 16) & 1)) >> 16
         data = raw.astype(np.uint16).tobytes()
     else:
-        data = np.ascontiguousarray(arr, dtype=_np_dtype(dtype)).tobytes()
+        data = np.ascontiguousarray(arr, dtype=np_dtype(dtype)).tobytes()
     buf = UOp.new_buffer(device, int(arr.size), dtype)
-    buffer_of(buf).copyin(memoryview(data))
+    if arr.size:
+        buffer_of(buf).copyin(memoryview(data))
     return buf.reshape(tuple(int(s) for s in arr.shape))
 
 
-def _shape_of_list(data: Any) -> tuple[int, ...]:
-    if not isinstance(data, (list, tuple)):
-        return ()
-    if not data:
-        return (0,)
-    sub = [_shape_of_list(d) for d in data]
-    if any(s != sub[0] for s in sub):
-        raise ValueError(f"Tensor: ragged nested sequence, sub-shapes {sorted(set(sub))} differ")
-    return (len(data), *sub[0])
+def _from_list(data: list[Any] | tuple[Any, ...], dtype: DType | None, device: str) -> UOp:
+    shape = shape_of_list(data)
+    dt = dtype or (dtypes.from_py(data) if prod(shape) else dtypes.default_float)
+    npdt = np_dtype(dt) if dt != dtypes.bfloat16 else np.float32
+    return _from_numpy(np.array(data, dtype=npdt).reshape(shape), dt, device)
 
 
-class Tensor:
-    """A lazy multi-dimensional array. Operations build a UOp graph; `realize()` runs it."""
+class Tensor(
+    CreationMixin,
+    MovementMixin,
+    IndexingMixin,
+    ElementwiseMixin,
+    ActivationMixin,
+    ReduceMixin,
+    LinalgMixin,
+    NNMixin,
+):
+    """A lazy multi-dimensional array. Operations build a UOp graph; `realize()` runs it.
+
+    >>> x = Tensor([2.0], requires_grad=True)
+    >>> (x * x * x).sum().backward().grad is None
+    True
+    >>> x.grad.item()
+    12.0
+    """
 
     training: ClassVar[bool] = False
     no_grad: ClassVar[bool] = False
 
-    __slots__ = ("uop", "requires_grad", "grad", "__weakref__")
+    __slots__ = ("uop", "_requires_grad", "grad", "__weakref__")
 
     def __init__(
         self, data: TensorLike, device: str | None = None, dtype: DType | None = None, requires_grad: bool | None = None
@@ -71,29 +97,48 @@ class Tensor:
         dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
         if dtype is not None and not isinstance(dtype, DType):
             raise TypeError(f"Tensor: dtype must be a tg DType, got {dtype!r}")
-        self.requires_grad: bool | None = requires_grad
+        self._requires_grad: bool | None = None
         self.grad: Tensor | None = None
-        if isinstance(data, UOp):
-            self.uop = data if dtype is None or data.dtype == dtype else data.cast(dtype)
-        elif isinstance(data, (bool, int, float)):
-            self.uop = _const(data, dtype or dtypes.from_py(data), dev)
-        elif isinstance(data, (list, tuple)):
-            shape = _shape_of_list(data)
-            dt = dtype or (dtypes.from_py(data) if prod(shape) else dtypes.default_float)
-            self.uop = _from_numpy(
-                np.array(data, dtype=_np_dtype(dt) if dt != dtypes.bfloat16 else np.float32).reshape(shape), dt, dev
-            )
-        elif isinstance(data, (np.ndarray, np.generic)):
-            data = np.asarray(data)
-            self.uop = _from_numpy(data, dtype, dev)
-        elif isinstance(data, (bytes, bytearray, memoryview)):
-            self.uop = _from_numpy(np.frombuffer(bytes(data), dtype=np.uint8), dtype or dtypes.uint8, dev)
-        else:
-            raise TypeError(f"Tensor: cannot build a tensor from {type(data).__name__}")
+        self.uop: UOp = self._make_uop(data, dtype, dev)
         if self.uop.device is None:
             raise ValueError("Tensor: the data has no device")
+        self.requires_grad = requires_grad
+
+    @staticmethod
+    def _make_uop(data: TensorLike, dtype: DType | None, dev: str) -> UOp:
+        if isinstance(data, UOp):
+            u = data if dtype is None or data.dtype == dtype else data.cast(dtype)
+            if Tensor.no_grad and u.op not in (Ops.BUFFER, Ops.CONST, Ops.DETACH) and u.base.op is not Ops.BUFFER:
+                u = UOp(Ops.DETACH, u.dtype, (u,))
+            return u
+        if isinstance(data, Tensor):
+            return data.uop if dtype is None else data.uop.cast(dtype)
+        if isinstance(data, (bool, int, float)):
+            return const_uop(data, dtype or dtypes.from_py(data), dev)
+        if isinstance(data, (list, tuple)):
+            return _from_list(data, dtype, dev)
+        if isinstance(data, np.ndarray):
+            return _from_numpy(data, dtype, dev)
+        if isinstance(data, np.generic):
+            return _from_numpy(np.array(data), dtype, dev)
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            return _from_numpy(np.frombuffer(bytes(data), dtype=np.uint8), dtype or dtypes.uint8, dev)
+        raise TypeError(f"Tensor: cannot build a tensor from {type(data).__name__}")
 
     # ---- properties ----
+    @property
+    def requires_grad(self) -> bool | None:
+        """True: backward() fills `.grad`. None (the default): only if an optimizer asks. False: never."""
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool | None) -> None:
+        self._requires_grad = value
+        if value:
+            _grad_tensors.add(self)
+        else:
+            _grad_tensors.discard(self)
+
     @property
     def shape(self) -> tuple[sint, ...]:
         shape = self.uop.shape
@@ -117,69 +162,38 @@ class Tensor:
     def numel(self) -> sint:
         return prod(self.shape)
 
+    def element_size(self) -> int:
+        return self.dtype.itemsize
+
+    def nbytes(self) -> int:
+        return int(self.numel()) * self.element_size()
+
     def __len__(self) -> int:
         if not self.shape:
             raise TypeError("len() of a 0-d tensor")
         return int(self.shape[0])
 
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __bool__(self) -> bool:
+        raise TypeError("the truth value of a Tensor is ambiguous: use .item(), .any() or .all()")
+
     def __repr__(self) -> str:
         return f"<Tensor {self.uop.op.name} shape={self.shape} dtype={self.dtype} device={self.device}>"
 
-    # ---- creation ----
-    @staticmethod
-    def full(
-        shape: tuple[sint, ...] | int, fill_value: ConstType, dtype: DType | None = None, device: str | None = None
-    ) -> Tensor:
-        """A tensor of `shape` filled with `fill_value` (lazy: no memory until realized)."""
-        shape = _norm_shape(shape)
-        dt = dtype or dtypes.from_py(fill_value)
-        dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
-        return Tensor(_const(fill_value, dt, dev).reshape((1,) * len(shape)).expand(shape))
-
-    @staticmethod
-    def zeros(*shape: Any, dtype: DType | None = None, device: str | None = None) -> Tensor:
-        return Tensor.full(_varargs_shape(shape), 0.0, dtype or dtypes.default_float, device)
-
-    @staticmethod
-    def ones(*shape: Any, dtype: DType | None = None, device: str | None = None) -> Tensor:
-        return Tensor.full(_varargs_shape(shape), 1.0, dtype or dtypes.default_float, device)
-
-    @staticmethod
-    def arange(
-        start: int | float,
-        stop: int | float | None = None,
-        step: int | float = 1,
-        dtype: DType | None = None,
-        device: str | None = None,
-    ) -> Tensor:
-        """Evenly spaced values in [start, stop). One argument means [0, start)."""
-        if stop is None:
-            start, stop = 0, start
-        if step == 0:
-            raise ValueError("arange: step must not be zero")
-        n = max(0, math.ceil((stop - start) / step))
-        dt = dtype or (
-            dtypes.default_float if any(isinstance(v, float) for v in (start, stop, step)) else dtypes.default_int
-        )
-        values = np.array([start + i * step for i in range(n)], dtype=np.float64)
-        return Tensor(values.astype(_np_dtype(dt)) if dt != dtypes.bfloat16 else values, device=device, dtype=dt)
-
-    def full_like(self, fill_value: ConstType, dtype: DType | None = None) -> Tensor:
-        return Tensor.full(self.shape, fill_value, dtype or self.dtype, self.device)
-
-    def zeros_like(self, dtype: DType | None = None) -> Tensor:
-        return self.full_like(0, dtype)
-
-    def ones_like(self, dtype: DType | None = None) -> Tensor:
-        return self.full_like(1, dtype)
-
     # ---- realization ----
     def schedule(self, *others: Tensor) -> list[ScheduleItem]:
-        """The kernels that realizing these tensors would run; the tensors now refer to their outputs."""
+        """The kernels that realizing these tensors would run; the tensors now refer to their outputs.
+
+        A tensor that is only a reshape of a lazy node realizes that node (so `x.mean()` and the
+        mean inside `x.std()` share one kernel).
+        """
         tensors = [self, *others]
-        items, becomes = create_schedule([t.uop for t in tensors])
-        for t in tensors:
-            t.uop = becomes[t.uop]
+        roots = [_strip_reshapes(t.uop) for t in tensors]
+        items, becomes = create_schedule([r for r, _ in roots])
+        for t, (root, shape) in zip(tensors, roots):
+            t.uop = becomes[root].reshape(shape)
         pending.extend(items)
         return items
 
@@ -189,22 +203,28 @@ class Tensor:
         run_pending()
         return self
 
+    def kernelize(self, *others: Tensor) -> Tensor:
+        """Group the graph into kernels without running them (they run at the next realize)."""
+        self.schedule(*others)
+        return self
+
     def contiguous(self) -> Tensor:
         """A tensor whose data is laid out contiguously (a copy kernel unless it already is)."""
         return Tensor(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
 
     def detach(self) -> Tensor:
+        """The same values, cut off from autograd."""
         return Tensor(UOp(Ops.DETACH, self.dtype, (self.uop,)))
 
     def _data(self) -> np.ndarray[Any, Any]:
-        t = self if _is_contiguous_buffer(self.uop) else self.contiguous()
+        t = self if is_contiguous_buffer(self.uop) else self.contiguous()
         t.realize()
         base = t.uop.base
         raw = buffer_of(base).as_bytes()
         if self.dtype == dtypes.bfloat16:
             arr = (np.frombuffer(raw, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
         else:
-            arr = np.frombuffer(raw, dtype=_np_dtype(self.dtype))
+            arr = np.frombuffer(raw, dtype=np_dtype(self.dtype))
         return arr.reshape(tuple(int(s) for s in self.shape))
 
     def numpy(self) -> np.ndarray[Any, Any]:
@@ -212,8 +232,13 @@ class Tensor:
         if not all_int(self.shape):
             raise ValueError(f"numpy: shape {self.shape} is symbolic")
         if 0 in self.shape:
-            return np.zeros(tuple(int(s) for s in self.shape), dtype=_np_dtype(self.dtype))
+            npdt = np_dtype(self.dtype) if self.dtype != dtypes.bfloat16 else np.float32
+            return np.zeros(tuple(int(s) for s in self.shape), dtype=npdt)
         return self._data().copy()
+
+    def data(self) -> memoryview:
+        """The values as a memoryview (realizes the tensor)."""
+        return memoryview(self.numpy().tobytes()).cast("B")
 
     def tolist(self) -> Any:
         return self.numpy().tolist()
@@ -229,223 +254,131 @@ class Tensor:
         if dev == self.device:
             return self
         Device[dev]  # raises for unknown devices
-        return Tensor(UOp(Ops.COPY, self.dtype, (self.uop, UOp(Ops.DEVICE, arg=dev))))
+        ret = Tensor(UOp(Ops.COPY, self.dtype, (self.uop, UOp(Ops.DEVICE, arg=dev))))
+        ret.requires_grad = self.requires_grad
+        return ret
 
-    # ---- movement ----
-    def reshape(self, shape: Any, *args: Any) -> Tensor:
-        """Same data, new shape; one dim may be -1."""
-        new = _varargs_shape((shape, *args))
-        if sum(1 for s in new if s == -1) > 1:
-            raise ValueError(f"reshape: only one dimension can be -1, got {new}")
-        if -1 in new:
-            known = prod(s for s in new if s != -1)
-            if known == 0 or self.numel() % known != 0:
-                raise ValueError(f"reshape: cannot reshape {self.shape} (size {self.numel()}) to {new}")
-            new = tuple(self.numel() // known if s == -1 else s for s in new)
-        if prod(new) != self.numel():
-            raise ValueError(f"reshape: cannot reshape {self.shape} (size {self.numel()}) to {new} (size {prod(new)})")
-        return Tensor(self.uop.reshape(new))
+    def clone(self) -> Tensor:
+        """A copy with its own buffer once realized."""
+        return self.contiguous()
 
-    def view(self, shape: Any, *args: Any) -> Tensor:
-        return self.reshape(shape, *args)
+    # ---- in-place update ----
+    def assign(self, value: TensorLike) -> Tensor:
+        """Overwrite this tensor's values with `value` (lazily; its buffer is reused once realized).
 
-    def permute(self, order: Any, *args: Any) -> Tensor:
-        axes = tuple(self._axis(a) for a in _varargs_shape((order, *args)))
-        return Tensor(self.uop.permute(axes))
-
-    def expand(self, shape: Any, *args: Any) -> Tensor:
-        """Broadcast size-1 dims to `shape` (-1 keeps a dim); new leading dims are added."""
-        new = _varargs_shape((shape, *args))
-        if len(new) < self.ndim:
-            raise ValueError(f"expand: cannot expand shape {self.shape} to fewer dims {new}")
-        cur = (1,) * (len(new) - self.ndim) + self.shape
-        new = tuple(c if s == -1 else s for c, s in zip(cur, new))
-        return Tensor(self.uop.reshape(cur).expand(new))
-
-    def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
-        order = list(range(self.ndim))
-        a, b = self._axis(dim0), self._axis(dim1)
-        order[a], order[b] = order[b], order[a]
-        return self.permute(tuple(order))
-
-    @property
-    def T(self) -> Tensor:  # noqa: N802
-        return self.permute(tuple(reversed(range(self.ndim))))
-
-    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
-        if self.ndim == 0:
-            return self.reshape((1,))
-        s, e = self._axis(start_dim), self._axis(end_dim)
-        return self.reshape(self.shape[:s] + (prod(self.shape[s : e + 1]),) + self.shape[e + 1 :])
-
-    def _axis(self, axis: int) -> int:
-        n = max(self.ndim, 1)
-        if not isinstance(axis, int) or not -n <= axis < n:
-            raise IndexError(f"axis {axis!r} is out of range for a tensor of {self.ndim} dims (shape {self.shape})")
-        return axis % n if self.ndim else 0
-
-    # ---- elementwise ----
-    def _broadcasted(self, other: TensorLike, reverse: bool = False) -> tuple[Tensor, Tensor]:
-        x, y = self, other
-        if not isinstance(y, Tensor):
-            if not isinstance(y, (bool, int, float)):
-                y = Tensor(y, device=self.device)
-            else:
-                y = Tensor(_const(y, _scalar_dtype(x.dtype, y), x.device))
-        if x.dtype != y.dtype:
-            out = dtypes.least_upper(x.dtype, y.dtype)
-            x, y = x.cast(out), y.cast(out)
-        shape = _broadcast_shape(x.shape, y.shape)
-        x, y = x._broadcast_to(shape), y._broadcast_to(shape)
-        return (y, x) if reverse else (x, y)
-
-    def _broadcast_to(self, shape: tuple[sint, ...]) -> Tensor:
-        if self.shape == shape:
+        >>> w = Tensor([1.0, 2.0]).realize()
+        >>> w.assign(w * 2).realize().tolist()
+        [2.0, 4.0]
+        """
+        if not isinstance(value, Tensor):
+            value = Tensor(value, device=self.device, dtype=self.dtype)
+        if value.shape != self.shape:
+            raise ValueError(f"assign: value of shape {value.shape} does not match the tensor's shape {self.shape}")
+        if value.dtype != self.dtype:
+            raise TypeError(f"assign: value of dtype {value.dtype} does not match the tensor's dtype {self.dtype}")
+        if value.device != self.device:
+            raise ValueError(f"assign: value is on {value.device}, the tensor on {self.device}")
+        if not is_contiguous_buffer(self.uop):
+            self.uop = value.uop  # a lazy tensor has no buffer to reuse
             return self
-        padded = (1,) * (len(shape) - self.ndim) + self.shape
-        return Tensor(self.uop.reshape(padded).expand(shape))
+        target = self.uop.base
+        if _reads_shifted(value.uop, target):
+            value = value.contiguous()
+        alias = UOp.new_buffer(self.device, target.arg[1], self.dtype)
+        buffers[alias] = buffer_of(target)
+        self.uop = UOp(Ops.ASSIGN, self.dtype, (alias.reshape(self.shape), value.uop))
+        return self
 
-    def _binop(self, op: Ops, other: TensorLike, reverse: bool = False) -> Tensor:
-        x, y = self._broadcasted(other, reverse)
-        return Tensor(x.uop.alu(op, y.uop))
+    # ---- autograd ----
+    def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
+        """d(self)/d(target) for each target; `self` must be a scalar unless `gradient` is given.
 
-    def add(self, x: TensorLike, reverse: bool = False) -> Tensor:
-        return self._binop(Ops.ADD, x, reverse)
+        >>> x = Tensor([2.0], requires_grad=True)
+        >>> (x**2 + 3*x + 1).sum().gradient(x)[0].tolist()
+        [7.0]
+        """
+        if Tensor.no_grad:
+            raise RuntimeError("gradient: gradients are disabled (Tensor.no_grad is set)")
+        seed = self._seed_gradient(gradient)
+        grads = autograd.compute_gradient(self.uop, seed.uop, [t.uop for t in targets])
+        out = []
+        for t in targets:
+            g = grads.get(t.uop)
+            if g is None:
+                raise ValueError(f"gradient: target {t!r} is not part of the graph of this tensor")
+            out.append(Tensor(g))
+        return out
 
-    def sub(self, x: TensorLike, reverse: bool = False) -> Tensor:
-        return self._binop(Ops.SUB, x, reverse)
+    def backward(self, gradient: Tensor | None = None) -> Tensor:
+        """Accumulate d(self)/dt into `t.grad` for every tensor t in the graph with requires_grad=True."""
+        if Tensor.no_grad:
+            raise RuntimeError("backward: gradients are disabled (Tensor.no_grad is set)")
+        seed = self._seed_gradient(gradient)
+        graph = self.uop.toposort
+        targets = [t for t in list(_grad_tensors) if t.uop in graph]
+        grads = autograd.compute_gradient(self.uop, seed.uop, [t.uop for t in targets])
+        for t in targets:
+            g = grads.get(t.uop)
+            if g is None:
+                continue
+            g_t = Tensor(g)
+            t.grad = g_t if t.grad is None else t.grad + g_t
+        return self
 
-    def mul(self, x: TensorLike, reverse: bool = False) -> Tensor:
-        return self._binop(Ops.MUL, x, reverse)
+    def _seed_gradient(self, gradient: Tensor | None) -> Tensor:
+        if gradient is None:
+            if self.numel() != 1:
+                raise ValueError(
+                    f"backward/gradient of a non-scalar tensor (shape {self.shape}) needs an explicit gradient"
+                )
+            return Tensor.full(self.shape, 1.0, dtype=self.dtype, device=self.device)
+        if gradient.shape != self.shape:
+            raise ValueError(f"gradient: seed shape {gradient.shape} does not match the tensor's shape {self.shape}")
+        return gradient.cast(self.dtype)
 
-    def div(self, x: TensorLike, reverse: bool = False) -> Tensor:
-        """True division; integer inputs give the default float."""
-        a, b = self._broadcasted(x, reverse)
-        ft = dtypes.least_upper_float(a.dtype)
-        return Tensor(a.cast(ft).uop.alu(Ops.FDIV, b.cast(ft).uop))
+    # ---- modes ----
+    @staticmethod
+    @contextlib.contextmanager
+    def train(mode: bool = True) -> Iterator[None]:
+        """`with Tensor.train():` sets Tensor.training (dropout is active) for the block."""
+        prev, Tensor.training = Tensor.training, mode
+        try:
+            yield
+        finally:
+            Tensor.training = prev
 
-    def neg(self) -> Tensor:
-        return self.logical_not() if self.dtype == dtypes.bool else Tensor(self.uop.alu(Ops.NEG))
+    @staticmethod
+    def test() -> contextlib.AbstractContextManager[None]:
+        """`with Tensor.test():` clears Tensor.training for the block."""
+        return Tensor.train(False)
 
-    def logical_not(self) -> Tensor:
-        return Tensor(self.uop.ne(True)) if self.dtype == dtypes.bool else self.cast(dtypes.bool).logical_not()
-
-    def maximum(self, x: TensorLike) -> Tensor:
-        return self._binop(Ops.MAX, x)
-
-    def relu(self) -> Tensor:
-        return self.maximum(0)
-
-    def cast(self, dtype: DType) -> Tensor:
-        if not isinstance(dtype, DType):
-            raise TypeError(f"cast: expected a tg DType, got {dtype!r}")
-        return self if self.dtype == dtype else Tensor(self.uop.cast(dtype))
-
-    def __add__(self, x: TensorLike) -> Tensor:
-        return self.add(x)
-
-    def __radd__(self, x: TensorLike) -> Tensor:
-        return self.add(x, True)
-
-    def __sub__(self, x: TensorLike) -> Tensor:
-        return self.sub(x)
-
-    def __rsub__(self, x: TensorLike) -> Tensor:
-        return self.sub(x, True)
-
-    def __mul__(self, x: TensorLike) -> Tensor:
-        return self.mul(x)
-
-    def __rmul__(self, x: TensorLike) -> Tensor:
-        return self.mul(x, True)
-
-    def __truediv__(self, x: TensorLike) -> Tensor:
-        return self.div(x)
-
-    def __rtruediv__(self, x: TensorLike) -> Tensor:
-        return self.div(x, True)
-
-    def __neg__(self) -> Tensor:
-        return self.neg()
-
-    # ---- reductions ----
-    def _reduce(self, op: Ops, axis: int | Sequence[int] | None, keepdim: bool) -> Tensor:
-        axes = (
-            tuple(range(self.ndim))
-            if axis is None
-            else tuple(self._axis(a) for a in ((axis,) if isinstance(axis, int) else axis))
-        )
-        if self.ndim == 0:
-            return self
-        if any(self.shape[a] == 0 for a in axes) and op is Ops.MAX:
-            raise ValueError(f"max: cannot reduce over a size-0 axis of shape {self.shape}")
-        ret = Tensor(self.uop.r(op, axes))
-        if keepdim:
-            return ret
-        return ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
-
-    def sum(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, dtype: DType | None = None) -> Tensor:
-        """Sum over `axis` (all axes by default). Small ints and bools accumulate in int32, halfs in float32."""
-        acc = dtype or _sum_acc_dtype(self.dtype)
-        ret = self.cast(acc)._reduce(Ops.ADD, axis, keepdim)
-        return ret.cast(self.dtype) if dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16) else ret
-
-    def max(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
-        return self._reduce(Ops.MAX, axis, keepdim)
-
-    def float(self) -> Tensor:
-        return self.cast(dtypes.float32)
-
-    def int(self) -> Tensor:
-        return self.cast(dtypes.int32)
+    @staticmethod
+    @contextlib.contextmanager
+    def inference_mode() -> Iterator[None]:
+        """`with Tensor.inference_mode():` sets Tensor.no_grad: results do not track gradients."""
+        prev, Tensor.no_grad = Tensor.no_grad, True
+        try:
+            yield
+        finally:
+            Tensor.no_grad = prev
 
 
-def _const(value: ConstType, dtype: DType, device: str) -> UOp:
-    return UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, arg=device),), dtypes.as_const(value, dtype))
+def _strip_reshapes(u: UOp) -> tuple[UOp, tuple[sint, ...]]:
+    """The node under a chain of reshapes (when it is lazy), and the shape to view it as."""
+    shape = tuple(u.shape or ())
+    node = u
+    while node.op is Ops.RESHAPE and node.src[0].op not in (Ops.BUFFER, Ops.CONST):
+        node = node.src[0]
+    return node, shape
 
 
-def _scalar_dtype(tensor_dtype: DType, value: ConstType) -> DType:
-    """The dtype a Python scalar takes next to a tensor (tinygrad's rule: the tensor's, unless it must widen)."""
-    if isinstance(value, float) and not dtypes.is_float(tensor_dtype):
-        return dtypes.default_float
-    if isinstance(value, int) and not isinstance(value, bool) and tensor_dtype == dtypes.bool:
-        return dtypes.default_int
-    return tensor_dtype
-
-
-def _sum_acc_dtype(dt: DType) -> DType:
-    if dtypes.is_unsigned(dt):
-        return dtypes.least_upper(dt, dtypes.uint32)
-    if dtypes.is_int(dt) or dt == dtypes.bool:
-        return dtypes.least_upper(dt, dtypes.int32)
-    return dtypes.least_upper(dt, dtypes.float32)
-
-
-def _broadcast_shape(a: tuple[sint, ...], b: tuple[sint, ...]) -> tuple[sint, ...]:
-    n = max(len(a), len(b))
-    pa, pb = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
-    out = []
-    for x, y in zip(pa, pb):
-        if x != y and x != 1 and y != 1:
-            raise ValueError(f"shapes {a} and {b} cannot be broadcast together")
-        out.append(y if x == 1 else x)
-    return tuple(out)
-
-
-def _varargs_shape(args: tuple[Any, ...]) -> tuple[int, ...]:
-    if len(args) == 1 and isinstance(args[0], (tuple, list)):
-        args = tuple(args[0])
-    if not all(isinstance(a, int) or isinstance(a, UOp) for a in args):
-        raise TypeError(f"shape entries must be ints, got {args}")
-    return tuple(args)
-
-
-def _norm_shape(shape: tuple[sint, ...] | int) -> tuple[int, ...]:
-    shp = (shape,) if isinstance(shape, int) else tuple(shape)
-    if any(isinstance(s, int) and s < 0 for s in shp):
-        raise ValueError(f"negative dimension in shape {shp}")
-    return shp
-
-
-def _is_contiguous_buffer(u: UOp) -> bool:
-    return u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)
+def _reads_shifted(value: UOp, target: UOp) -> bool:
+    """Does `value` read `target` other than element for element (so writing in place would race)?"""
+    reaches: set[UOp] = set()
+    for node in value.toposort:  # sources come first
+        if node is target or any(s in reaches for s in node.src):
+            reaches.add(node)
+            moved = node.op in GroupOp.Movement and node.op is not Ops.RESHAPE
+            if moved or node.op is Ops.REDUCE_AXIS:
+                return True
+    return False

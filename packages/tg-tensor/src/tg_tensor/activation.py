@@ -1,0 +1,148 @@
+# mypy: disable-error-code="misc"
+# (mixin methods annotate `self: Tensor`, the class they are mixed into; mypy flags that as "misc")
+"""Transcendental functions and activations, built from the elementwise primitives.
+
+asin and erf use the Abramowitz & Stegun polynomial approximations (4.4.46 and 7.1.26;
+absolute error below 2e-8 and 1.5e-7).
+
+>>> from tg_tensor import Tensor
+>>> Tensor([-1.0, 0.0, 2.0]).relu().tolist()
+[0.0, 0.0, 2.0]
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tg_tensor.tensor import Tensor
+
+ASIN_COEFFS = (-0.0012624911, 0.0066700901, -0.0170881256, 0.0308918810, -0.0501743046, 0.0889789874, -0.2145988016)
+ASIN_C0 = 1.5707963050
+ERF_P = 0.3275911
+ERF_COEFFS = (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592)
+
+
+def _horner(x: Tensor, coeffs: tuple[float, ...], last: float) -> Tensor:
+    """coeffs[0]*x^n + ... + last, evaluated by Horner's rule."""
+    acc = x * coeffs[0]
+    for c in coeffs[1:]:
+        acc = (acc + c) * x
+    return acc + last
+
+
+class ActivationMixin:
+    """Trigonometry, hyperbolics, erf, and the activation functions of neural networks."""
+
+    __slots__ = ()
+
+    # ---- trigonometry ----
+    def sin(self: Tensor) -> Tensor:
+        from tg_uop import Ops
+
+        return self._float()._unop(Ops.SIN)
+
+    def cos(self: Tensor) -> Tensor:
+        return (math.pi / 2 - self._float()).sin()
+
+    def tan(self: Tensor) -> Tensor:
+        return self.sin() / self.cos()
+
+    def asin(self: Tensor) -> Tensor:
+        """arcsin on [-1, 1] (NaN outside)."""
+        x = self._float()
+        a = x.abs()
+        poly = _horner(a, ASIN_COEFFS, ASIN_C0)
+        return (math.pi / 2 - (1 - a).sqrt() * poly) * x.sign()
+
+    def acos(self: Tensor) -> Tensor:
+        return math.pi / 2 - self.asin()
+
+    def atan(self: Tensor) -> Tensor:
+        x = self._float()
+        return (x / (1 + x * x).sqrt()).asin()
+
+    # ---- hyperbolics ----
+    def sinh(self: Tensor) -> Tensor:
+        return (self.exp() - (-self).exp()) / 2
+
+    def cosh(self: Tensor) -> Tensor:
+        return (self.exp() + (-self).exp()) / 2
+
+    def tanh(self: Tensor) -> Tensor:
+        return 2.0 * (2.0 * self._float()).sigmoid() - 1.0
+
+    def asinh(self: Tensor) -> Tensor:
+        x = self._float()
+        return x.sign() * (x.abs() + (x * x + 1).sqrt()).log()
+
+    def acosh(self: Tensor) -> Tensor:
+        return (self + (self * self - 1).sqrt()).log()
+
+    def atanh(self: Tensor) -> Tensor:
+        return ((1 + self) / (1 - self)).log() / 2
+
+    def erf(self: Tensor) -> Tensor:
+        x = self._float()
+        t = 1.0 / (1.0 + ERF_P * x.abs())
+        poly = _horner(t, ERF_COEFFS[:-1], ERF_COEFFS[-1]) * t
+        return x.sign() * (1.0 - poly * (-(x * x)).exp())
+
+    # ---- activations ----
+    def relu(self: Tensor) -> Tensor:
+        return self.maximum(0)
+
+    def relu6(self: Tensor) -> Tensor:
+        return self.relu() - (self - 6).relu()
+
+    def leaky_relu(self: Tensor, neg_slope: float = 0.01) -> Tensor:
+        return (self < 0).where(self * neg_slope, self)
+
+    def elu(self: Tensor, alpha: float = 1.0) -> Tensor:
+        return self.relu() - alpha * (1 - self.exp()).relu()
+
+    def celu(self: Tensor, alpha: float = 1.0) -> Tensor:
+        return self.maximum(0) + (alpha * ((self / alpha).exp() - 1)).minimum(0)
+
+    def selu(self: Tensor, alpha: float = 1.67326, gamma: float = 1.0507) -> Tensor:
+        return gamma * (self >= 0).where(self, alpha * (self.exp() - 1))
+
+    def sigmoid(self: Tensor) -> Tensor:
+        return (1 + (self._float() * (-1 / math.log(2))).exp2()).reciprocal()
+
+    def logsigmoid(self: Tensor) -> Tensor:
+        return -(-self).softplus()
+
+    def hardsigmoid(self: Tensor, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
+        return (alpha * self + beta).relu() - (alpha * self + beta - 1).relu()
+
+    def gelu(self: Tensor) -> Tensor:
+        """The tanh approximation (as tinygrad): 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3)))."""
+        return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
+
+    def quick_gelu(self: Tensor) -> Tensor:
+        return self * (self * 1.702).sigmoid()
+
+    def silu(self: Tensor) -> Tensor:
+        return self * self.sigmoid()
+
+    def swish(self: Tensor) -> Tensor:
+        return self.silu()
+
+    def softplus(self: Tensor, beta: float = 1.0) -> Tensor:
+        """log(1 + exp(beta x)) / beta, computed without overflow."""
+        bx = self._float() * beta
+        return (bx.relu() + (1 + (-bx.abs()).exp()).log()) / beta
+
+    def mish(self: Tensor) -> Tensor:
+        return self * self.softplus().tanh()
+
+    def softsign(self: Tensor) -> Tensor:
+        return self / (1 + self.abs())
+
+    def hardswish(self: Tensor) -> Tensor:
+        return self * (self + 3).relu6() * (1 / 6)
+
+    def hardtanh(self: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
+        return self.clip(min_val, max_val)

@@ -1,0 +1,216 @@
+# mypy: disable-error-code="misc"
+# (mixin methods annotate `self: Tensor`, the class they are mixed into; mypy flags that as "misc")
+"""Convolution and pooling over any number of spatial dims, built from movement ops only.
+
+`_pool` turns each spatial axis of size i into (out, kernel) axes through expand/reshape/shrink views
+(no im2col copy), so conv2d is a multiply and a sum: one kernel.
+
+>>> from tg_tensor import Tensor
+>>> x = Tensor.arange(16, dtype=__import__("tg_uop").dtypes.float32).reshape(1, 1, 4, 4)
+>>> x.max_pool2d().tolist()
+[[[[5.0, 7.0], [13.0, 15.0]]]]
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from tg_uop import DType, dtypes
+
+if TYPE_CHECKING:
+    from tg_tensor.tensor import Tensor
+
+IntOrTuple = int | tuple[int, ...]
+
+
+def _tuple(x: IntOrTuple, n: int, what: str) -> tuple[int, ...]:
+    ret = (x,) * n if isinstance(x, int) else tuple(x)
+    if len(ret) != n or not all(isinstance(v, int) for v in ret):
+        raise ValueError(f"{what}: expected an int or {n} ints, got {x!r}")
+    return ret
+
+
+def _padding_pairs(padding: Any, n: int) -> tuple[tuple[int, int], ...]:
+    """int: all sides; n ints: symmetric per dim; 2n ints: torch's (left, right, top, bottom, ...)."""
+    if isinstance(padding, int):
+        return ((padding, padding),) * n
+    pad = tuple(padding)
+    if len(pad) == n:
+        return tuple((p, p) for p in pad)
+    if len(pad) == 2 * n:
+        return tuple((pad[i], pad[i + 1]) for i in range(0, 2 * n, 2))[::-1]
+    raise ValueError(f"padding: expected an int, {n} ints or {2 * n} ints, got {padding!r}")
+
+
+class ConvMixin:
+    """conv2d (1-D/2-D/3-D), conv_transpose2d, max_pool2d, avg_pool2d."""
+
+    __slots__ = ()
+
+    def _pool1d_last(self: Tensor, k: int, s: int, d: int) -> Tensor:
+        """(..., i) -> (..., o, k) with out[o, j] = x[o*s + j*d]."""
+        i = int(self.shape[-1])
+        o = (i - d * (k - 1) - 1) // s + 1
+        if o <= 0:
+            raise ValueError(f"pool: kernel {k} (dilation {d}) does not fit an input of size {i}")
+        lead = self.shape[:-1]
+        if d == 1 and s >= k:  # windows do not overlap: a strided reshape is enough
+            x = self.pad(((0, 0),) * len(lead) + ((0, max(0, o * s - i)),))._slice(self.ndim - 1, 0, o * s)
+            return x.reshape(*lead, o, s)._slice(len(lead) + 1, 0, k)
+        e = math.ceil(k * (i + d) / i)
+        x = self.unsqueeze(-2).expand(*lead, e, i).reshape(*lead, e * i)
+        x = x._slice(len(lead), 0, k * (i + d)).reshape(*lead, k, i + d)
+        if o * s > i + d:
+            x = x.pad(((0, 0),) * (len(lead) + 1) + ((0, o * s - i - d),))
+        x = x._slice(len(lead) + 1, 0, o * s).reshape(*lead, k, o, s)._slice(len(lead) + 2, 0, 1)
+        return x.reshape(*lead, k, o).transpose(-1, -2)
+
+    def _pool(self: Tensor, k: tuple[int, ...], stride: IntOrTuple = 1, dilation: IntOrTuple = 1) -> Tensor:
+        """(..., *spatial) -> (..., *out, *k): every window as extra axes, through views only."""
+        nd = len(k)
+        s, d = _tuple(stride, nd, "stride"), _tuple(dilation, nd, "dilation")
+        lead = self.ndim - nd
+        if lead < 0:
+            raise ValueError(f"pool: kernel {k} has more dims than the input shape {self.shape}")
+        x = self
+        for j in range(nd):  # the first unpooled spatial axis (always at `lead`) becomes (o_j, k_j) at the end
+            order = [a for a in range(x.ndim) if a != lead] + [lead]
+            x = x.permute(tuple(order))._pool1d_last(k[j], s[j], d[j])
+        # x is now (..., o0, k0, o1, k1, ...) with the lead dims first
+        outs = [lead + 2 * j for j in range(nd)]
+        kers = [lead + 2 * j + 1 for j in range(nd)]
+        return x.permute(tuple(range(lead)) + tuple(outs) + tuple(kers))
+
+    def conv2d(
+        self: Tensor,
+        weight: Tensor,
+        bias: Tensor | None = None,
+        groups: int = 1,
+        stride: IntOrTuple = 1,
+        dilation: IntOrTuple = 1,
+        padding: Any = 0,
+        dtype: DType | None = None,
+    ) -> Tensor:
+        """Convolution (cross-correlation) of (N, Cin, *spatial) with weight (Cout, Cin/groups, *kernel).
+
+        Works for 1, 2 and 3 spatial dims; padding may be asymmetric (torch's flat order).
+        """
+        nd = weight.ndim - 2
+        if nd < 1 or self.ndim != weight.ndim:
+            raise ValueError(f"conv2d: input {self.shape} and weight {weight.shape} need the same rank >= 3")
+        bs, cin_all = int(self.shape[0]), int(self.shape[1])
+        cout, cin = int(weight.shape[0]), int(weight.shape[1])
+        kernel = tuple(int(s) for s in weight.shape[2:])
+        if groups * cin != cin_all or cout % groups:
+            raise ValueError(
+                f"conv2d: input channels {cin_all} (shape {self.shape}) do not match weight {weight.shape} "
+                f"with groups={groups}"
+            )
+        x = self.pad(((0, 0), (0, 0)) + _padding_pairs(padding, nd))._pool(kernel, stride, dilation)
+        out = tuple(int(s) for s in x.shape[2 : 2 + nd])
+        rcout = cout // groups
+        x = x.reshape(bs, groups, cin, 1, *out, *kernel).expand(bs, groups, cin, rcout, *out, *kernel)
+        x = x.permute(0, 1, 3, *range(4, 4 + nd), 2, *range(4 + nd, 4 + 2 * nd))
+        w = weight.reshape(1, groups, rcout, *([1] * nd), cin, *kernel)
+        ret = (x * w).sum(tuple(range(-1 - nd, 0)), keepdim=True, dtype=dtype).reshape(bs, cout, *out)
+        return ret if bias is None else ret + bias.reshape(1, -1, *([1] * nd))
+
+    def conv_transpose2d(
+        self: Tensor,
+        weight: Tensor,
+        bias: Tensor | None = None,
+        groups: int = 1,
+        stride: IntOrTuple = 1,
+        dilation: IntOrTuple = 1,
+        padding: IntOrTuple = 0,
+        output_padding: IntOrTuple = 0,
+    ) -> Tensor:
+        """The gradient of conv2d with respect to its input: weight is (Cin, Cout/groups, *kernel)."""
+        nd = weight.ndim - 2
+        if nd < 1 or self.ndim != weight.ndim:
+            raise ValueError(f"conv_transpose2d: input {self.shape} and weight {weight.shape} need the same rank")
+        kernel = tuple(int(s) for s in weight.shape[2:])
+        s, d = _tuple(stride, nd, "stride"), _tuple(dilation, nd, "dilation")
+        p, op = _tuple(padding, nd, "padding"), _tuple(output_padding, nd, "output_padding")
+        cin, rcout = int(weight.shape[0]), int(weight.shape[1])
+        if cin % groups or int(self.shape[1]) != cin:
+            raise ValueError(f"conv_transpose2d: input {self.shape} does not match weight {weight.shape}")
+        w = weight.reshape(groups, cin // groups, rcout, *kernel).transpose(1, 2)
+        w = w.reshape(groups * rcout, cin // groups, *kernel).flip(tuple(range(2, 2 + nd)))
+        x = self
+        for j in range(nd):  # insert s-1 zeros between input elements
+            if s[j] > 1:
+                x = x._dilate(2 + j, s[j])
+        pads = tuple((d[j] * (kernel[j] - 1) - p[j], d[j] * (kernel[j] - 1) - p[j] + op[j]) for j in range(nd))
+        x = x.pad(((0, 0), (0, 0)) + pads)
+        return x.conv2d(w, bias, groups=groups, dilation=d)
+
+    def _dilate(self: Tensor, ax: int, s: int) -> Tensor:
+        n = int(self.shape[ax])
+        x = self.unsqueeze(ax + 1)
+        x = x.pad(tuple((0, s - 1) if i == ax + 1 else (0, 0) for i in range(x.ndim)))
+        x = x.flatten(ax, ax + 1)
+        return x._slice(ax, 0, max(0, (n - 1) * s + 1))
+
+    def _pool_input(
+        self: Tensor, k: tuple[int, ...], s: tuple[int, ...], d: tuple[int, ...], padding: Any, ceil_mode: bool
+    ) -> tuple[tuple[int, int], ...]:
+        """Padding per spatial dim, with the extra right padding ceil_mode needs."""
+        nd = len(k)
+        pads = _padding_pairs(padding, nd)
+        if not ceil_mode:
+            return pads
+        out = []
+        for j, (b, a) in enumerate(pads):
+            i = int(self.shape[self.ndim - nd + j])
+            span = i + b + a - d[j] * (k[j] - 1) - 1
+            o = -(-span // s[j]) + 1
+            if (o - 1) * s[j] >= i + b:
+                o -= 1
+            out.append((b, a + max(0, (o - 1) * s[j] + d[j] * (k[j] - 1) + 1 - (i + b + a))))
+        return tuple(out)
+
+    def max_pool2d(
+        self: Tensor,
+        kernel_size: IntOrTuple = (2, 2),
+        stride: IntOrTuple | None = None,
+        dilation: IntOrTuple = 1,
+        padding: Any = 0,
+        ceil_mode: bool = False,
+    ) -> Tensor:
+        """Maximum over windows of the last len(kernel_size) dims (stride defaults to the kernel)."""
+        k = _tuple(kernel_size, 2 if isinstance(kernel_size, int) else len(kernel_size), "kernel_size")
+        s = k if stride is None else _tuple(stride, len(k), "stride")
+        d = _tuple(dilation, len(k), "dilation")
+        pads = self._pool_input(k, s, d, padding, ceil_mode)
+        lowest = -math.inf if dtypes.is_float(self.dtype) else dtypes.min(self.dtype)
+        x = self.pad(((0, 0),) * (self.ndim - len(k)) + pads, value=lowest)
+        return x._pool(k, s, d).max(tuple(range(-len(k), 0)))
+
+    def avg_pool2d(
+        self: Tensor,
+        kernel_size: IntOrTuple = (2, 2),
+        stride: IntOrTuple | None = None,
+        dilation: IntOrTuple = 1,
+        padding: Any = 0,
+        ceil_mode: bool = False,
+        count_include_pad: bool = True,
+    ) -> Tensor:
+        """Mean over windows; padding counts toward the divisor when count_include_pad (not ceil_mode's)."""
+        k = _tuple(kernel_size, 2 if isinstance(kernel_size, int) else len(kernel_size), "kernel_size")
+        s = k if stride is None else _tuple(stride, len(k), "stride")
+        d = _tuple(dilation, len(k), "dilation")
+        base = _padding_pairs(padding, len(k))
+        pads = self._pool_input(k, s, d, padding, ceil_mode)
+        lead = ((0, 0),) * (self.ndim - len(k))
+        axes = tuple(range(-len(k), 0))
+        total = self._float().pad(lead + pads)._pool(k, s, d).sum(axes)
+        spatial = type(self).ones(*self.shape[self.ndim - len(k) :], device=self.device)
+        if count_include_pad:
+            spatial = spatial.pad(base, value=1.0)
+            extra = tuple((0, (a2 - a1)) for (_, a1), (_, a2) in zip(base, pads))
+            counts = spatial.pad(extra)._pool(k, s, d).sum(axes)
+        else:
+            counts = spatial.pad(pads)._pool(k, s, d).sum(axes)
+        return total / counts

@@ -1,0 +1,263 @@
+# mypy: disable-error-code="misc"
+# (mixin methods annotate `self: Tensor`, the class they are mixed into; mypy flags that as "misc")
+"""Tensor creation: constants, ranges, eye, and seeded random numbers.
+
+Random numbers come from numpy's PCG64 keyed by (seed, call counter), so the same seed gives the
+same numbers on every device; they are uploaded like any other data (no kernel runs).
+
+>>> from tg_tensor import Tensor
+>>> Tensor.manual_seed(0)
+>>> a = Tensor.rand(3).tolist()
+>>> Tensor.manual_seed(0)
+>>> a == Tensor.rand(3).tolist()
+True
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from tg_runtime.device import Device
+from tg_tensor.util import const_uop, norm_shape, np_dtype, varargs_shape
+from tg_uop import ConstType, DType, UOp, dtypes
+from tg_uop.helpers import prod
+from tg_uop.uop import sint
+
+if TYPE_CHECKING:
+    from tg_tensor.tensor import Tensor
+
+
+class CreationMixin:
+    """Constructors: full/zeros/ones/empty, arange/linspace/eye, rand/randn/randint/normal/uniform, inits."""
+
+    __slots__ = ()
+
+    _seed: ClassVar[int] = 0
+    _rng_counter: ClassVar[int] = 0
+
+    # ---- constants ----
+    @classmethod
+    def full(
+        cls: type[Tensor],
+        shape: tuple[sint, ...] | int,
+        fill_value: ConstType,
+        dtype: DType | None = None,
+        device: str | None = None,
+        **kwargs: Any,
+    ) -> Tensor:
+        """A tensor of `shape` filled with `fill_value` (lazy: no memory until realized).
+
+        >>> Tensor.full((2,), 7).tolist()
+        [7, 7]
+        """
+        shp = norm_shape(shape)
+        dt = dtype or dtypes.from_py(fill_value)
+        dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
+        return cls(const_uop(fill_value, dt, dev).reshape((1,) * len(shp)).expand(shp), **kwargs)
+
+    @classmethod
+    def zeros(
+        cls: type[Tensor], *shape: Any, dtype: DType | None = None, device: str | None = None, **kw: Any
+    ) -> Tensor:
+        """Zeros of the given shape (`Tensor.zeros(2, 3)` or `Tensor.zeros((2, 3))`)."""
+        return cls.full(varargs_shape(shape), 0.0, dtype or dtypes.default_float, device, **kw)
+
+    @classmethod
+    def ones(
+        cls: type[Tensor], *shape: Any, dtype: DType | None = None, device: str | None = None, **kw: Any
+    ) -> Tensor:
+        """Ones of the given shape."""
+        return cls.full(varargs_shape(shape), 1.0, dtype or dtypes.default_float, device, **kw)
+
+    @classmethod
+    def empty(
+        cls: type[Tensor], *shape: Any, dtype: DType | None = None, device: str | None = None, **kw: Any
+    ) -> Tensor:
+        """An uninitialized tensor with its own buffer (allocated when first used)."""
+        shp = norm_shape(varargs_shape(shape))
+        dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
+        return cls(UOp.new_buffer(dev, int(prod(shp)), dtype or dtypes.default_float).reshape(shp), **kw)
+
+    def full_like(self: Tensor, fill_value: ConstType, dtype: DType | None = None, **kw: Any) -> Tensor:
+        return type(self).full(self.shape, fill_value, dtype or self.dtype, self.device, **kw)
+
+    def zeros_like(self: Tensor, dtype: DType | None = None, **kw: Any) -> Tensor:
+        return self.full_like(0, dtype, **kw)
+
+    def ones_like(self: Tensor, dtype: DType | None = None, **kw: Any) -> Tensor:
+        return self.full_like(1, dtype, **kw)
+
+    def empty_like(self: Tensor, dtype: DType | None = None, **kw: Any) -> Tensor:
+        return type(self).empty(self.shape, dtype=dtype or self.dtype, device=self.device, **kw)
+
+    def rand_like(self: Tensor, dtype: DType | None = None, **kw: Any) -> Tensor:
+        return type(self).rand(self.shape, dtype=dtype or _float_or_default(self.dtype), device=self.device, **kw)
+
+    def randn_like(self: Tensor, dtype: DType | None = None, **kw: Any) -> Tensor:
+        return type(self).randn(self.shape, dtype=dtype or _float_or_default(self.dtype), device=self.device, **kw)
+
+    # ---- ranges ----
+    @classmethod
+    def arange(
+        cls: type[Tensor],
+        start: int | float,
+        stop: int | float | None = None,
+        step: int | float = 1,
+        dtype: DType | None = None,
+        device: str | None = None,
+        **kw: Any,
+    ) -> Tensor:
+        """Evenly spaced values in [start, stop). One argument means [0, start).
+
+        >>> Tensor.arange(1, 7, 2).tolist()
+        [1, 3, 5]
+        """
+        if stop is None:
+            start, stop = 0, start
+        if step == 0:
+            raise ValueError("arange: step must not be zero")
+        n = max(0, math.ceil((stop - start) / step))
+        is_float = any(isinstance(v, float) for v in (start, stop, step))
+        dt = dtype or (dtypes.default_float if is_float else dtypes.default_int)
+        values = np.array([start + i * step for i in range(n)], dtype=np.float64)
+        return cls(values.astype(np_dtype(dt)) if dt != dtypes.bfloat16 else values, device=device, dtype=dt, **kw)
+
+    @classmethod
+    def linspace(
+        cls: type[Tensor],
+        start: float,
+        stop: float,
+        steps: int,
+        dtype: DType | None = None,
+        device: str | None = None,
+        **kw: Any,
+    ) -> Tensor:
+        """`steps` evenly spaced values from start to stop inclusive.
+
+        >>> Tensor.linspace(0, 1, 3).tolist()
+        [0.0, 0.5, 1.0]
+        """
+        if not isinstance(steps, int) or steps < 0:
+            raise ValueError(f"linspace: steps must be a non-negative int, got {steps!r}")
+        dt = dtype or dtypes.default_float
+        values = np.linspace(start, stop, steps, dtype=np.float64)
+        return cls(values.astype(np_dtype(dt)) if dt != dtypes.bfloat16 else values, device=device, dtype=dt, **kw)
+
+    @classmethod
+    def eye(
+        cls: type[Tensor],
+        n: int,
+        m: int | None = None,
+        dtype: DType | None = None,
+        device: str | None = None,
+        **kw: Any,
+    ) -> Tensor:
+        """The identity matrix (n x m).
+
+        >>> Tensor.eye(2).tolist()
+        [[1.0, 0.0], [0.0, 1.0]]
+        """
+        m = n if m is None else m
+        if n < 0 or m < 0:
+            raise ValueError(f"eye: sizes must be non-negative, got n={n}, m={m}")
+        rows = cls.arange(n, device=device).reshape(n, 1)
+        cols = cls.arange(m, device=device).reshape(1, m)
+        return cls((rows == cols).cast(dtype or dtypes.default_float).uop, **kw)
+
+    # ---- random ----
+    @staticmethod
+    def manual_seed(seed: int = 0) -> None:
+        """Restart the random stream: the same seed gives the same numbers on every device."""
+        from tg_tensor.tensor import Tensor
+
+        Tensor._seed, Tensor._rng_counter = int(seed), 0
+
+    @staticmethod
+    def _generator() -> np.random.Generator:
+        from tg_tensor.tensor import Tensor
+
+        Tensor._rng_counter += 1
+        return np.random.Generator(np.random.PCG64([Tensor._seed, Tensor._rng_counter]))
+
+    @classmethod
+    def _random(
+        cls: type[Tensor], values: np.ndarray[Any, Any], dtype: DType | None, device: str | None, **kw: Any
+    ) -> Tensor:
+        dt = dtype or dtypes.default_float
+        return cls(values.astype(np.float32 if dt == dtypes.bfloat16 else np_dtype(dt)), device=device, dtype=dt, **kw)
+
+    @classmethod
+    def rand(
+        cls: type[Tensor], *shape: Any, dtype: DType | None = None, device: str | None = None, **kw: Any
+    ) -> Tensor:
+        """Uniform random numbers in [0, 1)."""
+        shp = norm_shape(varargs_shape(shape))
+        return cls._random(cls._generator().random(shp, dtype=np.float32), dtype, device, **kw)
+
+    @classmethod
+    def randn(
+        cls: type[Tensor], *shape: Any, dtype: DType | None = None, device: str | None = None, **kw: Any
+    ) -> Tensor:
+        """Standard normal random numbers."""
+        shp = norm_shape(varargs_shape(shape))
+        return cls._random(cls._generator().standard_normal(shp, dtype=np.float32), dtype, device, **kw)
+
+    @classmethod
+    def randint(
+        cls: type[Tensor], *shape: Any, low: int = 0, high: int = 10, dtype: DType | None = None, **kw: Any
+    ) -> Tensor:
+        """Random integers in [low, high)."""
+        if not isinstance(low, int) or not isinstance(high, int) or low >= high:
+            raise ValueError(f"randint: need ints with low < high, got low={low!r}, high={high!r}")
+        shp = norm_shape(varargs_shape(shape))
+        values = cls._generator().integers(low, high, shp, dtype=np.int64)
+        return cls._random(values, dtype or dtypes.int32, kw.pop("device", None), **kw)
+
+    @classmethod
+    def normal(cls: type[Tensor], *shape: Any, mean: float = 0.0, std: float = 1.0, **kw: Any) -> Tensor:
+        """Normal random numbers with the given mean and standard deviation."""
+        rg = kw.pop("requires_grad", None)
+        out = (cls.randn(*shape, **kw) * std + mean).cast(kw.get("dtype") or dtypes.default_float)
+        return cls(out.uop, requires_grad=rg)
+
+    @classmethod
+    def uniform(cls: type[Tensor], *shape: Any, low: float = 0.0, high: float = 1.0, **kw: Any) -> Tensor:
+        """Uniform random numbers in [low, high)."""
+        rg = kw.pop("requires_grad", None)
+        out = cls.rand(*shape, **kw) * (high - low) + low
+        return cls(out.uop, requires_grad=rg)
+
+    @classmethod
+    def scaled_uniform(cls: type[Tensor], *shape: Any, **kw: Any) -> Tensor:
+        """Uniform in [-1, 1) scaled by 1/sqrt(numel)."""
+        shp = varargs_shape(shape)
+        bound = max(prod(shp), 1) ** -0.5
+        return cls.uniform(*shp, low=-bound, high=bound, **kw)
+
+    @classmethod
+    def glorot_uniform(cls: type[Tensor], *shape: Any, **kw: Any) -> Tensor:
+        """Glorot/Xavier uniform: bound sqrt(6 / (fan_in + fan_out))."""
+        shp = varargs_shape(shape)
+        bound = math.sqrt(6 / (shp[0] + prod(shp[1:]))) if shp else 1.0
+        return cls.uniform(*shp, low=-bound, high=bound, **kw)
+
+    @classmethod
+    def kaiming_uniform(cls: type[Tensor], *shape: Any, a: float = 0.01, **kw: Any) -> Tensor:
+        """He/Kaiming uniform: bound sqrt(3) * gain / sqrt(fan_in), gain = sqrt(2 / (1 + a^2))."""
+        shp = varargs_shape(shape)
+        bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a**2)) / math.sqrt(max(prod(shp[1:]), 1))
+        return cls.uniform(*shp, low=-bound, high=bound, **kw)
+
+    @classmethod
+    def kaiming_normal(cls: type[Tensor], *shape: Any, a: float = 0.01, **kw: Any) -> Tensor:
+        """He/Kaiming normal: std gain / sqrt(fan_in)."""
+        shp = varargs_shape(shape)
+        std = math.sqrt(2.0 / (1 + a**2)) / math.sqrt(max(prod(shp[1:]), 1))
+        return cls.normal(*shp, mean=0.0, std=std, **kw)
+
+
+def _float_or_default(dt: DType) -> DType:
+    return dt if dtypes.is_float(dt) else dtypes.default_float

@@ -1,0 +1,437 @@
+# mypy: disable-error-code="misc"
+# (mixin methods annotate `self: Tensor`, the class they are mixed into; mypy flags that as "misc")
+"""Elementwise maths: arithmetic with broadcasting and dtype promotion, comparisons, bit ops, casts.
+
+>>> from tg_tensor import Tensor
+>>> (Tensor([7, -7]) // 2).tolist()
+[3, -4]
+>>> (2 ** Tensor([1.0, 3.0])).tolist()
+[2.0, 8.0]
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from tg_tensor.util import broadcast_shape, const_uop, scalar_dtype
+from tg_uop import DType, Ops, dtypes
+from tg_uop.uop import sint
+
+if TYPE_CHECKING:
+    from tg_tensor.tensor import Tensor
+
+TensorLike = Any
+INV_LN2 = 1 / math.log(2)
+LN2 = math.log(2)
+
+
+class ElementwiseMixin:
+    """Binary and unary elementwise ops. Every binary op broadcasts by numpy's rules."""
+
+    __slots__ = ()
+
+    # ---- operands ----
+    def _to_tensor(self: Tensor, other: TensorLike) -> Tensor:
+        if isinstance(other, type(self)):
+            return other
+        if isinstance(other, (bool, int, float)):
+            return type(self)(const_uop(other, scalar_dtype(self.dtype, other), self.device))
+        return type(self)(other, device=self.device)
+
+    def _broadcasted(self: Tensor, other: TensorLike, reverse: bool = False) -> tuple[Tensor, Tensor]:
+        x, y = self, self._to_tensor(other)
+        if x.dtype != y.dtype:
+            out = dtypes.least_upper(x.dtype, y.dtype)
+            x, y = x.cast(out), y.cast(out)
+        shape = broadcast_shape(x.shape, y.shape)
+        x, y = x._broadcast_to(shape), y._broadcast_to(shape)
+        return (y, x) if reverse else (x, y)
+
+    def _broadcast_to(self: Tensor, shape: tuple[sint, ...]) -> Tensor:
+        if self.shape == shape:
+            return self
+        padded = (1,) * (len(shape) - self.ndim) + self.shape
+        return type(self)(self.uop.reshape(padded).expand(shape))
+
+    def _binop(self: Tensor, op: Ops, other: TensorLike, reverse: bool = False) -> Tensor:
+        x, y = self._broadcasted(other, reverse)
+        return type(self)(x.uop.alu(op, y.uop))
+
+    def _unop(self: Tensor, op: Ops) -> Tensor:
+        return type(self)(self.uop.alu(op))
+
+    def _float(self: Tensor) -> Tensor:
+        return self if dtypes.is_float(self.dtype) else self.cast(dtypes.default_float)
+
+    def _require_int(self: Tensor, what: str) -> None:
+        if not (dtypes.is_int(self.dtype) or self.dtype == dtypes.bool):
+            raise TypeError(f"{what} needs an integer or bool tensor, got dtype {self.dtype}")
+
+    # ---- arithmetic ----
+    def add(self: Tensor, x: TensorLike, reverse: bool = False) -> Tensor:
+        """self + x (bools add as logical or)."""
+        a, b = self._broadcasted(x, reverse)
+        if a.dtype == dtypes.bool:
+            return type(self)(a.uop.alu(Ops.OR, b.uop))
+        return type(self)(a.uop.alu(Ops.ADD, b.uop))
+
+    def sub(self: Tensor, x: TensorLike, reverse: bool = False) -> Tensor:
+        a, b = self._broadcasted(x, reverse)
+        if a.dtype == dtypes.bool:
+            raise TypeError("sub: subtracting bool tensors is not supported; use logical_xor")
+        return type(self)(a.uop.alu(Ops.SUB, b.uop))
+
+    def mul(self: Tensor, x: TensorLike, reverse: bool = False) -> Tensor:
+        """self * x (bools multiply as logical and)."""
+        a, b = self._broadcasted(x, reverse)
+        if a.dtype == dtypes.bool:
+            return type(self)(a.uop.alu(Ops.AND, b.uop))
+        return type(self)(a.uop.alu(Ops.MUL, b.uop))
+
+    def div(self: Tensor, x: TensorLike, reverse: bool = False, rounding_mode: str | None = None) -> Tensor:
+        """True division (ints give the default float); rounding_mode "trunc" or "floor" rounds the result."""
+        a, b = self._broadcasted(x, reverse)
+        if rounding_mode is not None and rounding_mode not in ("trunc", "floor"):
+            raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+        if rounding_mode is not None and dtypes.is_int(a.dtype):
+            q = type(self)(a.uop.alu(Ops.IDIV, b.uop))
+            return q if rounding_mode == "trunc" else q._floor_fix(a, b)
+        ft = dtypes.least_upper_float(a.dtype)
+        ret = type(self)(a.cast(ft).uop.alu(Ops.FDIV, b.cast(ft).uop))
+        if rounding_mode is None:
+            return ret
+        return ret.trunc() if rounding_mode == "trunc" else ret.floor()
+
+    def _floor_fix(self: Tensor, a: Tensor, b: Tensor) -> Tensor:
+        """Turn C's truncating integer quotient into a floor quotient."""
+        inexact = (a - self * b).ne(0)
+        signs_differ = (a < 0).ne(b < 0)
+        return (inexact & signs_differ).where(self - 1, self)
+
+    def idiv(self: Tensor, x: TensorLike, reverse: bool = False) -> Tensor:
+        """Floor division, like Python's // (floats give floor(a / b))."""
+        a, b = self._broadcasted(x, reverse)
+        if a.dtype == dtypes.bool:
+            a, b = a.cast(dtypes.default_int), b.cast(dtypes.default_int)
+        return a.div(b, rounding_mode="floor")
+
+    def mod(self: Tensor, x: TensorLike, reverse: bool = False) -> Tensor:
+        """Remainder with the sign of the divisor, like Python's % and numpy's mod."""
+        a, b = self._broadcasted(x, reverse)
+        if dtypes.is_float(a.dtype):
+            return a - b * (a / b).floor()
+        if a.dtype == dtypes.bool:
+            a, b = a.cast(dtypes.default_int), b.cast(dtypes.default_int)
+        r = type(self)(a.uop.alu(Ops.MOD, b.uop))
+        return (r.ne(0) & (r < 0).ne(b < 0)).where(r + b, r)
+
+    def pow(self: Tensor, x: TensorLike, reverse: bool = False) -> Tensor:
+        """self ** x. An integer scalar exponent multiplies (exact); otherwise exp2(x * log2(self))."""
+        if not reverse and isinstance(x, int) and not isinstance(x, bool) and abs(x) <= 64:
+            return self._int_pow(x)
+        base, expo = self._broadcasted(x, reverse)
+        if dtypes.is_int(base.dtype) or base.dtype == dtypes.bool:
+            return base._float().pow(expo._float()).round().cast(base.dtype)
+        mag = (expo * base.abs().log2()).exp2()
+        odd = (expo.abs() % 2).eq(1)
+        is_int = expo.eq(expo.trunc())
+        signed = (base < 0).where(is_int.where(odd.where(-mag, mag), math.nan), mag)
+        return expo.eq(0).where(1.0, signed)
+
+    def _int_pow(self: Tensor, n: int) -> Tensor:
+        if n < 0:
+            return self._int_pow(-n).reciprocal() if dtypes.is_float(self.dtype) else self._float()._int_pow(n)
+        ret: Tensor | None = None
+        base = self
+        while n:
+            if n & 1:
+                ret = base if ret is None else ret * base
+            n >>= 1
+            if n:
+                base = base * base
+        return self.ones_like() if ret is None else ret
+
+    def neg(self: Tensor) -> Tensor:
+        return self.logical_not() if self.dtype == dtypes.bool else self._unop(Ops.NEG)
+
+    def abs(self: Tensor) -> Tensor:
+        if self.dtype == dtypes.bool or dtypes.is_unsigned(self.dtype):
+            return self
+        return (self < 0).where(-self, self)
+
+    def sign(self: Tensor) -> Tensor:
+        """-1, 0 or 1 by the sign (0 stays 0; NaN stays NaN)."""
+        one = self.ones_like()
+        return self.ne(0).where((self < 0).where(-one, one), self * 0)
+
+    def reciprocal(self: Tensor) -> Tensor:
+        return self._float()._unop(Ops.RECIP)
+
+    def maximum(self: Tensor, x: TensorLike) -> Tensor:
+        return self._binop(Ops.MAX, x)
+
+    def minimum(self: Tensor, x: TensorLike) -> Tensor:
+        a, b = self._broadcasted(x)
+        if dtypes.is_float(a.dtype):
+            return -((-a).maximum(-b))
+        return (a < b).where(a, b)
+
+    def clip(self: Tensor, min_: TensorLike = None, max_: TensorLike = None) -> Tensor:
+        """Limit values to [min_, max_] (either may be None)."""
+        if min_ is None and max_ is None:
+            raise ValueError("clip: at least one of min_ and max_ must be given")
+        ret = self if min_ is None else self.maximum(min_)
+        return ret if max_ is None else ret.minimum(max_)
+
+    def clamp(self: Tensor, min_: TensorLike = None, max_: TensorLike = None) -> Tensor:
+        return self.clip(min_, max_)
+
+    def where(self: Tensor, x: TensorLike, y: TensorLike) -> Tensor:
+        """Elementwise `x if self else y` (self is the condition).
+
+        >>> Tensor([True, False]).where(1, 2).tolist()
+        [1, 2]
+        """
+        cond = self if self.dtype == dtypes.bool else self.ne(0)
+        a = x if isinstance(x, type(self)) else None
+        b = y if isinstance(y, type(self)) else None
+        if a is None and b is None:
+            a = type(self)(const_uop(x, dtypes.from_py(x), self.device))
+        a = a if a is not None else b._to_tensor(x)  # type: ignore[union-attr]
+        b = b if b is not None else a._to_tensor(y)
+        a, b = a._broadcasted(b)
+        shape = broadcast_shape(cond.shape, a.shape)
+        c, a, b = cond._broadcast_to(shape), a._broadcast_to(shape), b._broadcast_to(shape)
+        return type(self)(c.uop.alu(Ops.WHERE, a.uop, b.uop))
+
+    def lerp(self: Tensor, end: TensorLike, weight: TensorLike) -> Tensor:
+        """self + (end - self) * weight."""
+        return self.add(self._to_tensor(end).sub(self).mul(weight))
+
+    # ---- exp, log, roots ----
+    def exp(self: Tensor) -> Tensor:
+        return (self._float() * INV_LN2)._unop(Ops.EXP2)
+
+    def exp2(self: Tensor) -> Tensor:
+        return self._float()._unop(Ops.EXP2)
+
+    def log(self: Tensor) -> Tensor:
+        return self._float()._unop(Ops.LOG2) * LN2
+
+    def log2(self: Tensor) -> Tensor:
+        return self._float()._unop(Ops.LOG2)
+
+    def sqrt(self: Tensor) -> Tensor:
+        return self._float()._unop(Ops.SQRT)
+
+    def rsqrt(self: Tensor) -> Tensor:
+        return self.sqrt().reciprocal()
+
+    def square(self: Tensor) -> Tensor:
+        return self * self
+
+    # ---- rounding ----
+    def trunc(self: Tensor) -> Tensor:
+        return self if not dtypes.is_float(self.dtype) else self._unop(Ops.TRUNC)
+
+    def floor(self: Tensor) -> Tensor:
+        if not dtypes.is_float(self.dtype):
+            return self
+        t = self.trunc()
+        return (t > self).where(t - 1, t)
+
+    def ceil(self: Tensor) -> Tensor:
+        if not dtypes.is_float(self.dtype):
+            return self
+        t = self.trunc()
+        return (t < self).where(t + 1, t)
+
+    def round(self: Tensor) -> Tensor:
+        """Round half to even, like numpy."""
+        if not dtypes.is_float(self.dtype):
+            return self
+        r = (self + 0.5).floor()
+        tie = (r - self).eq(0.5)
+        odd = (r - (r * 0.5).floor() * 2).ne(0)
+        return (tie & odd).where(r - 1, r)
+
+    def isnan(self: Tensor) -> Tensor:
+        return self.ne(self)
+
+    def isinf(self: Tensor, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
+        pos = self.eq(math.inf) if detect_positive else self.zeros_like(dtypes.bool)
+        neg = self.eq(-math.inf) if detect_negative else self.zeros_like(dtypes.bool)
+        return pos | neg
+
+    def isfinite(self: Tensor) -> Tensor:
+        return (self.isinf() | self.isnan()).logical_not()
+
+    # ---- comparisons ----
+    def __lt__(self: Tensor, x: TensorLike) -> Tensor:
+        return self._binop(Ops.CMPLT, x)
+
+    def __gt__(self: Tensor, x: TensorLike) -> Tensor:
+        return self._binop(Ops.CMPLT, x, True)
+
+    def __ge__(self: Tensor, x: TensorLike) -> Tensor:
+        return self._binop(Ops.CMPLT, x).logical_not()
+
+    def __le__(self: Tensor, x: TensorLike) -> Tensor:
+        return self._binop(Ops.CMPLT, x, True).logical_not()
+
+    def ne(self: Tensor, x: TensorLike) -> Tensor:
+        return self._binop(Ops.CMPNE, x)
+
+    def eq(self: Tensor, x: TensorLike) -> Tensor:
+        return self.ne(x).logical_not()
+
+    def __eq__(self: Tensor, x: TensorLike) -> Tensor:  # type: ignore[override]
+        return self.eq(x)
+
+    def __ne__(self: Tensor, x: TensorLike) -> Tensor:  # type: ignore[override]
+        return self.ne(x)
+
+    # ---- logic and bits ----
+    def logical_not(self: Tensor) -> Tensor:
+        b = self if self.dtype == dtypes.bool else self.ne(0)
+        return b._binop(Ops.CMPNE, True)
+
+    def logical_and(self: Tensor, x: TensorLike) -> Tensor:
+        return self.cast(dtypes.bool).bitwise_and(self._to_tensor(x).cast(dtypes.bool))
+
+    def logical_or(self: Tensor, x: TensorLike) -> Tensor:
+        return self.cast(dtypes.bool).bitwise_or(self._to_tensor(x).cast(dtypes.bool))
+
+    def logical_xor(self: Tensor, x: TensorLike) -> Tensor:
+        return self.cast(dtypes.bool).bitwise_xor(self._to_tensor(x).cast(dtypes.bool))
+
+    def bitwise_and(self: Tensor, x: TensorLike, reverse: bool = False) -> Tensor:
+        self._require_int("bitwise_and")
+        return self._binop(Ops.AND, x, reverse)
+
+    def bitwise_or(self: Tensor, x: TensorLike, reverse: bool = False) -> Tensor:
+        self._require_int("bitwise_or")
+        return self._binop(Ops.OR, x, reverse)
+
+    def bitwise_xor(self: Tensor, x: TensorLike, reverse: bool = False) -> Tensor:
+        self._require_int("bitwise_xor")
+        return self._binop(Ops.XOR, x, reverse)
+
+    def bitwise_not(self: Tensor) -> Tensor:
+        self._require_int("bitwise_not")
+        return self.logical_not() if self.dtype == dtypes.bool else self._binop(Ops.XOR, -1)
+
+    def lshift(self: Tensor, x: int) -> Tensor:
+        self._require_int("lshift")
+        return self._binop(Ops.SHL, x)
+
+    def rshift(self: Tensor, x: int) -> Tensor:
+        self._require_int("rshift")
+        return self._binop(Ops.SHR, x)
+
+    # ---- operators ----
+    def __add__(self: Tensor, x: TensorLike) -> Tensor:
+        return self.add(x)
+
+    def __radd__(self: Tensor, x: TensorLike) -> Tensor:
+        return self.add(x, True)
+
+    def __sub__(self: Tensor, x: TensorLike) -> Tensor:
+        return self.sub(x)
+
+    def __rsub__(self: Tensor, x: TensorLike) -> Tensor:
+        return self.sub(x, True)
+
+    def __mul__(self: Tensor, x: TensorLike) -> Tensor:
+        return self.mul(x)
+
+    def __rmul__(self: Tensor, x: TensorLike) -> Tensor:
+        return self.mul(x, True)
+
+    def __truediv__(self: Tensor, x: TensorLike) -> Tensor:
+        return self.div(x)
+
+    def __rtruediv__(self: Tensor, x: TensorLike) -> Tensor:
+        return self.div(x, True)
+
+    def __floordiv__(self: Tensor, x: TensorLike) -> Tensor:
+        return self.idiv(x)
+
+    def __rfloordiv__(self: Tensor, x: TensorLike) -> Tensor:
+        return self.idiv(x, True)
+
+    def __mod__(self: Tensor, x: TensorLike) -> Tensor:
+        return self.mod(x)
+
+    def __rmod__(self: Tensor, x: TensorLike) -> Tensor:
+        return self.mod(x, True)
+
+    def __pow__(self: Tensor, x: TensorLike) -> Tensor:
+        return self.pow(x)
+
+    def __rpow__(self: Tensor, x: TensorLike) -> Tensor:
+        return self.pow(x, True)
+
+    def __neg__(self: Tensor) -> Tensor:
+        return self.neg()
+
+    def __abs__(self: Tensor) -> Tensor:
+        return self.abs()
+
+    def __and__(self: Tensor, x: TensorLike) -> Tensor:
+        return self.bitwise_and(x)
+
+    def __rand__(self: Tensor, x: TensorLike) -> Tensor:
+        return self.bitwise_and(x, True)
+
+    def __or__(self: Tensor, x: TensorLike) -> Tensor:
+        return self.bitwise_or(x)
+
+    def __ror__(self: Tensor, x: TensorLike) -> Tensor:
+        return self.bitwise_or(x, True)
+
+    def __xor__(self: Tensor, x: TensorLike) -> Tensor:
+        return self.bitwise_xor(x)
+
+    def __rxor__(self: Tensor, x: TensorLike) -> Tensor:
+        return self.bitwise_xor(x, True)
+
+    def __invert__(self: Tensor) -> Tensor:
+        return self.bitwise_not()
+
+    def __lshift__(self: Tensor, x: int) -> Tensor:
+        return self.lshift(x)
+
+    def __rshift__(self: Tensor, x: int) -> Tensor:
+        return self.rshift(x)
+
+    # ---- casts ----
+    def cast(self: Tensor, dtype: DType) -> Tensor:
+        if not isinstance(dtype, DType):
+            raise TypeError(f"cast: expected a tg DType, got {dtype!r}")
+        return self if self.dtype == dtype else type(self)(self.uop.cast(dtype))
+
+    def bitcast(self: Tensor, dtype: DType) -> Tensor:
+        """Reinterpret the bits as `dtype` (same item size)."""
+        if not isinstance(dtype, DType):
+            raise TypeError(f"bitcast: expected a tg DType, got {dtype!r}")
+        return self if self.dtype == dtype else type(self)(self.uop.bitcast(dtype))
+
+    def float(self: Tensor) -> Tensor:
+        return self.cast(dtypes.float32)
+
+    def half(self: Tensor) -> Tensor:
+        return self.cast(dtypes.float16)
+
+    def double(self: Tensor) -> Tensor:
+        return self.cast(dtypes.float64)
+
+    def int(self: Tensor) -> Tensor:
+        return self.cast(dtypes.int32)
+
+    def long(self: Tensor) -> Tensor:
+        return self.cast(dtypes.int64)
+
+    def bool(self: Tensor) -> Tensor:
+        return self.cast(dtypes.bool)

@@ -1,0 +1,131 @@
+"""Reverse-mode autograd over the tensor-level UOp graph.
+
+Each rule in GRAD_RULES maps an op to a function of (output, incoming gradient, *sources) that returns
+one gradient (or None) per source. The rules are written with Tensor methods, so a gradient is an
+ordinary lazy graph that fuses and schedules like any other.
+
+>>> from tg_tensor import Tensor
+>>> x = Tensor([3.0], requires_grad=True)
+>>> (x * x).sum().gradient(x)[0].tolist()
+[6.0]
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from tg_uop import Ops, UOp, dtypes
+from tg_uop.helpers import argsort
+
+if TYPE_CHECKING:
+    from tg_tensor.tensor import Tensor
+
+Grads = tuple["Tensor | None", ...]
+Rule = Callable[..., Grads]
+LN2 = math.log(2)
+
+
+def _max_grad(ret: Tensor, g: Tensor, a: Tensor, b: Tensor) -> Grads:
+    """Ties split the gradient evenly, as in tinygrad."""
+    share = (a > b).where(1.0, (a == b).where(0.5, 0.0)).cast(g.dtype)
+    return g * share, g * (1 - share)
+
+
+def _where_grad(ret: Tensor, g: Tensor, c: Tensor, a: Tensor, b: Tensor) -> Grads:
+    return None, c.where(g, 0.0), c.where(0.0, g)
+
+
+def _reduce_grad(ret: Tensor, g: Tensor, src: Tensor) -> Grads:
+    op, _ = ret.uop.arg
+    grad = g.expand(src.shape)
+    if op is Ops.ADD:
+        return (grad,)
+    big = ret.expand(src.shape)
+    if op is Ops.MAX:
+        mask = (src == big).cast(g.dtype)
+        count = mask.sum(ret.uop.arg[1], keepdim=True).expand(src.shape)
+        return (grad * mask / count,)
+    if op is Ops.MUL:
+        return (grad * big / src,)
+    raise NotImplementedError(f"no gradient for a {op} reduction")
+
+
+def _expand_grad(ret: Tensor, g: Tensor, src: Tensor) -> Grads:
+    axes = tuple(i for i, (s, r) in enumerate(zip(src.shape, ret.shape)) if s != r)
+    return (g.sum(axes, keepdim=True).cast(g.dtype),)
+
+
+def _pad_grad(ret: Tensor, g: Tensor, src: Tensor) -> Grads:
+    return (g.shrink(tuple((b, b + s) for (b, _), s in zip(ret.uop.arg, src.shape))),)
+
+
+def _shrink_grad(ret: Tensor, g: Tensor, src: Tensor) -> Grads:
+    return (g.pad(tuple((b, s - e) for (b, e), s in zip(ret.uop.arg, src.shape))),)
+
+
+def _flip_grad(ret: Tensor, g: Tensor, src: Tensor) -> Grads:
+    return (g.flip(tuple(i for i, f in enumerate(ret.uop.arg) if f)),)
+
+
+def _cast_grad(ret: Tensor, g: Tensor, src: Tensor) -> Grads:
+    return (g.cast(src.dtype) if dtypes.is_float(src.dtype) else None,)
+
+
+GRAD_RULES: dict[Ops, Rule] = {
+    Ops.ADD: lambda ret, g, a, b: (g, g),
+    Ops.SUB: lambda ret, g, a, b: (g, -g),
+    Ops.MUL: lambda ret, g, a, b: (g * b, g * a),
+    Ops.FDIV: lambda ret, g, a, b: (g / b, -g * a / (b * b)),
+    Ops.MAX: _max_grad,
+    Ops.WHERE: _where_grad,
+    Ops.NEG: lambda ret, g, a: (-g,),
+    Ops.RECIP: lambda ret, g, a: (-g * ret * ret,),
+    Ops.SQRT: lambda ret, g, a: (g / (ret * 2),),
+    Ops.EXP2: lambda ret, g, a: (g * ret * LN2,),
+    Ops.LOG2: lambda ret, g, a: (g / (a * LN2),),
+    Ops.SIN: lambda ret, g, a: (g * a.cos(),),
+    Ops.TRUNC: lambda ret, g, a: (g.zeros_like(),),
+    Ops.CAST: _cast_grad,
+    Ops.REDUCE_AXIS: _reduce_grad,
+    Ops.RESHAPE: lambda ret, g, a: (g.reshape(a.shape),),
+    Ops.PERMUTE: lambda ret, g, a: (g.permute(tuple(argsort(ret.uop.arg))),),
+    Ops.EXPAND: _expand_grad,
+    Ops.PAD: _pad_grad,
+    Ops.SHRINK: _shrink_grad,
+    Ops.FLIP: _flip_grad,
+    Ops.CONTIGUOUS: lambda ret, g, a: (g,),
+    Ops.COPY: lambda ret, g, a, dev=None: (g.to(a.device),),
+}
+# ops through which no gradient flows (comparisons, integer and bit ops, DETACH...)
+NO_GRAD_OPS = frozenset(
+    {Ops.CMPLT, Ops.CMPNE, Ops.IDIV, Ops.MOD, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.BITCAST, Ops.DETACH}
+)
+
+
+def _on_path(root: UOp, targets: set[UOp]) -> set[UOp]:
+    """The nodes under `root` from which some target can be reached (differentiable paths only)."""
+    reaches: set[UOp] = set()
+    for node in root.toposort:  # sources come first
+        if node in targets or (node.op not in NO_GRAD_OPS and any(s in reaches for s in node.src)):
+            reaches.add(node)
+    return reaches
+
+
+def compute_gradient(root: UOp, seed: UOp, targets: list[UOp]) -> dict[UOp, UOp]:
+    """Gradients of `root` (seeded with `seed`) with respect to each reachable node in `targets`."""
+    from tg_tensor.tensor import Tensor  # the rules build Tensors; tensor.py imports this module
+
+    path = _on_path(root, set(targets))
+    grads: dict[UOp, Tensor] = {root: Tensor(seed)} if root in path else {}
+    for node in reversed(list(root.toposort)):
+        g = grads.get(node)
+        if g is None or node.op not in GRAD_RULES or not dtypes.is_float(node.dtype):
+            continue
+        srcs = [Tensor(s) for s in node.src if s.op is not Ops.DEVICE]
+        for src, sg in zip(node.src, GRAD_RULES[node.op](Tensor(node), g, *srcs)):
+            if sg is None or src not in path or not dtypes.is_float(src.dtype):
+                continue
+            grads[src] = sg if src not in grads else grads[src] + sg
+    return {t: grads[t].uop for t in targets if t in grads}

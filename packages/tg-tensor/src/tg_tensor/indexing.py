@@ -1,0 +1,216 @@
+# mypy: disable-error-code="misc"
+# (mixin methods annotate `self: Tensor`, the class they are mixed into; mypy flags that as "misc")
+"""Indexing: basic (ints, slices, None, Ellipsis) as movement ops; advanced (lists, tensors) as one-hot masks.
+
+>>> from tg_tensor import Tensor
+>>> t = Tensor.arange(12).reshape(3, 4)
+>>> t[1, ::-2].tolist()
+[7, 5]
+>>> t[[0, 2], 1].tolist()
+[1, 9]
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tg_tensor.util import broadcast_shape
+from tg_uop import dtypes
+
+if TYPE_CHECKING:
+    from tg_tensor.tensor import Tensor
+
+Index = Any
+
+
+class IndexingMixin:
+    """__getitem__, __setitem__, gather, scatter, masked_fill, one_hot, triu, tril."""
+
+    __slots__ = ()
+
+    def __getitem__(self: Tensor, index: Index) -> Tensor:
+        items = _normalize_index(index, self.ndim)
+        x, dims, advanced = self, 0, []  # dims: position in x of the next remaining source dim
+        for item in items:
+            if item is None:
+                x, dims = x.unsqueeze(dims), dims + 1
+            elif isinstance(item, int):
+                x = x._index_int(dims, item)
+            elif isinstance(item, slice):
+                x, dims = x._index_slice(dims, item), dims + 1
+            else:
+                advanced.append((dims, x._index_tensor(item, dims)))
+                dims += 1
+        return x._apply_advanced(advanced) if advanced else x
+
+    def _index_int(self: Tensor, dim: int, i: int) -> Tensor:
+        n = int(self.shape[dim])
+        if not -n <= i < n:
+            raise IndexError(f"index {i} is out of range for dim {dim} of size {n} (shape {self.shape})")
+        i %= n
+        return self._slice(dim, i, i + 1).reshape(self.shape[:dim] + self.shape[dim + 1 :])
+
+    def _index_slice(self: Tensor, dim: int, s: slice) -> Tensor:
+        n = int(self.shape[dim])
+        start, stop, step = s.indices(n)
+        x = self
+        if step < 0:
+            x = x.flip(dim)
+            start, stop, step = n - 1 - start, n - 1 - stop, -step
+        count = max(0, -(-(stop - start) // step))
+        if step == 1 or count <= 1:
+            return x._slice(dim, start, start + count)
+        end = start + count * step
+        if end > n:  # pad so the strided reshape fits; the padding is never read
+            x = x.pad(tuple((0, end - n) if i == dim else (0, 0) for i in range(x.ndim)))
+        x = x._slice(dim, start, end)
+        shape = x.shape[:dim] + (count, step) + x.shape[dim + 1 :]
+        x = x.reshape(shape)._slice(dim + 1, 0, 1)
+        return x.reshape(shape[: dim + 1] + shape[dim + 2 :])
+
+    def _index_tensor(self: Tensor, item: Any, dim: int) -> Tensor:
+        n = int(self.shape[dim])
+        if isinstance(item, type(self)):
+            idx = item
+        else:
+            flat = _flatten_list(item)
+            bad = [i for i in flat if not isinstance(i, int) or isinstance(i, bool) or not -n <= i < n]
+            if bad:
+                raise IndexError(f"index {bad[0]!r} is out of range for dim {dim} of size {n} (shape {self.shape})")
+            idx = type(self)(item, device=self.device, dtype=dtypes.int32)
+        if not dtypes.is_int(idx.dtype):
+            raise IndexError(f"tensor indices must be integers, got dtype {idx.dtype}")
+        return (idx < 0).where(idx + n, idx)
+
+    def _apply_advanced(self: Tensor, advanced: list[tuple[int, Tensor]]) -> Tensor:
+        """Gather with broadcast index tensors on dims `d` through a one-hot mask and a sum."""
+        adv_dims = [d for d, _ in advanced]
+        bshape = broadcast_shape(*(t.shape for _, t in advanced))
+        rest = [i for i in range(self.ndim) if i not in adv_dims]
+        x = self.permute(tuple(adv_dims + rest))
+        nb, k = len(bshape), len(adv_dims)
+        mask = None
+        for j, (d, idx) in enumerate(advanced):
+            n = int(self.shape[d])
+            ar = type(self).arange(n, device=self.device).reshape((1,) * nb + (1,) * j + (n,) + (1,) * (k - j - 1))
+            hit = idx.reshape(idx.shape + (1,) * k)._broadcast_to(bshape + (1,) * k) == ar
+            mask = hit if mask is None else mask & hit
+        assert mask is not None
+        rest_shape = tuple(x.shape[k:])
+        mask = mask.reshape(mask.shape + (1,) * len(rest_shape))
+        vals = x.reshape((1,) * nb + tuple(x.shape))
+        picked = mask.where(vals, 0).sum(tuple(range(nb, nb + k)), dtype=_sum_dtype(self.dtype)).cast(self.dtype)
+        adjacent = adv_dims == list(range(adv_dims[0], adv_dims[0] + k))
+        if not adjacent or adv_dims[0] == 0:
+            return picked
+        first = adv_dims[0]  # numpy puts the broadcast dims where the adjacent advanced indices were
+        order = list(range(nb, nb + first)) + list(range(nb)) + list(range(nb + first, picked.ndim))
+        return picked.permute(tuple(order))
+
+    def __setitem__(self: Tensor, index: Index, value: Any) -> None:
+        """Write `value` into the selected elements of a realized tensor (one-hot scatter, then assign)."""
+        if self.requires_grad:
+            raise RuntimeError("__setitem__ on a tensor that requires grad is not supported")
+        positions = type(self).arange(int(self.numel()), device=self.device).reshape(self.shape)[index]
+        val = self._to_tensor(value).cast(self.dtype)._broadcast_to(positions.shape)
+        flat_pos, flat_val = positions.flatten(), val.flatten()
+        n = int(self.numel())
+        onehot = flat_pos.reshape(-1, 1) == type(self).arange(n, device=self.device).reshape(1, n)
+        hit = onehot.any(0)
+        written = onehot.where(flat_val.reshape(-1, 1), 0).sum(0, dtype=_sum_dtype(self.dtype)).cast(self.dtype)
+        new = hit.reshape(self.shape).where(written.reshape(self.shape), self)
+        self.assign(new.contiguous())
+
+    # ---- gather / scatter ----
+    def gather(self: Tensor, dim: int, index: Tensor) -> Tensor:
+        """out[i][j] = self[index[i][j]][j] for dim 0 (and likewise for other dims)."""
+        d = self._axis(dim)
+        if index.ndim != self.ndim or any(index.shape[i] > self.shape[i] for i in range(self.ndim) if i != d):
+            raise ValueError(f"gather: index shape {index.shape} does not fit self shape {self.shape} on dim {d}")
+        n = int(self.shape[d])
+        x = self.shrink(tuple(None if i == d else (0, index.shape[i]) for i in range(self.ndim)))
+        x = x.transpose(d, -1).unsqueeze(-2)  # (..., 1, n)
+        idx = index.transpose(d, -1).unsqueeze(-1)  # (..., m, 1)
+        hit = idx == type(self).arange(n, device=self.device)
+        out = hit.where(x, 0).sum(-1, dtype=_sum_dtype(self.dtype)).cast(self.dtype)
+        return out.transpose(d, -1)
+
+    def scatter(self: Tensor, dim: int, index: Tensor, src: Any, reduce: str | None = None) -> Tensor:
+        """Write src[i][j] to out[index[i][j]][j] (dim 0); reduce 'add' or 'multiply' combines instead."""
+        d = self._axis(dim)
+        if index.ndim != self.ndim or any(index.shape[i] > self.shape[i] for i in range(self.ndim) if i != d):
+            raise ValueError(f"scatter: index shape {index.shape} does not fit self shape {self.shape} on dim {d}")
+        if reduce not in (None, "add", "multiply"):
+            raise ValueError(f"scatter: reduce must be None, 'add' or 'multiply', got {reduce!r}")
+        n = int(self.shape[d])
+        s = self._to_tensor(src).cast(self.dtype)
+        s = s._broadcast_to(index.shape) if s.ndim == 0 else s.shrink(tuple((0, k) for k in index.shape))
+        hit = index.transpose(d, -1).unsqueeze(-1) == type(self).arange(n, device=self.device)  # (..., m, n)
+        vals = s.transpose(d, -1).unsqueeze(-1)
+        pads = tuple((0, int(a) - int(b)) for a, b in zip(self.transpose(d, -1).shape, hit.shape[:-2] + (n,)))
+        any_hit = hit.any(-2).pad(pads).transpose(d, -1)
+        if reduce == "multiply":
+            prod = hit.where(vals, 1).prod(-2).cast(self.dtype).pad(pads).transpose(d, -1)
+            return any_hit.where(self * prod, self)
+        total = hit.where(vals, 0).sum(-2, dtype=_sum_dtype(self.dtype)).cast(self.dtype).pad(pads).transpose(d, -1)
+        return any_hit.where(self + total if reduce == "add" else total, self)
+
+    def masked_fill(self: Tensor, mask: Tensor, value: Any) -> Tensor:
+        return mask.where(value, self)
+
+    def one_hot(self: Tensor, num_classes: int = -1) -> Tensor:
+        """An int tensor with a trailing axis of size num_classes holding 1 at each index.
+
+        >>> Tensor([0, 2]).one_hot(3).tolist()
+        [[1, 0, 0], [0, 0, 1]]
+        """
+        if not dtypes.is_int(self.dtype):
+            raise TypeError(f"one_hot needs an integer tensor, got dtype {self.dtype}")
+        if num_classes == -1:
+            num_classes = int(self.max().item()) + 1
+        classes = type(self).arange(num_classes, device=self.device)
+        return (self.unsqueeze(-1) == classes).where(1, 0)
+
+    def _tri_mask(self: Tensor, diagonal: int, upper: bool) -> Tensor:
+        if self.ndim < 2:
+            raise ValueError(f"triu/tril need at least 2 dims, got shape {self.shape}")
+        r, c = int(self.shape[-2]), int(self.shape[-1])
+        rows = type(self).arange(r, device=self.device).reshape(r, 1)
+        cols = type(self).arange(c, device=self.device).reshape(1, c)
+        return (cols - rows >= diagonal) if upper else (cols - rows <= diagonal)
+
+    def triu(self: Tensor, diagonal: int = 0) -> Tensor:
+        """Zero the elements below the `diagonal`-th diagonal."""
+        return self._tri_mask(diagonal, True).where(self, self.zeros_like())
+
+    def tril(self: Tensor, diagonal: int = 0) -> Tensor:
+        """Zero the elements above the `diagonal`-th diagonal."""
+        return self._tri_mask(diagonal, False).where(self, self.zeros_like())
+
+
+def _sum_dtype(dt: Any) -> Any:
+    return dt if dtypes.is_float(dt) else None
+
+
+def _flatten_list(x: Any) -> list[Any]:
+    if isinstance(x, (list, tuple)):
+        return [v for item in x for v in _flatten_list(item)]
+    return [x]
+
+
+def _normalize_index(index: Index, ndim: int) -> list[Any]:
+    """The index as a list of per-dim items with Ellipsis expanded; too many indices raise."""
+    items = list(index) if isinstance(index, tuple) else [index]
+    for it in items:
+        allowed = it is None or it is Ellipsis or isinstance(it, (int, slice, list)) or hasattr(it, "uop")
+        if isinstance(it, bool) or not allowed:
+            raise TypeError(f"index {it!r}: expected int, slice, None, Ellipsis, list or Tensor")
+    if sum(1 for it in items if it is Ellipsis) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    used = sum(1 for it in items if it is not None and it is not Ellipsis)
+    if used > ndim:
+        raise IndexError(f"too many indices: {used} for a tensor of {ndim} dims")
+    at = next((i for i, it in enumerate(items) if it is Ellipsis), None)
+    if at is not None:
+        return items[:at] + [slice(None)] * (ndim - used) + items[at + 1 :]
+    return items + [slice(None)] * (ndim - used)

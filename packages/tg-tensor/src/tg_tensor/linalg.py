@@ -1,0 +1,118 @@
+# mypy: disable-error-code="misc"
+# (mixin methods annotate `self: Tensor`, the class they are mixed into; mypy flags that as "misc")
+"""Linear algebra: dot/matmul (batched, broadcast), linear, einsum. A matmul is a multiply and a sum: one kernel.
+
+>>> from tg_tensor import Tensor
+>>> (Tensor([[1.0, 2.0]]) @ Tensor([[3.0], [4.0]])).tolist()
+[[11.0]]
+>>> Tensor.einsum("ij->ji", Tensor([[1, 2]])).tolist()
+[[1], [2]]
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tg_uop import DType
+
+if TYPE_CHECKING:
+    from tg_tensor.tensor import Tensor
+
+
+class LinalgMixin:
+    """dot, matmul, @, linear, einsum."""
+
+    __slots__ = ()
+
+    def dot(self: Tensor, w: Tensor, dtype: DType | None = None) -> Tensor:
+        """Matrix product with numpy's rules for 1-D operands and broadcast batch dims."""
+        if self.ndim == 0 or w.ndim == 0:
+            raise ValueError(f"matmul: both operands need at least 1 dim, got shapes {self.shape} and {w.shape}")
+        k_w = w.shape[-2] if w.ndim > 1 else w.shape[0]
+        if self.shape[-1] != k_w:
+            raise ValueError(f"matmul: shapes {self.shape} and {w.shape} do not align: {self.shape[-1]} != {k_w}")
+        if w.ndim == 1:
+            return (self * w).sum(-1, dtype=dtype)
+        if self.ndim == 1:
+            return (self.reshape(-1, 1) * w).sum(-2, dtype=dtype)
+        x = self.unsqueeze(-2)  # (..., n, 1, k)
+        wt = w.transpose(-1, -2).unsqueeze(-3)  # (..., 1, m, k)
+        return (x * wt).sum(-1, dtype=dtype)
+
+    def matmul(self: Tensor, x: Tensor, reverse: bool = False, dtype: DType | None = None) -> Tensor:
+        return x.dot(self, dtype) if reverse else self.dot(x, dtype)
+
+    def __matmul__(self: Tensor, x: Tensor) -> Tensor:
+        return self.matmul(x)
+
+    def __rmatmul__(self: Tensor, x: Tensor) -> Tensor:
+        return self.matmul(x, True)
+
+    def linear(self: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+        """self @ weight + bias, with weight of shape (in, out) as in tinygrad (1-D weights multiply)."""
+        x = self * weight if weight.ndim == 1 else self.dot(weight)
+        return x if bias is None else x + bias
+
+    @staticmethod
+    def einsum(formula: str, *operands: Any) -> Tensor:
+        """Einstein summation over letters, e.g. "ij,jk->ik"; an implicit output lists the letters used once.
+
+        Repeated letters in one operand take the diagonal ("ii->i"); "..." is not supported.
+        """
+        ops = list(operands[0]) if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else list(operands)
+        lhs, rhs = _parse_einsum(formula.replace(" ", ""), len(ops))
+        sizes: dict[str, int] = {}
+        prepared = []
+        for letters, t in zip(lhs, ops):
+            letters, t = _take_diagonals(letters, t)
+            for ch, n in zip(letters, t.shape):
+                if sizes.setdefault(ch, int(n)) != n:
+                    raise ValueError(f"einsum: index {ch!r} has sizes {sizes[ch]} and {n} in {formula!r}")
+            prepared.append((letters, t))
+        order = list(rhs) + sorted(set(sizes) - set(rhs))
+        total = None
+        for letters, t in prepared:
+            perm = sorted(range(len(letters)), key=lambda i: order.index(letters[i]))
+            t = t.permute(tuple(perm)) if perm else t
+            t = t.reshape(tuple(sizes[ch] if ch in letters else 1 for ch in order))
+            total = t if total is None else total * t
+        assert total is not None
+        summed = tuple(range(len(rhs), len(order)))
+        return total.sum(summed) if summed else total
+
+
+def _parse_einsum(formula: str, n_operands: int) -> tuple[list[str], str]:
+    if "." in formula:
+        raise ValueError(f"einsum: '...' is not supported in {formula!r}")
+    lhs, _, rhs = formula.partition("->")
+    inputs = lhs.split(",")
+    if len(inputs) != n_operands:
+        raise ValueError(f"einsum: {formula!r} names {len(inputs)} operands, got {n_operands}")
+    if not all(ch.isalpha() for part in inputs for ch in part) or not all(ch.isalpha() for ch in rhs):
+        raise ValueError(f"einsum: {formula!r} must use letters only")
+    if "->" not in formula:
+        letters = "".join(inputs)
+        rhs = "".join(sorted(ch for ch in set(letters) if letters.count(ch) == 1))
+    missing = set(rhs) - set("".join(inputs))
+    if missing or len(set(rhs)) != len(rhs):
+        raise ValueError(f"einsum: output {rhs!r} of {formula!r} repeats letters or uses unknown ones {missing}")
+    return inputs, rhs
+
+
+def _take_diagonals(letters: str, t: Tensor) -> tuple[str, Tensor]:
+    """Fold repeated letters of one operand into a single axis (its diagonal)."""
+    if len(letters) != t.ndim:
+        raise ValueError(f"einsum: operand of shape {t.shape} has {t.ndim} dims but its letters are {letters!r}")
+    while len(set(letters)) != len(letters):
+        ch = next(c for c in letters if letters.count(c) > 1)
+        a = letters.index(ch)
+        b = letters.index(ch, a + 1)
+        n = int(t.shape[a])
+        if t.shape[b] != n:
+            raise ValueError(f"einsum: repeated index {ch!r} has sizes {n} and {t.shape[b]}")
+        ar = type(t).arange(n, device=t.device)
+        shape_a = tuple(n if i == a else 1 for i in range(t.ndim))
+        shape_b = tuple(n if i == b else 1 for i in range(t.ndim))
+        t = (ar.reshape(shape_a) == ar.reshape(shape_b)).where(t, 0).sum(b)
+        letters = letters[:b] + letters[b + 1 :]
+    return letters, t

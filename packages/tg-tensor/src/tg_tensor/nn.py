@@ -1,0 +1,167 @@
+# mypy: disable-error-code="misc"
+# (mixin methods annotate `self: Tensor`, the class they are mixed into; mypy flags that as "misc")
+"""Neural-network functions: normalization, dropout, attention, interpolation, losses.
+
+>>> from tg_tensor import Tensor
+>>> logits = Tensor([[2.0, 0.0], [0.0, 2.0]])
+>>> round(logits.sparse_categorical_crossentropy(Tensor([0, 1])).item(), 4)
+0.1269
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tg_tensor.conv import ConvMixin
+from tg_uop import dtypes
+
+if TYPE_CHECKING:
+    from tg_tensor.tensor import Tensor
+
+
+def _reduce_loss(loss: Tensor, reduction: str) -> Tensor:
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return loss.sum()
+    if reduction == "mean":
+        return loss.mean()
+    raise ValueError(f"reduction must be 'none', 'sum' or 'mean', got {reduction!r}")
+
+
+class NNMixin(ConvMixin):
+    """layernorm, batchnorm, dropout, scaled_dot_product_attention, interpolate and the losses."""
+
+    __slots__ = ()
+
+    def layernorm(self: Tensor, axis: int | tuple[int, ...] = -1, eps: float = 1e-5) -> Tensor:
+        """(x - mean) / sqrt(var + eps) over `axis` (population variance)."""
+        y = self - self.mean(axis, keepdim=True)
+        return y * ((y * y).mean(axis, keepdim=True) + eps).rsqrt()
+
+    def batchnorm(
+        self: Tensor,
+        weight: Tensor | None,
+        bias: Tensor | None,
+        mean: Tensor,
+        invstd: Tensor,
+        axis: int | tuple[int, ...] = 1,
+    ) -> Tensor:
+        """(x - mean) * invstd * weight + bias, with the parameters laid along `axis`."""
+        axes = (axis,) if isinstance(axis, int) else tuple(axis)
+        axes = tuple(self._axis(a) for a in axes)
+        shape = tuple(s if i in axes else 1 for i, s in enumerate(self.shape))
+        x = self - mean.reshape(shape)
+        if weight is not None:
+            x = x * weight.reshape(shape)
+        ret = x * (invstd.reshape(shape) if invstd.ndim == len(axes) else invstd)
+        return ret + bias.reshape(shape) if bias is not None else ret
+
+    def dropout(self: Tensor, p: float = 0.5) -> Tensor:
+        """Zero elements with probability p and scale the rest by 1/(1-p); a no-op unless Tensor.training."""
+        if not 0 <= p <= 1:
+            raise ValueError(f"dropout: p must be in [0, 1], got {p}")
+        if not type(self).training or p == 0:
+            return self
+        if p == 1:
+            return self.zeros_like()
+        keep = type(self).rand(*self.shape, device=self.device) >= p
+        return keep.where(self, 0) * (1 / (1 - p))
+
+    def scaled_dot_product_attention(
+        self: Tensor,
+        key: Tensor,
+        value: Tensor,
+        attn_mask: Tensor | None = None,
+        dropout_p: float = 0.0,
+        is_causal: bool = False,
+    ) -> Tensor:
+        """softmax(q k^T / sqrt(d) + mask) v; a bool mask keeps True positions, is_causal keeps j <= i."""
+        scores = self @ key.transpose(-2, -1) / math.sqrt(int(self.shape[-1]))
+        if is_causal:
+            causal = type(self).ones(int(self.shape[-2]), int(key.shape[-2]), dtype=dtypes.bool, device=self.device)
+            scores = causal.tril().where(scores, -math.inf)
+        if attn_mask is not None:
+            scores = attn_mask.where(scores, -math.inf) if attn_mask.dtype == dtypes.bool else scores + attn_mask
+        return scores.softmax(-1).dropout(dropout_p) @ value
+
+    def interpolate(self: Tensor, size: tuple[int, ...], mode: str = "linear", align_corners: bool = False) -> Tensor:
+        """Resize the last len(size) dims ("nearest" or "linear", one dim at a time)."""
+        if mode not in ("nearest", "linear"):
+            raise ValueError(f"interpolate: mode must be 'nearest' or 'linear', got {mode!r}")
+        if len(size) > self.ndim:
+            raise ValueError(f"interpolate: size {size} has more dims than the input shape {self.shape}")
+        x = self
+        for j, out in enumerate(size):
+            ax = self.ndim - len(size) + j
+            x = x._resize_axis(ax, int(out), mode, align_corners)
+        return x
+
+    def _resize_axis(self: Tensor, ax: int, out: int, mode: str, align_corners: bool) -> Tensor:
+        n = int(self.shape[ax])
+        dst = np.arange(out, dtype=np.float64)
+        if mode == "nearest":
+            src = np.minimum(np.floor(dst * n / out), n - 1).astype(int)
+            return self[(slice(None),) * ax + (src.tolist(),)]
+        if align_corners:
+            pos = dst * ((n - 1) / (out - 1)) if out > 1 else np.zeros(out)
+        else:
+            pos = np.maximum((dst + 0.5) * (n / out) - 0.5, 0)
+        lo = np.minimum(np.floor(pos).astype(int), n - 1)
+        hi = np.minimum(lo + 1, n - 1)
+        w = (pos - lo).astype(np.float32).reshape((out,) + (1,) * (self.ndim - ax - 1))
+        x = self._float()
+        x_lo = x[(slice(None),) * ax + (lo.tolist(),)]
+        x_hi = x[(slice(None),) * ax + (hi.tolist(),)]
+        wt = type(self)(w, device=self.device).cast(x.dtype)
+        return x_lo * (1 - wt) + x_hi * wt
+
+    # ---- losses ----
+    def cross_entropy(self: Tensor, y: Tensor, reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
+        """Cross entropy of logits (N, C, ...) with class indices (N, ...) or probabilities (N, C, ...)."""
+        if not 0 <= label_smoothing <= 1:
+            raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
+        classes = int(self.shape[1]) if self.ndim > 1 else int(self.shape[0])
+        cls_axis = 1 if self.ndim > 1 else 0
+        if y.ndim < self.ndim:
+            y = y.one_hot(classes).cast(self._float().dtype)
+            y = y.permute((0, y.ndim - 1, *range(1, y.ndim - 1))) if y.ndim > 2 else y
+        y = (1 - label_smoothing) * y + label_smoothing / classes
+        loss = -(self.log_softmax(cls_axis) * y).sum(cls_axis)
+        return _reduce_loss(loss, reduction)
+
+    def sparse_categorical_crossentropy(
+        self: Tensor, y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0, reduction: str = "mean"
+    ) -> Tensor:
+        """Cross entropy of logits (..., C) with int labels (...); labels equal to ignore_index are skipped.
+
+        The mean divides by the number of labels that count.
+        """
+        if not dtypes.is_int(y.dtype):
+            raise TypeError(f"sparse_categorical_crossentropy: labels must be integers, got dtype {y.dtype}")
+        if y.shape != self.shape[:-1]:
+            raise ValueError(f"sparse_categorical_crossentropy: labels {y.shape} do not match logits {self.shape}")
+        classes = int(self.shape[-1])
+        log_probs = self.log_softmax(-1)
+        counted = y.ne(ignore_index)
+        hit = (y.unsqueeze(-1) == type(self).arange(classes, device=self.device)) & counted.unsqueeze(-1)
+        nll = hit.where(log_probs, 0).sum(-1)
+        smooth = label_smoothing * log_probs.mean(-1)
+        loss = counted.where(-(1 - label_smoothing) * nll - smooth, 0)
+        if reduction == "mean":
+            return loss.sum() / counted.sum().cast(loss.dtype)
+        return _reduce_loss(loss, reduction)
+
+    def binary_crossentropy(self: Tensor, y: Tensor, reduction: str = "mean") -> Tensor:
+        """-(y log p + (1 - y) log(1 - p)) for probabilities p = self."""
+        loss = -(y * self.log() + (1 - y) * (1 - self).log())
+        return _reduce_loss(loss, reduction)
+
+    def binary_crossentropy_logits(self: Tensor, y: Tensor, reduction: str = "mean", pos_weight: Any = None) -> Tensor:
+        """binary_crossentropy of sigmoid(self), computed stably from the logits."""
+        log_p, log_not_p = self.logsigmoid(), (-self).logsigmoid()
+        pos = y * log_p if pos_weight is None else y * log_p * pos_weight
+        return _reduce_loss(-(pos + (1 - y) * log_not_p), reduction)

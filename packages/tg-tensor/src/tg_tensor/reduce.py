@@ -1,0 +1,184 @@
+# mypy: disable-error-code="misc"
+# (mixin methods annotate `self: Tensor`, the class they are mixed into; mypy flags that as "misc")
+"""Reductions: sum, prod, max, min, mean, var, std, arg-reductions, softmax family, cumulative ops.
+
+`axis` may be an int, a tuple, None (all axes) or negative; `keepdim` keeps reduced axes as size 1.
+
+>>> from tg_tensor import Tensor
+>>> Tensor([[1, 2], [3, 4]]).sum(axis=0).tolist()
+[4, 6]
+>>> Tensor([3.0, 1.0, 2.0]).argmax().item()
+0
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from tg_tensor.util import resolve_axes, sum_acc_dtype
+from tg_uop import DType, Ops, dtypes
+from tg_uop.helpers import prod
+
+if TYPE_CHECKING:
+    from tg_tensor.tensor import Tensor
+
+Axis = int | Sequence[int] | None
+
+
+class ReduceMixin:
+    """Reductions over axes."""
+
+    __slots__ = ()
+
+    def _reduce(self: Tensor, op: Ops, axis: Axis, keepdim: bool) -> Tensor:
+        axes = resolve_axes(axis if axis is None or isinstance(axis, int) else tuple(axis), self.ndim)
+        if self.ndim == 0:
+            return self
+        if op is Ops.MAX and any(self.shape[a] == 0 for a in axes):
+            raise ValueError(f"max/min: cannot reduce over a size-0 axis of shape {self.shape}")
+        ret = type(self)(self.uop.r(op, axes))
+        return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+
+    def sum(self: Tensor, axis: Axis = None, keepdim: bool = False, dtype: DType | None = None) -> Tensor:
+        """Sum over `axis`. Small ints and bools accumulate in int32, halfs in float32 (and come back as half).
+
+        >>> Tensor([[1.0, 2.0]]).sum(-1, keepdim=True).tolist()
+        [[3.0]]
+        """
+        acc = dtype or sum_acc_dtype(self.dtype)
+        ret = self.cast(acc)._reduce(Ops.ADD, axis, keepdim)
+        return ret.cast(self.dtype) if dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16) else ret
+
+    def prod(self: Tensor, axis: Axis = None, keepdim: bool = False, dtype: DType | None = None) -> Tensor:
+        """Product over `axis`."""
+        return self.cast(dtype or sum_acc_dtype(self.dtype))._reduce(Ops.MUL, axis, keepdim)
+
+    def max(self: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
+        return self._reduce(Ops.MAX, axis, keepdim)
+
+    def min(self: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
+        return self._inverted()._reduce(Ops.MAX, axis, keepdim)._inverted()
+
+    def _inverted(self: Tensor) -> Tensor:
+        """An order-reversing bijection: -x for floats, ~x for ints, not x for bools."""
+        return -self if dtypes.is_float(self.dtype) else self.bitwise_not()
+
+    def mean(self: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
+        """The average over `axis` (ints give floats; an empty axis gives NaN).
+
+        The division happens before the axes are dropped, so `x.mean()` and the mean inside `x.std()`
+        are one node (one kernel).
+        """
+        axes = resolve_axes(axis if axis is None or isinstance(axis, int) else tuple(axis), self.ndim)
+        x = self._float()
+        count = prod(self.shape[a] for a in axes)
+        total = x.sum(axes, keepdim=True)
+        ret = total / count if count else total * math.nan
+        ret = ret.cast(x.dtype)
+        return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+
+    def var(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: int | float = 1) -> Tensor:
+        """Variance with `correction` subtracted from the count (1: sample variance, 0: population)."""
+        axes = resolve_axes(axis if axis is None or isinstance(axis, int) else tuple(axis), self.ndim)
+        x = self._float()
+        dev = x - x.mean(axes, keepdim=True)
+        n = prod(self.shape[a] for a in axes)
+        return (dev * dev).sum(axes, keepdim=keepdim).div(max(0, n - correction))
+
+    def std(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: int | float = 1) -> Tensor:
+        return self.var(axis, keepdim, correction).sqrt()
+
+    def var_mean(
+        self: Tensor, axis: Axis = None, keepdim: bool = False, correction: int | float = 1
+    ) -> tuple[Tensor, Tensor]:
+        return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
+
+    def std_mean(
+        self: Tensor, axis: Axis = None, keepdim: bool = False, correction: int | float = 1
+    ) -> tuple[Tensor, Tensor]:
+        return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
+
+    def any(self: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
+        return self.cast(dtypes.bool)._reduce(Ops.MAX, axis, keepdim) if self.numel() else self._empty_reduce(False)
+
+    def all(self: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
+        return self.logical_not().any(axis, keepdim).logical_not()
+
+    def _empty_reduce(self: Tensor, value: bool) -> Tensor:
+        return type(self).full((), value, dtypes.bool, self.device)
+
+    # ---- arg reductions ----
+    def argmax(self: Tensor, axis: int | None = None, keepdim: bool = False) -> Tensor:
+        """The index of the first maximum along `axis` (of the flattened tensor when None).
+
+        >>> Tensor([[1, 5], [7, 2]]).argmax(axis=1).tolist()
+        [1, 0]
+        """
+        if axis is None:
+            return self.flatten().argmax(0, keepdim=False)
+        ax = resolve_axes(axis, self.ndim)[0]
+        n = int(self.shape[ax]) if self.ndim else 1
+        if n == 0:
+            raise ValueError(f"argmax/argmin: axis {axis} of shape {self.shape} is empty")
+        is_max = self.eq(self.max(ax, keepdim=True))
+        shape = [1] * self.ndim
+        if self.ndim:
+            shape[ax] = n
+        countdown = type(self).arange(n, 0, -1, device=self.device).reshape(tuple(shape))
+        first = (is_max.where(countdown, 0)).max(ax, keepdim=keepdim)
+        return (n - first).cast(dtypes.int32)
+
+    def argmin(self: Tensor, axis: int | None = None, keepdim: bool = False) -> Tensor:
+        return self._inverted().argmax(axis, keepdim)
+
+    # ---- softmax family ----
+    def logsumexp(self: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
+        """log(sum(exp(x))) computed stably by shifting by the maximum."""
+        m = self.max(axis, keepdim=True).detach()
+        m = m.isinf().where(0.0, m)
+        ret = (self - m).exp().sum(axis, keepdim=True).log() + m
+        if keepdim:
+            return ret
+        axes = resolve_axes(axis if axis is None or isinstance(axis, int) else tuple(axis), self.ndim)
+        return ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+
+    def softmax(self: Tensor, axis: int = -1) -> Tensor:
+        """exp(x) / sum(exp(x)) along `axis` (shifted by the maximum for stability)."""
+        x = self._float()
+        e = (x - x.max(axis, keepdim=True).detach()).exp()
+        return e / e.sum(axis, keepdim=True)
+
+    def log_softmax(self: Tensor, axis: int = -1) -> Tensor:
+        x = self._float()
+        shifted = x - x.max(axis, keepdim=True).detach()
+        return shifted - shifted.exp().sum(axis, keepdim=True).log()
+
+    # ---- cumulative ----
+    def _cumulative(self: Tensor, axis: int, op: Ops) -> Tensor:
+        """out[..., i] = reduce(x[..., :i+1]) through a lower-triangular mask over a new last axis."""
+        ax = resolve_axes(axis, self.ndim)[0]
+        x = self.transpose(ax, -1) if self.ndim else self.reshape(1)
+        n = int(x.shape[-1])
+        idx = type(self).arange(n, device=self.device)
+        mask = idx.reshape(n, 1) >= idx.reshape(1, n)
+        wide = x.unsqueeze(-2).expand(*x.shape[:-1], n, n)
+        if op is Ops.ADD:
+            ret = mask.where(wide, 0).sum(-1, dtype=x.dtype if dtypes.is_float(x.dtype) else None)
+        else:
+            lowest = -math.inf if dtypes.is_float(x.dtype) else dtypes.min(x.dtype)
+            ret = mask.where(wide, lowest).max(-1)
+        return ret.transpose(ax, -1) if self.ndim else ret.reshape(())
+
+    def cumsum(self: Tensor, axis: int = 0) -> Tensor:
+        """Running sum along `axis`.
+
+        >>> Tensor([1, 2, 3]).cumsum().tolist()
+        [1, 3, 6]
+        """
+        return self._cumulative(axis, Ops.ADD)
+
+    def cummax(self: Tensor, axis: int = 0) -> Tensor:
+        """Running maximum along `axis`."""
+        return self._cumulative(axis, Ops.MAX)

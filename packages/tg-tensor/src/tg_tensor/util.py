@@ -1,0 +1,108 @@
+"""Small helpers shared by the Tensor modules: shapes, broadcasting, dtypes, constants.
+
+>>> from tg_tensor.util import broadcast_shape
+>>> broadcast_shape((2, 1), (3,))
+(2, 3)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tg_uop import ConstType, DType, Ops, UOp, dtypes
+from tg_uop.uop import sint
+
+
+def np_dtype(dt: DType) -> np.dtype[Any]:
+    """The numpy dtype matching a tg dtype (bfloat16 has none: callers convert)."""
+    return np.dtype(dtypes.to_np_name(dt))
+
+
+def const_uop(value: ConstType, dtype: DType, device: str) -> UOp:
+    """A 0-d tensor-level constant on `device`."""
+    return UOp(Ops.CONST, dtype, (UOp(Ops.DEVICE, arg=device),), dtypes.as_const(value, dtype))
+
+
+def scalar_dtype(tensor_dtype: DType, value: ConstType) -> DType:
+    """The dtype a Python scalar takes next to a tensor (tinygrad's rule: the tensor's, unless it must widen)."""
+    if isinstance(value, float) and not dtypes.is_float(tensor_dtype):
+        return dtypes.default_float
+    if isinstance(value, int) and not isinstance(value, bool) and tensor_dtype == dtypes.bool:
+        return dtypes.default_int
+    return tensor_dtype
+
+
+def sum_acc_dtype(dt: DType) -> DType:
+    """The dtype a sum accumulates in: int32 at least for ints and bools, float32 at least for floats."""
+    if dtypes.is_unsigned(dt):
+        return dtypes.least_upper(dt, dtypes.uint32)
+    if dtypes.is_int(dt) or dt == dtypes.bool:
+        return dtypes.least_upper(dt, dtypes.int32)
+    return dtypes.least_upper(dt, dtypes.float32)
+
+
+def broadcast_shape(*shapes: tuple[sint, ...]) -> tuple[sint, ...]:
+    """numpy's broadcasting rule; raises ValueError naming the shapes when they do not fit."""
+    n = max((len(s) for s in shapes), default=0)
+    padded = [(1,) * (n - len(s)) + tuple(s) for s in shapes]
+    out: list[sint] = []
+    for dims in zip(*padded):
+        big = [d for d in dims if d != 1]
+        if any(d != big[0] for d in big):
+            raise ValueError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} cannot be broadcast together")
+        out.append(big[0] if big else 1)
+    return tuple(out)
+
+
+def varargs_shape(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """`f(2, 3)` and `f((2, 3))` both mean the shape (2, 3)."""
+    if len(args) == 1 and isinstance(args[0], (tuple, list)):
+        args = tuple(args[0])
+    if not all(isinstance(a, (int, UOp)) and not isinstance(a, bool) for a in args):
+        raise TypeError(f"shape entries must be ints, got {args}")
+    return tuple(args)
+
+
+def norm_shape(shape: tuple[sint, ...] | int) -> tuple[sint, ...]:
+    """A shape tuple from an int or a sequence; negative sizes raise."""
+    shp = (shape,) if isinstance(shape, int) else tuple(shape)
+    if any(not isinstance(s, (int, UOp)) or isinstance(s, bool) for s in shp):
+        raise TypeError(f"shape entries must be ints, got {shp}")
+    if any(isinstance(s, int) and s < 0 for s in shp):
+        raise ValueError(f"negative dimension in shape {shp}")
+    return shp
+
+
+def is_contiguous_buffer(u: UOp) -> bool:
+    """A realized BUFFER (maybe reshaped): its bytes are the tensor's values in order."""
+    return u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)
+
+
+def shape_of_list(data: Any) -> tuple[int, ...]:
+    """The shape of nested lists; ragged nesting raises ValueError."""
+    if not isinstance(data, (list, tuple)):
+        return ()
+    if not data:
+        return (0,)
+    sub = [shape_of_list(d) for d in data]
+    if any(s != sub[0] for s in sub):
+        raise ValueError(f"Tensor: ragged nested sequence, sub-shapes {sorted(set(sub))} differ")
+    return (len(data), *sub[0])
+
+
+def resolve_axes(axis: int | tuple[int, ...] | list[int] | None, ndim: int) -> tuple[int, ...]:
+    """Axes as non-negative ints; None means all. Out-of-range axes raise IndexError."""
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    return tuple(normalize_axis(a, ndim) for a in axes)
+
+
+def normalize_axis(axis: int, ndim: int) -> int:
+    """A possibly negative axis as a non-negative one (0-d tensors accept 0 and -1)."""
+    n = max(ndim, 1)
+    if not isinstance(axis, int) or isinstance(axis, bool) or not -n <= axis < n:
+        raise IndexError(f"axis {axis!r} is out of range for a tensor of {ndim} dims")
+    return axis % n
