@@ -7,6 +7,13 @@ import pytest
 
 from tg import Context, GlobalCounters, JitError, Tensor, TinyJit, dtypes
 from tg_tensor.jit import plan_memory
+from tg_tensor.schedule import pending
+
+
+@pytest.fixture(autouse=True)
+def _no_stale_schedule() -> None:
+    """Kernels another test scheduled and never ran (tests/test_cuda_compile.py leaves some) must not run here."""
+    pending.clear()
 
 
 def _arr(seed: int, shape: tuple[int, ...] = (4, 3)) -> np.ndarray:
@@ -217,3 +224,59 @@ def test_decorating_a_method() -> None:
 
     m = Model()
     assert [m(Tensor([float(i)])).item() for i in range(4)] == [0.0, 3.0, 6.0, 9.0]
+
+
+@pytest.mark.parametrize("read", ["item", "numpy", "tolist"])
+def test_reading_values_inside_a_jitted_function_is_an_error(read: str) -> None:
+    @TinyJit
+    def f(x: Tensor) -> Tensor:
+        scale = getattr(x.sum(), read)()  # would be frozen into the recording
+        return x * float(np.asarray(scale))
+
+    with pytest.raises(
+        JitError, match=r"reading values \(.numpy\(\)/.item\(\)/.tolist\(\)\) inside the jitted function"
+    ):
+        f(Tensor([1.0, 2.0]))
+    with Context(JIT=0):  # without the JIT the same function is fine
+        assert f(Tensor([1.0, 2.0])).tolist() == [3.0, 6.0]
+
+
+def test_persistent_state_updated_in_place_is_shared_across_replays() -> None:
+    total = Tensor([0.0]).contiguous().realize()
+
+    @TinyJit
+    def accumulate(x: Tensor) -> Tensor:
+        total.assign(total + x.sum()).realize()
+        return total * 1
+
+    results = [accumulate(Tensor([float(i), 1.0])).item() for i in range(5)]
+    assert results == [1.0, 3.0, 6.0, 10.0, 15.0]
+    assert total.item() == 15.0
+
+
+def test_nn_dropout_gets_a_new_mask_on_every_replay() -> None:
+    from tg import nn
+
+    drop = nn.Dropout(0.5, seed=3)
+
+    @TinyJit
+    def f(x: Tensor) -> Tensor:
+        return drop(x) * 1
+
+    with Tensor.train():
+        masks = [f(Tensor(np.ones(256, np.float32))).numpy() for _ in range(5)]
+    for m in masks:
+        assert set(np.unique(m).tolist()) <= {0.0, 2.0} and 80 < int((m == 0).sum()) < 176
+    assert all(not np.array_equal(masks[i], masks[j]) for i in range(5) for j in range(i))
+
+
+def test_host_random_dropout_inside_the_jit_is_refused() -> None:
+    @TinyJit
+    def f(x: Tensor) -> Tensor:
+        return x.dropout(0.5) * 1  # Tensor.dropout draws its mask on the host
+
+    with Tensor.train():
+        f(Tensor(np.ones(64, np.float32)))
+        for _ in range(2):  # refused at the capture, and again on every later call
+            with pytest.raises(JitError, match="use tg.nn.Dropout"):
+                f(Tensor(np.ones(64, np.float32)))

@@ -6,8 +6,30 @@
 (4, 2)
 """
 
-from tg_nn import datasets, state
-from tg_nn.layers import Linear
+from tg_nn import datasets, optim, state
+from tg_nn.dropout import Dropout
+from tg_nn.layers import Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d, Embedding, Linear, LSTMCell
+from tg_nn.norm import BatchNorm, BatchNorm1d, BatchNorm2d, GroupNorm, InstanceNorm, LayerNorm, LayerNorm2d, RMSNorm
 
 __version__ = "0.1.0"
-__all__ = ["Linear", "datasets", "state"]
+__all__ = [
+    "BatchNorm",
+    "BatchNorm1d",
+    "BatchNorm2d",
+    "Conv1d",
+    "Conv2d",
+    "Dropout",
+    "ConvTranspose1d",
+    "ConvTranspose2d",
+    "Embedding",
+    "GroupNorm",
+    "InstanceNorm",
+    "LSTMCell",
+    "LayerNorm",
+    "LayerNorm2d",
+    "Linear",
+    "RMSNorm",
+    "datasets",
+    "optim",
+    "state",
+]

@@ -168,7 +168,7 @@ class TinyJit(Generic[ReturnType]):
             v for _, v in sorted(kwargs.items()) if isinstance(v, Tensor)
         ]
         if not JIT.value:
-            return self._run_python(args, kwargs)
+            return self.fxn(*args, **kwargs)  # the plain function, as if it were not decorated
         specs = [_spec(t) for t in inputs]
         if self.specs is not None:
             _check_specs(self.name, self.specs, specs)
@@ -177,17 +177,18 @@ class TinyJit(Generic[ReturnType]):
         input_bufs = [_realized_buffer(t) for t in inputs]
         if len({id(b) for b in input_bufs}) != len(input_bufs):
             raise JitError(f"{self.name}: the same tensor was passed as two inputs; pass distinct tensors")
+        if self.recording is not None:
+            return self._replay(input_bufs)  # type: ignore[no-any-return]
         self.cnt += 1
         if self.cnt == 1:
             first, _, self.warmup_host_data = self._run_recorded(input_bufs, args, kwargs)
             return first
-        if self.cnt == 2:
-            second, launches, host_data = self._run_recorded(input_bufs, args, kwargs)
-            _check_host_data(self.name, self.warmup_host_data, host_data)
-            self.warmup_host_data = []
-            self.recording = _record(launches, input_bufs, second)
-            return second
-        return self._replay(input_bufs)  # type: ignore[no-any-return]
+        self.cnt = 1  # a capture that fails is tried again (and fails again) on the next call
+        second, launches, host_data = self._run_recorded(input_bufs, args, kwargs)
+        _check_host_data(self.name, self.warmup_host_data, host_data)
+        self.recording = _record(launches, input_bufs, second)
+        self.cnt, self.warmup_host_data = 2, []
+        return second
 
     def _run_python(self, args: Any, kwargs: Any) -> ReturnType:
         _running.append(self.name)
@@ -255,9 +256,9 @@ def _check_host_data(name: str, warmup: list[bytes], capture: list[bytes]) -> No
     for i, (a, b) in enumerate(zip(warmup, capture)):
         if a != b:
             raise JitError(
-                f"{name}: the function creates tensor data on the host that changes between calls (input {i} of "
-                f"{len(capture)} host-made buffers, {len(b)} bytes, e.g. host-side random numbers); a replay would "
-                "freeze it. Pass such data in as a tensor argument instead."
+                f"{name}: the function creates tensor data on the host that changes between calls (host-made "
+                f"buffer {i} of {len(capture)}, {len(b)} bytes; Tensor.rand and Tensor.dropout draw on the host); "
+                "a replay would freeze it. Pass such data in as a tensor argument, or use tg.nn.Dropout."
             )
 
 
