@@ -1,4 +1,4 @@
-"""tg_nn: neural-network layers on top of Tensor.
+"""tg_nn: neural-network layers, optimizers, model state (safetensors) and datasets on top of Tensor.
 
 >>> from tg_nn import Linear
 >>> from tg_tensor import Tensor
@@ -6,7 +6,30 @@
 (4, 2)
 """
 
-from tg_nn.layers import Linear
+from tg_nn import datasets, optim, state
+from tg_nn.dropout import Dropout
+from tg_nn.layers import Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d, Embedding, Linear, LSTMCell
+from tg_nn.norm import BatchNorm, BatchNorm1d, BatchNorm2d, GroupNorm, InstanceNorm, LayerNorm, LayerNorm2d, RMSNorm
 
 __version__ = "0.1.0"
-__all__ = ["Linear"]
+__all__ = [
+    "BatchNorm",
+    "BatchNorm1d",
+    "BatchNorm2d",
+    "Conv1d",
+    "Conv2d",
+    "Dropout",
+    "ConvTranspose1d",
+    "ConvTranspose2d",
+    "Embedding",
+    "GroupNorm",
+    "InstanceNorm",
+    "LSTMCell",
+    "LayerNorm",
+    "LayerNorm2d",
+    "Linear",
+    "RMSNorm",
+    "datasets",
+    "optim",
+    "state",
+]

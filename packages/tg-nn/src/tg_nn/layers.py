@@ -1,35 +1,184 @@
-"""Layers. Linear uses tinygrad's default initialisation: uniform in +-1/sqrt(in_features).
+"""Layers with tinygrad's default initialisations (which are PyTorch's).
 
->>> from tg_nn.layers import Linear
->>> Linear(4, 2).weight.shape
-(2, 4)
+Weights of Linear and the convolutions are Kaiming-uniform with a=sqrt(5), i.e. uniform in
++-1/sqrt(fan_in); biases are uniform in +-1/sqrt(fan_in). Seed them with `Tensor.manual_seed`.
+
+>>> from tg_tensor import Tensor
+>>> Linear(3, 2)(Tensor.ones(4, 3)).shape
+(4, 2)
+>>> Conv2d(1, 4, 3)(Tensor.ones(2, 1, 8, 8)).shape
+(2, 4, 6, 6)
 """
 
 from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from tg_tensor import Tensor
+from tg_uop import dtypes
+from tg_uop.helpers import prod
+
+IntOrTuple = int | tuple[int, ...]
+
+
+def _positive(name: str, **sizes: int) -> None:
+    for k, v in sizes.items():
+        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+            raise ValueError(f"{name}: {k} must be a positive int, got {v!r}")
+
+
+def _tuple(name: str, v: IntOrTuple, n: int) -> tuple[int, ...]:
+    ret = (v,) * n if isinstance(v, int) else tuple(v)
+    if len(ret) != n or not all(isinstance(x, int) and x > 0 for x in ret):
+        raise ValueError(f"{name}: kernel_size must be a positive int or {n} positive ints, got {v!r}")
+    return ret
+
+
+def _uniform_bias(n: int, fan_in: int) -> Tensor:
+    bound = 1 / math.sqrt(fan_in)
+    return Tensor.uniform(n, low=-bound, high=bound)
 
 
 class Linear:
-    """y = x @ weight.T + bias, for inputs of shape (..., in_features)."""
+    """y = x @ weight.T + bias for inputs of shape (..., in_features)."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, seed: int | None = None) -> None:
-        if in_features <= 0 or out_features <= 0:
-            raise ValueError(f"Linear: feature counts must be positive, got in={in_features} out={out_features}")
-        rng = np.random.default_rng(seed)
-        bound = 1 / math.sqrt(in_features)
+    def __init__(self, in_features: int, out_features: int, bias: bool = True) -> None:
+        _positive("Linear", in_features=in_features, out_features=out_features)
         self.in_features, self.out_features = in_features, out_features
-        self.weight = Tensor(rng.uniform(-bound, bound, (out_features, in_features)).astype(np.float32))
-        self.bias = Tensor(rng.uniform(-bound, bound, (out_features,)).astype(np.float32)) if bias else None
+        self.weight = Tensor.kaiming_uniform(out_features, in_features, a=math.sqrt(5))
+        self.bias = _uniform_bias(out_features, in_features) if bias else None
 
     def __call__(self, x: Tensor) -> Tensor:
         if not x.shape or x.shape[-1] != self.in_features:
             raise ValueError(f"Linear: input shape {x.shape} does not end in in_features={self.in_features}")
-        # matmul as broadcast-multiply then sum over the shared axis: one fused kernel
-        w = self.weight.reshape((1,) * (x.ndim - 1) + (self.out_features, self.in_features))
-        y = (x.reshape(x.shape[:-1] + (1, self.in_features)) * w).sum(axis=-1)
-        return y + self.bias if self.bias is not None else y
+        return x.linear(self.weight.transpose(), self.bias)
+
+
+class Conv2d:
+    """N-d convolution over (N, C, *spatial) inputs; the kernel's rank picks the dimension (2-D by default).
+
+    padding: int, a tuple per spatial dim (or per side, as for Tensor.conv2d).
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: IntOrTuple,
+        stride: IntOrTuple = 1,
+        padding: int | tuple[int, ...] = 0,
+        dilation: IntOrTuple = 1,
+        groups: int = 1,
+        bias: bool = True,
+        dims: int = 2,
+    ) -> None:
+        _positive("Conv", in_channels=in_channels, out_channels=out_channels, groups=groups)
+        if in_channels % groups or out_channels % groups:
+            raise ValueError(f"Conv: groups={groups} must divide in_channels={in_channels} and out={out_channels}")
+        self.kernel_size = _tuple("Conv", kernel_size, dims) if isinstance(kernel_size, int) else tuple(kernel_size)
+        self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
+        self.weight = Tensor.kaiming_uniform(out_channels, in_channels // groups, *self.kernel_size, a=math.sqrt(5))
+        fan_in = in_channels // groups * prod(self.kernel_size)
+        self.bias = _uniform_bias(out_channels, fan_in) if bias else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return x.conv2d(self.weight, self.bias, self.groups, self.stride, self.dilation, self.padding)
+
+
+def Conv1d(  # noqa: N802  (a layer constructor, named like the class it builds)
+    in_channels: int,
+    out_channels: int,
+    kernel_size: int,
+    stride: int = 1,
+    padding: int = 0,
+    dilation: int = 1,
+    groups: int = 1,
+    bias: bool = True,
+) -> Conv2d:
+    """A 1-D convolution over (N, C, L): a Conv2d with a one-element kernel size."""
+    return Conv2d(in_channels, out_channels, (kernel_size,), stride, padding, dilation, groups, bias, dims=1)
+
+
+class ConvTranspose2d(Conv2d):
+    """Transposed convolution (the gradient of Conv2d with respect to its input)."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: IntOrTuple,
+        stride: IntOrTuple = 1,
+        padding: int | tuple[int, ...] = 0,
+        output_padding: int = 0,
+        dilation: IntOrTuple = 1,
+        groups: int = 1,
+        bias: bool = True,
+        dims: int = 2,
+    ) -> None:
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias, dims)
+        self.output_padding = output_padding
+        self.weight = Tensor.kaiming_uniform(in_channels, out_channels // groups, *self.kernel_size, a=math.sqrt(5))
+        fan_in = out_channels // groups * prod(self.kernel_size)
+        self.bias = _uniform_bias(out_channels, fan_in) if bias else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return x.conv_transpose2d(
+            self.weight, self.bias, self.groups, self.stride, self.dilation, self.padding, self.output_padding
+        )
+
+
+def ConvTranspose1d(  # noqa: N802
+    in_channels: int,
+    out_channels: int,
+    kernel_size: int,
+    stride: int = 1,
+    padding: int = 0,
+    output_padding: int = 0,
+    dilation: int = 1,
+    groups: int = 1,
+    bias: bool = True,
+) -> ConvTranspose2d:
+    """A 1-D transposed convolution over (N, C, L)."""
+    return ConvTranspose2d(
+        in_channels, out_channels, (kernel_size,), stride, padding, output_padding, dilation, groups, bias, dims=1
+    )
+
+
+class Embedding:
+    """Rows of a (vocab_size, embed_size) table picked by integer indices: (...,) -> (..., embed_size)."""
+
+    def __init__(self, vocab_size: int, embed_size: int) -> None:
+        _positive("Embedding", vocab_size=vocab_size, embed_size=embed_size)
+        self.vocab_size, self.embed_size = vocab_size, embed_size
+        self.weight = Tensor.glorot_uniform(vocab_size, embed_size)
+
+    def __call__(self, idx: Tensor) -> Tensor:
+        if not (dtypes.is_int(idx.dtype) or dtypes.is_unsigned(idx.dtype)):
+            raise TypeError(f"Embedding: indices must be integers, got {idx.dtype}")
+        vocab = Tensor.arange(self.vocab_size, device=idx.device)
+        one_hot = (idx.unsqueeze(-1) == vocab).cast(self.weight.dtype)
+        return one_hot @ self.weight
+
+
+class LSTMCell:
+    """One LSTM step: (x, (h, c)) -> (h', c'); weights uniform in +-1/sqrt(hidden_size)."""
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True) -> None:
+        _positive("LSTMCell", input_size=input_size, hidden_size=hidden_size)
+        bound = 1 / math.sqrt(hidden_size)
+        self.weight_ih = Tensor.uniform(hidden_size * 4, input_size, low=-bound, high=bound)
+        self.weight_hh = Tensor.uniform(hidden_size * 4, hidden_size, low=-bound, high=bound)
+        self.bias_ih = Tensor.uniform(hidden_size * 4, low=-bound, high=bound) if bias else None
+        self.bias_hh = Tensor.uniform(hidden_size * 4, low=-bound, high=bound) if bias else None
+
+    def __call__(self, x: Tensor, hc: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
+        hidden = self.weight_hh.shape[1]
+        if hc is None:
+            zeros = Tensor.zeros(x.shape[0], hidden, dtype=x.dtype, device=x.device)
+            hc = (zeros, zeros)
+        h, c = hc
+        gates = x.linear(self.weight_ih.transpose(), self.bias_ih) + h.linear(self.weight_hh.transpose(), self.bias_hh)
+        i, f, g, o = gates.chunk(4, dim=1)
+        new_c = f.sigmoid() * c + i.sigmoid() * g.tanh()
+        new_h = o.sigmoid() * new_c.tanh()
+        return new_h.contiguous(), new_c.contiguous()

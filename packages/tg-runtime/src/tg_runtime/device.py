@@ -115,6 +115,7 @@ class _DeviceRegistry:
         "CPU": "tg_runtime.ops_cpu",
         "PYTHON": "tg_runtime.ops_python",
         "CUDA": "tg_runtime.ops_cuda",
+        "DISK": "tg_runtime.ops_disk",
     }
 
     def __init__(self) -> None:

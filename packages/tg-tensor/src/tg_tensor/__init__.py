@@ -5,10 +5,11 @@
 6
 """
 
+from tg_tensor.jit import JitError, TinyJit
 from tg_tensor.realize import run_schedule
 from tg_tensor.schedule import ScheduleItem, create_schedule
 from tg_tensor.tensor import Tensor
 from tg_uop import GlobalCounters
 
 __version__ = "0.1.0"
-__all__ = ["GlobalCounters", "ScheduleItem", "Tensor", "create_schedule", "run_schedule"]
+__all__ = ["GlobalCounters", "JitError", "TinyJit", "ScheduleItem", "Tensor", "create_schedule", "run_schedule"]

@@ -5,10 +5,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tg_runtime.runner import get_runner, run_copy
 from tg_tensor.schedule import ScheduleItem, pending
 from tg_uop import Ops
 from tg_uop.helpers import DEBUG, GlobalCounters
+
+# called with every item about to run, before its buffers are allocated (TinyJit records its capture here)
+item_observers: list[Callable[[ScheduleItem], None]] = []
 
 
 def run_pending() -> None:
@@ -27,6 +32,8 @@ def run_schedule(items: list[ScheduleItem]) -> None:
             if p is item:
                 del pending[i]
                 break
+        for observe in item_observers:
+            observe(item)
         for b in item.bufs:
             b.ensure_allocated()
         if item.ast.op is Ops.COPY:

@@ -217,6 +217,9 @@ class Tensor(
         return Tensor(UOp(Ops.DETACH, self.dtype, (self.uop,)))
 
     def _data(self) -> np.ndarray[Any, Any]:
+        from tg_tensor.jit import check_host_read  # (jit imports this module)
+
+        check_host_read("reading values (.numpy()/.item()/.tolist())")
         t = self if is_contiguous_buffer(self.uop) else self.contiguous()
         t.realize()
         base = t.uop.base

@@ -7,8 +7,20 @@
 
 import tg_nn as nn
 from tg_runtime import Device
-from tg_tensor import Tensor
+from tg_tensor import JitError, Tensor, TinyJit
 from tg_uop import Context, GlobalCounters, UOp, Variable, dtypes, getenv
 
 __version__ = "0.1.0"
-__all__ = ["Context", "Device", "GlobalCounters", "Tensor", "UOp", "Variable", "dtypes", "getenv", "nn"]
+__all__ = [
+    "Context",
+    "Device",
+    "GlobalCounters",
+    "JitError",
+    "Tensor",
+    "TinyJit",
+    "UOp",
+    "Variable",
+    "dtypes",
+    "getenv",
+    "nn",
+]

@@ -172,6 +172,9 @@ class CStyleLanguage(Renderer):
                 continue
             else:
                 raise NotImplementedError(f"{type(self).__name__} cannot render {op}")
+        # buffers are passed by DEFINE_GLOBAL index, whatever order the linearizer met them in (vars stay last)
+        order = {names[g]: g.arg for g in uops if g.op is Ops.DEFINE_GLOBAL}
+        params.sort(key=lambda p: order.get(p[0], len(order)))
         return self.render_kernel(name, body, params)
 
 

@@ -1,0 +1,207 @@
+"""Optimizers: SGD (momentum, nesterov, weight decay), Adam, AdamW, LAMB, and OptimizerGroup.
+
+Updates are written in place (`Tensor.assign`) and realized together by `step()`, so they work
+under TinyJit. The learning rate is a one-element tensor: change it with `opt.lr.assign(...)`
+(and realize) and a jitted step picks the new value up.
+
+>>> from tg_tensor import Tensor
+>>> w = Tensor([1.0, 2.0], requires_grad=True)
+>>> opt = SGD([w], lr=0.5)
+>>> with Tensor.train():
+...     opt.zero_grad()
+...     _ = (w * w).sum().backward()
+...     opt.step()
+>>> w.tolist()
+[0.0, 0.0]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tg_nn.util import own_buffer
+from tg_tensor import Tensor
+from tg_uop import Ops, dtypes
+
+
+def _state(t: Tensor) -> Tensor:
+    """Optimizer state: a realized buffer of its own, without gradient, that updates assign into in place."""
+    return own_buffer(t, requires_grad=False)
+
+
+def _state_like(t: Tensor, value: float = 0.0) -> Tensor:
+    return _state(Tensor.full(t.shape, value, dtype=t.dtype, device=t.device))
+
+
+def _as_buffer(t: Tensor) -> None:
+    """Give a lazy tensor a buffer of its own (keeping the Tensor object) so later assigns write in place."""
+    if not (t.uop.op is Ops.BUFFER or (t.uop.op is Ops.RESHAPE and t.uop.src[0].op is Ops.BUFFER)):
+        t.uop = own_buffer(t).uop
+
+
+class Optimizer:
+    """Base class: holds the parameters (requires_grad) and buffers (the other tensors given, e.g. BatchNorm stats)."""
+
+    def __init__(self, params: Sequence[Tensor], lr: float | Tensor) -> None:
+        params = list(params)
+        if not all(isinstance(p, Tensor) for p in params):
+            raise TypeError("optimizer: params must be Tensors (use tg_nn.state.get_parameters(model))")
+        for p in params:
+            if p.requires_grad is None:
+                p.requires_grad = True
+        self.params = list({id(p): p for p in params if p.requires_grad}.values())
+        if not self.params:
+            raise ValueError("optimizer: no parameter requires a gradient")
+        self.buffers = list({id(p): p for p in params if not p.requires_grad}.values())
+        for t in self.params + self.buffers:
+            _as_buffer(t)
+        device = self.params[0].device
+        if isinstance(lr, Tensor):
+            self.lr = lr
+        else:
+            self.lr = _state(Tensor([float(lr)], dtype=dtypes.float32, device=device))
+
+    def zero_grad(self) -> None:
+        """Forget the gradients (backward() accumulates into .grad otherwise)."""
+        for p in self.params:
+            p.grad = None
+
+    def step(self) -> None:
+        """Apply one update to every parameter; all updates are realized together."""
+        Tensor.realize(*self.schedule_step())
+
+    def schedule_step(self) -> list[Tensor]:
+        """Build the update lazily and return the tensors to realize (for `Tensor.realize(loss, *...)`)."""
+        if not Tensor.training:
+            raise RuntimeError(
+                "optimizer step with Tensor.training=False: run the training step under `with Tensor.train():` "
+                "(or decorate it with @Tensor.train())"
+            )
+        missing = [i for i, p in enumerate(self.params) if p.grad is None]
+        if missing:
+            raise RuntimeError(f"optimizer: parameters {missing} have no gradient; call loss.backward() first")
+        grads = [p.grad for p in self.params if p.grad is not None]
+        return self._updates(grads) + self.params + self.buffers
+
+    def _updates(self, grads: list[Tensor]) -> list[Tensor]:
+        raise NotImplementedError(f"{type(self).__name__} must implement _updates")
+
+
+class OptimizerGroup:
+    """Several optimizers stepped as one (for example different learning rates per part of a model)."""
+
+    def __init__(self, *optimizers: Optimizer) -> None:
+        if not optimizers or not all(isinstance(o, Optimizer) for o in optimizers):
+            raise TypeError("OptimizerGroup: pass one or more optimizers")
+        self.optimizers = list(optimizers)
+        self.params = [p for o in optimizers for p in o.params]
+        self.buffers = [b for o in optimizers for b in o.buffers]
+
+    def __getitem__(self, i: int) -> Optimizer:
+        return self.optimizers[i]
+
+    def zero_grad(self) -> None:
+        for o in self.optimizers:
+            o.zero_grad()
+
+    def schedule_step(self) -> list[Tensor]:
+        return [t for o in self.optimizers for t in o.schedule_step()]
+
+    def step(self) -> None:
+        Tensor.realize(*self.schedule_step())
+
+
+class SGD(Optimizer):
+    """Stochastic gradient descent: g = grad + weight_decay*w; with momentum b = momentum*b + g and
+    g = b (or g + momentum*b with nesterov); w -= lr*g.
+    """
+
+    def __init__(
+        self,
+        params: Sequence[Tensor],
+        lr: float | Tensor = 0.001,
+        momentum: float = 0.0,
+        weight_decay: float = 0.0,
+        nesterov: bool = False,
+    ) -> None:
+        super().__init__(params, lr)
+        if momentum < 0 or weight_decay < 0:
+            raise ValueError(f"SGD: momentum and weight_decay must be >= 0, got {momentum}, {weight_decay}")
+        if nesterov and momentum == 0:
+            raise ValueError("SGD: nesterov needs a momentum > 0")
+        self.momentum, self.weight_decay, self.nesterov = momentum, weight_decay, nesterov
+        self.b = [_state_like(p) for p in self.params] if momentum else []
+
+    def _updates(self, grads: list[Tensor]) -> list[Tensor]:
+        out = []
+        for i, (p, g) in enumerate(zip(self.params, grads)):
+            g = g.detach() + self.weight_decay * p.detach() if self.weight_decay else g.detach()
+            if self.momentum:
+                self.b[i].assign(self.momentum * self.b[i] + g)
+                g = g + self.momentum * self.b[i] if self.nesterov else self.b[i]
+                out.append(self.b[i])
+            p.assign((p.detach() - g * self.lr).cast(p.dtype))
+        return out
+
+
+class LAMB(Optimizer):
+    """LAMB (layer-wise adaptive moments); with adam=True it is Adam/AdamW (decoupled weight decay)."""
+
+    def __init__(
+        self,
+        params: Sequence[Tensor],
+        lr: float | Tensor = 0.001,
+        b1: float = 0.9,
+        b2: float = 0.999,
+        eps: float = 1e-6,
+        weight_decay: float = 0.0,
+        adam: bool = False,
+    ) -> None:
+        super().__init__(params, lr)
+        if not (0 <= b1 < 1 and 0 <= b2 < 1):
+            raise ValueError(f"{type(self).__name__}: betas must be in [0, 1), got b1={b1}, b2={b2}")
+        self.b1, self.b2, self.eps, self.weight_decay, self.adam = b1, b2, eps, weight_decay, adam
+        device = self.params[0].device
+        self.b1_t = _state(Tensor.ones(1, device=device))
+        self.b2_t = _state(Tensor.ones(1, device=device))
+        self.m = [_state_like(p) for p in self.params]
+        self.v = [_state_like(p) for p in self.params]
+
+    def _updates(self, grads: list[Tensor]) -> list[Tensor]:
+        self.b1_t.assign(self.b1_t * self.b1)
+        self.b2_t.assign(self.b2_t * self.b2)
+        for p, g, m, v in zip(self.params, grads, self.m, self.v):
+            g = g.detach()
+            m.assign(self.b1 * m + (1 - self.b1) * g)
+            v.assign(self.b2 * v + (1 - self.b2) * (g * g))
+            up = (m / (1 - self.b1_t)) / ((v / (1 - self.b2_t)).sqrt() + self.eps)
+            if self.weight_decay:
+                up = up + self.weight_decay * p.detach()
+            ratio = self._trust_ratio(p, up) if not self.adam else 1.0
+            p.assign((p.detach() - self.lr * ratio * up).cast(p.dtype))
+        return [self.b1_t, self.b2_t, *self.m, *self.v]
+
+    @staticmethod
+    def _trust_ratio(p: Tensor, up: Tensor) -> Tensor:
+        r1 = p.detach().square().sum().sqrt()
+        r2 = up.square().sum().sqrt()
+        return (r1 > 0).where((r2 > 0).where(r1 / r2, 1.0), 1.0)
+
+
+def Adam(  # noqa: N802  (tinygrad's spelling: a LAMB in Adam mode)
+    params: Sequence[Tensor], lr: float | Tensor = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8
+) -> LAMB:
+    """Adam: LAMB with adam=True and no weight decay."""
+    return LAMB(params, lr, b1, b2, eps, 0.0, adam=True)
+
+
+def AdamW(  # noqa: N802
+    params: Sequence[Tensor],
+    lr: float | Tensor = 0.001,
+    b1: float = 0.9,
+    b2: float = 0.999,
+    eps: float = 1e-8,
+    weight_decay: float = 0.01,
+) -> LAMB:
+    """AdamW: Adam with decoupled weight decay (added to the update, scaled by lr)."""
+    return LAMB(params, lr, b1, b2, eps, weight_decay, adam=True)

@@ -1,0 +1,354 @@
+"""TinyJit: run a function's kernels again without Python, scheduling or compiling.
+
+The first call runs the function normally (kernels compile, lazily created state gets realized).
+The second call runs it again while recording every kernel launch and copy. From the third call
+on, the recording is replayed with the new call's input buffers swapped in; the function itself
+is not called. Every call checks that the inputs have the shapes, dtypes and devices seen at
+capture and raises JitError otherwise. Returned tensors get fresh buffers on every replay, so
+a result is never overwritten by the next call. Intermediate buffers of the recording share
+memory where their lifetimes do not overlap (the memory planner). `JIT=0` turns the JIT off.
+
+State that the function updates must be updated in place (`Tensor.assign`, as the optimizers do),
+and reading values to the host (`.numpy()`, `.item()`, `.tolist()`) inside a jitted function is an
+error: the value would be frozen into the recording.
+
+>>> from tg_tensor import Tensor, TinyJit
+>>> @TinyJit
+... def f(x: Tensor) -> Tensor:
+...     return (x * 2 + 1).sum()
+>>> [f(Tensor([float(i), 1.0])).item() for i in range(4)]
+[4.0, 6.0, 8.0, 10.0]
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from tg_runtime.device import Buffer
+from tg_runtime.runner import CompiledRunner, get_runner, run_copy
+from tg_tensor.realize import item_observers, run_pending
+from tg_tensor.schedule import ScheduleItem, buffer_of, buffers
+from tg_tensor.tensor import Tensor
+from tg_uop import DType, Ops, UOp
+from tg_uop.helpers import JIT, GlobalCounters
+
+ReturnType = TypeVar("ReturnType")
+Spec = tuple[tuple[Any, ...], DType, str]  # shape, dtype, device of one input
+
+
+class JitError(RuntimeError):
+    """A jitted function was called in a way its recording cannot serve (or did something it cannot record)."""
+
+
+_running: list[str] = []  # names of jitted functions whose Python body is running now
+
+
+def check_host_read(what: str) -> None:
+    """Raise JitError when tensor data is read to the host inside a jitted function (called by Tensor)."""
+    if _running:
+        raise JitError(
+            f"{what} inside the jitted function {_running[-1]!r}: the value would be frozen into the recording. "
+            "Return the tensor from the function and read it outside."
+        )
+
+
+def buffer_tensor(buf: Buffer, shape: tuple[int, ...]) -> Tensor:
+    """A Tensor whose data is the existing Buffer `buf` (no copy).
+
+    >>> from tg_uop import dtypes
+    >>> b = Buffer("PYTHON", 2, dtypes.int32).copyin(memoryview(bytes([1, 0, 0, 0, 2, 0, 0, 0])))
+    >>> buffer_tensor(b, (2,)).tolist()
+    [1, 2]
+    """
+    u = UOp.new_buffer(buf.device, buf.size, buf.dtype)
+    buffers[u] = buf
+    return Tensor(u.reshape(tuple(shape)))
+
+
+def _is_buffer(u: UOp) -> bool:
+    """Is `u` a whole buffer (possibly reshaped), i.e. contiguous data with nothing left to compute?"""
+    return u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)
+
+
+def _realized_buffer(t: Tensor) -> Buffer:
+    """Make `t` a realized contiguous buffer (in place) and return that Buffer."""
+    if not _is_buffer(t.uop):
+        t.uop = t.contiguous().uop
+    t.realize()
+    return buffer_of(t.uop.base)
+
+
+def raw_bytes(t: Tensor) -> bytes:
+    """The tensor's elements as bytes in row-major order (realizing it).
+
+    >>> raw_bytes(Tensor([1, 2], dtype=__import__("tg_uop").dtypes.uint8))
+    b'\\x01\\x02'
+    """
+    check_host_read("raw_bytes()")
+    c = Tensor(t.uop)
+    return bytes(_realized_buffer(c).as_bytes())
+
+
+@dataclass
+class _Launch:
+    """One recorded item: a compiled kernel (or a copy when runner is None) and the buffers it takes."""
+
+    runner: CompiledRunner | None
+    bufs: list[Buffer]
+    born: set[int] = field(default_factory=set)  # positions of buffers first allocated by this item
+
+
+@dataclass
+class _Recording:
+    launches: list[_Launch]
+    input_slots: list[list[tuple[int, int]]]  # per input: (launch, position) pairs that take it
+    output_slots: list[list[tuple[int, int]]]  # per distinct output buffer: the positions to refresh
+    output_bufs: list[Buffer]  # distinct output buffers of the capture (templates for fresh ones)
+    output_map: list[tuple[int, tuple[int, ...]]]  # per returned tensor: its output buffer and shape
+    ret: Any  # the capture call's return value (its tensors are replaced on each replay)
+
+
+def _flat_tensors(ret: Any) -> list[Tensor]:
+    if isinstance(ret, Tensor):
+        return [ret]
+    if isinstance(ret, (tuple, list)):
+        return [x for x in ret if isinstance(x, Tensor)]
+    if isinstance(ret, dict):
+        return [x for x in ret.values() if isinstance(x, Tensor)]
+    return []
+
+
+def _rebuild(ret: Any, new: list[Tensor]) -> Any:
+    it = iter(new)
+    if isinstance(ret, Tensor):
+        return next(it)
+    if isinstance(ret, (tuple, list)):
+        return type(ret)(next(it) if isinstance(x, Tensor) else x for x in ret)
+    if isinstance(ret, dict):
+        return {k: next(it) if isinstance(v, Tensor) else v for k, v in ret.items()}
+    return ret
+
+
+class TinyJit(Generic[ReturnType]):
+    """Decorator: record the kernels of `fxn` on its second call and replay them from the third.
+
+    Inputs are the Tensor arguments (positional, then keyword in name order); other arguments are
+    frozen at capture. Use `reset()` to record again.
+    """
+
+    def __init__(self, fxn: Callable[..., ReturnType]) -> None:
+        if not callable(fxn):
+            raise TypeError(f"TinyJit: expected a function, got {type(fxn).__name__}")
+        self.fxn = fxn
+        self.name = getattr(fxn, "__qualname__", repr(fxn))
+        functools.update_wrapper(self, fxn)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the recording: the next call runs eagerly again."""
+        self.cnt = 0
+        self.specs: list[Spec] | None = None
+        self.recording: _Recording | None = None
+        self.warmup_host_data: list[bytes] = []
+
+    @property
+    def jit_cache(self) -> list[_Launch]:
+        """The recorded launches (empty before the capture call)."""
+        return self.recording.launches if self.recording is not None else []
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        return self if obj is None else functools.partial(self.__call__, obj)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> ReturnType:
+        inputs = [a for a in args if isinstance(a, Tensor)] + [
+            v for _, v in sorted(kwargs.items()) if isinstance(v, Tensor)
+        ]
+        if not JIT.value:
+            return self.fxn(*args, **kwargs)  # the plain function, as if it were not decorated
+        specs = [_spec(t) for t in inputs]
+        if self.specs is not None:
+            _check_specs(self.name, self.specs, specs)
+        self.specs = specs
+        run_pending()
+        input_bufs = [_realized_buffer(t) for t in inputs]
+        if len({id(b) for b in input_bufs}) != len(input_bufs):
+            raise JitError(f"{self.name}: the same tensor was passed as two inputs; pass distinct tensors")
+        if self.recording is not None:
+            return self._replay(input_bufs)  # type: ignore[no-any-return]
+        self.cnt += 1
+        if self.cnt == 1:
+            first, _, self.warmup_host_data = self._run_recorded(input_bufs, args, kwargs)
+            return first
+        self.cnt = 1  # a capture that fails is tried again (and fails again) on the next call
+        second, launches, host_data = self._run_recorded(input_bufs, args, kwargs)
+        _check_host_data(self.name, self.warmup_host_data, host_data)
+        self.recording = _record(launches, input_bufs, second)
+        self.cnt, self.warmup_host_data = 2, []
+        return second
+
+    def _run_python(self, args: Any, kwargs: Any) -> ReturnType:
+        _running.append(self.name)
+        try:
+            ret = self.fxn(*args, **kwargs)
+        finally:
+            _running.pop()
+        outs = _flat_tensors(ret)
+        for t in outs:
+            if not _is_buffer(t.uop):
+                t.uop = t.contiguous().uop
+        if outs:
+            Tensor.realize(*outs)
+        return ret
+
+    def _run_recorded(
+        self, input_bufs: list[Buffer], args: Any, kwargs: Any
+    ) -> tuple[ReturnType, list[_Launch], list[bytes]]:
+        """Run the function, recording every launch; also return the data it created from the host."""
+        launches: list[_Launch] = []
+
+        def observe(item: ScheduleItem) -> None:
+            runner = None if item.ast.op is Ops.COPY else get_runner(item.bufs[0].device, item.ast)
+            born = {i for i, b in enumerate(item.bufs) if not b.is_allocated()}
+            launches.append(_Launch(runner, list(item.bufs), born))
+
+        existing = _live_buffers(collect=False) | {id(b) for b in input_bufs}
+        item_observers.append(observe)
+        try:
+            ret = self._run_python(args, kwargs)
+        finally:
+            item_observers.remove(observe)
+        return ret, launches, [bytes(b.as_bytes()) for b in _host_made(launches, existing)]
+
+    def _replay(self, input_bufs: list[Buffer]) -> Any:
+        rec = self.recording
+        assert rec is not None
+        for buf, slots in zip(input_bufs, rec.input_slots):
+            for li, pos in slots:
+                rec.launches[li].bufs[pos] = buf
+        fresh = [Buffer(b.device, b.size, b.dtype).ensure_allocated() for b in rec.output_bufs]
+        for buf, slots in zip(fresh, rec.output_slots):
+            for li, pos in slots:
+                rec.launches[li].bufs[pos] = buf
+        for launch in rec.launches:
+            _run_launch(launch)
+        return _rebuild(rec.ret, [buffer_tensor(fresh[i], shape) for i, shape in rec.output_map])
+
+
+def _host_made(launches: list[_Launch], existing: set[int]) -> list[Buffer]:
+    """Buffers the launches read that the function filled from the host (Tensor(data), host-side random numbers)."""
+    made = {id(launch.bufs[p]) for launch in launches for p in launch.born}
+    ret: dict[int, Buffer] = {}
+    for launch in launches:
+        for b in launch.bufs:
+            if id(b) not in made and id(b) not in existing:
+                ret.setdefault(id(b), b)
+    return list(ret.values())
+
+
+def _check_host_data(name: str, warmup: list[bytes], capture: list[bytes]) -> None:
+    """Host-made data is frozen into the recording: that is only right when it is the same on every call."""
+    if len(warmup) != len(capture):
+        return  # the calls took different paths (state created on the first call): nothing to compare
+    for i, (a, b) in enumerate(zip(warmup, capture)):
+        if a != b:
+            raise JitError(
+                f"{name}: the function creates tensor data on the host that changes between calls (host-made "
+                f"buffer {i} of {len(capture)}, {len(b)} bytes; Tensor.rand and Tensor.dropout draw on the host); "
+                "a replay would freeze it. Pass such data in as a tensor argument, or use tg.nn.Dropout."
+            )
+
+
+def _spec(t: Tensor) -> Spec:
+    return (tuple(t.shape), t.dtype, t.device)
+
+
+def _check_specs(name: str, expected: list[Spec], got: list[Spec]) -> None:
+    if len(expected) != len(got):
+        raise JitError(f"{name}: called with {len(got)} tensor inputs, but it was recorded with {len(expected)}")
+    for i, (e, g) in enumerate(zip(expected, got)):
+        if e != g:
+            raise JitError(
+                f"{name}: tensor input {i} has shape {g[0]}, dtype {g[1]}, device {g[2]}; the recording expects "
+                f"shape {e[0]}, dtype {e[1]}, device {e[2]} (call reset() to record again)"
+            )
+
+
+def _run_launch(launch: _Launch) -> None:
+    if launch.runner is None:
+        run_copy(launch.bufs[0], launch.bufs[1])
+        return
+    runner = launch.runner
+    spec = runner.spec
+    runner.program(*[b.opaque for b in launch.bufs], global_size=spec.global_size, local_size=spec.local_size, vals=())
+    GlobalCounters.kernel_count += 1
+    GlobalCounters.global_ops += spec.estimated_ops
+    GlobalCounters.global_mem += spec.estimated_mem
+
+
+def _record(launches: list[_Launch], input_bufs: list[Buffer], ret: Any) -> _Recording:
+    """Find the input and output positions in the launches and plan the intermediate buffers."""
+    if any(launch.runner is not None and launch.runner.spec.vars for launch in launches):
+        raise JitError("TinyJit cannot record kernels with symbolic variables yet")
+    outs = _flat_tensors(ret)
+    born = {id(launch.bufs[p]) for launch in launches for p in launch.born}
+    out_bufs = list({id(b): b for b in (buffer_of(t.uop.base) for t in outs)}.values())
+    if any(id(b) not in born for b in out_bufs):
+        raise JitError(
+            "a jitted function must return tensors it computes, not its inputs or existing state "
+            "(their buffers would be shared between calls); return `t.contiguous()` instead"
+        )
+    input_slots = [_positions(launches, b) for b in input_bufs]
+    output_slots = [_positions(launches, b) for b in out_bufs]
+    index = {id(b): i for i, b in enumerate(out_bufs)}
+    output_map = [(index[id(buffer_of(t.uop.base))], tuple(int(s) for s in t.shape)) for t in outs]
+    keep = {id(b) for b in input_bufs} | {id(b) for b in out_bufs} | _live_buffers()
+    plan_memory(launches, born - keep)
+    return _Recording(launches, input_slots, output_slots, out_bufs, output_map, ret)
+
+
+def _positions(launches: list[_Launch], buf: Buffer) -> list[tuple[int, int]]:
+    return [(li, p) for li, launch in enumerate(launches) for p, b in enumerate(launch.bufs) if b is buf]
+
+
+def _live_buffers(collect: bool = True) -> set[int]:
+    """Buffers still reachable from some tensor (after collecting garbage): state, not intermediates."""
+    if collect:  # twice: values dropped by weak-key callbacks of the first pass are cycles the second frees
+        gc.collect()
+        gc.collect()
+    return {id(b) for b in list(buffers.values())}
+
+
+def plan_memory(launches: list[_Launch], free_ids: set[int]) -> int:
+    """Let intermediate buffers (ids in `free_ids`) share storage when their lifetimes do not overlap.
+
+    Buffers of the same device, size and dtype are merged greedily in the order they are first
+    written; returns how many buffers were saved.
+    """
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    by_id: dict[int, Buffer] = {}
+    for li, launch in enumerate(launches):
+        for b in launch.bufs:
+            if id(b) in free_ids:
+                first.setdefault(id(b), li)
+                last[id(b)] = li
+                by_id[id(b)] = b
+    pool: dict[tuple[str, int, DType], list[tuple[int, Buffer]]] = {}  # key -> (free after launch, buffer)
+    replace: dict[int, Buffer] = {}
+    for bid in sorted(first, key=first.__getitem__):
+        b = by_id[bid]
+        slots = pool.setdefault((b.device, b.size, b.dtype), [])
+        reuse = next((i for i, (free_at, _) in enumerate(slots) if free_at < first[bid]), None)
+        if reuse is None:
+            slots.append((last[bid], b))
+            continue
+        target = slots[reuse][1]
+        slots[reuse] = (last[bid], target)
+        replace[bid] = target
+    for launch in launches:
+        launch.bufs = [replace.get(id(b), b) for b in launch.bufs]
+    return len(replace)

@@ -1,0 +1,141 @@
+"""Optimizers against the update rules written out in numpy (PyTorch's formulas), on every device."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from tg import Tensor, nn
+from tg_nn.optim import LAMB, SGD, Adam, AdamW, Optimizer, OptimizerGroup
+from tg_tensor.schedule import pending
+
+
+@pytest.fixture(autouse=True)
+def _no_stale_schedule() -> None:
+    """Kernels another test scheduled and never ran (tests/test_cuda_compile.py leaves some) must not run here."""
+    pending.clear()
+
+
+TARGET = np.array([0.5, -1.0, 2.0, 0.0], np.float32)
+SCALE = np.array([1.0, 2.0, 0.5, 3.0], np.float32)
+W0 = np.array([1.0, 1.0, -1.0, 0.25], np.float32)
+
+
+def _grad(w: np.ndarray) -> np.ndarray:
+    """d/dw of sum(SCALE * (w - TARGET)^2)."""
+    return 2 * SCALE * (w - TARGET)
+
+
+def _run_tg(make: Callable[[list[Tensor]], Optimizer], steps: int, device: str) -> np.ndarray:
+    w = Tensor(W0.copy(), device=device, requires_grad=True)
+    opt = make([w])
+    target, scale = Tensor(TARGET, device=device), Tensor(SCALE, device=device)
+    with Tensor.train():
+        for _ in range(steps):
+            opt.zero_grad()
+            (scale * (w - target) * (w - target)).sum().backward()
+            opt.step()
+    return w.numpy()
+
+
+def _sgd_ref(steps: int, lr: float, momentum: float = 0.0, wd: float = 0.0, nesterov: bool = False) -> np.ndarray:
+    w, b = W0.astype(np.float64), np.zeros(4)
+    for _ in range(steps):
+        g = _grad(w) + wd * w
+        if momentum:
+            b = momentum * b + g
+            g = g + momentum * b if nesterov else b
+        w = w - lr * g
+    return w
+
+
+def _lamb_ref(steps: int, lr: float, b1: float, b2: float, eps: float, wd: float, adam: bool) -> np.ndarray:
+    w, m, v = W0.astype(np.float64), np.zeros(4), np.zeros(4)
+    for t in range(1, steps + 1):
+        g = _grad(w)
+        m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+        up = (m / (1 - b1**t)) / (np.sqrt(v / (1 - b2**t)) + eps) + wd * w
+        ratio = 1.0 if adam else np.linalg.norm(w) / np.linalg.norm(up)
+        w = w - lr * ratio * up
+    return w
+
+
+@pytest.mark.parametrize(
+    "kw", [{}, {"momentum": 0.9}, {"momentum": 0.9, "nesterov": True}, {"momentum": 0.5, "weight_decay": 0.1}]
+)
+def test_sgd(device: str, kw: dict[str, float]) -> None:
+    got = _run_tg(lambda p: SGD(p, lr=0.05, **kw), 5, device)
+    np.testing.assert_allclose(got, _sgd_ref(5, 0.05, kw.get("momentum", 0.0), kw.get("weight_decay", 0.0),
+                                             bool(kw.get("nesterov"))), rtol=1e-5, atol=1e-6)  # fmt: skip
+
+
+# float32 against a float64 reference: (1 - b2^t) is small in the first steps, so allow 1e-4
+def test_adam_adamw_lamb(device: str) -> None:
+    np.testing.assert_allclose(
+        _run_tg(lambda p: Adam(p, lr=0.1), 6, device),
+        _lamb_ref(6, 0.1, 0.9, 0.999, 1e-8, 0.0, True),
+        rtol=1e-4,
+        atol=1e-6,
+    )
+    np.testing.assert_allclose(
+        _run_tg(lambda p: AdamW(p, lr=0.1, weight_decay=0.1), 6, device),
+        _lamb_ref(6, 0.1, 0.9, 0.999, 1e-8, 0.1, True),
+        rtol=1e-4,
+        atol=1e-6,
+    )
+    np.testing.assert_allclose(
+        _run_tg(lambda p: LAMB(p, lr=0.1, weight_decay=0.01), 6, device),
+        _lamb_ref(6, 0.1, 0.9, 0.999, 1e-6, 0.01, False),
+        rtol=1e-4,
+        atol=1e-6,
+    )
+
+
+def test_learning_rate_is_a_tensor_that_schedules_can_change() -> None:
+    w = Tensor(W0.copy(), requires_grad=True)
+    opt = SGD([w], lr=0.1)
+    with Tensor.train():
+        opt.zero_grad()
+        (w * w).sum().backward()
+        opt.lr.assign(Tensor([0.0])).realize()  # a schedule setting lr to zero: no movement
+        opt.step()
+    np.testing.assert_array_equal(w.numpy(), W0)
+
+
+def test_optimizer_group_steps_every_member() -> None:
+    a, b = Tensor([1.0], requires_grad=True), Tensor([1.0], requires_grad=True)
+    group = OptimizerGroup(SGD([a], lr=0.5), SGD([b], lr=0.25))
+    with Tensor.train():
+        group.zero_grad()
+        (a * a + b * b).sum().backward()
+        group.step()
+    assert a.tolist() == [0.0] and b.tolist() == [0.5]
+    assert group[1].params[0] is b
+
+
+def test_step_outside_training_and_without_gradients_raise() -> None:
+    w = Tensor([1.0], requires_grad=True)
+    opt = SGD([w])
+    with pytest.raises(RuntimeError, match="Tensor.training=False"):
+        opt.step()
+    with Tensor.train(), pytest.raises(RuntimeError, match=r"parameters \[0\] have no gradient"):
+        opt.step()
+    with pytest.raises(ValueError, match="no parameter requires a gradient"):
+        SGD([Tensor([1.0], requires_grad=False)])
+    with pytest.raises(ValueError, match="nesterov needs a momentum"):
+        SGD([Tensor([1.0])], nesterov=True)
+
+
+def test_optimizer_realizes_buffers_such_as_batchnorm_statistics() -> None:
+    bn = nn.BatchNorm2d(2)
+    opt = SGD(nn.state.get_parameters(bn), lr=0.1)
+    assert len(opt.params) == 2 and len(opt.buffers) == 3  # weight, bias; running mean/var, count
+    x = Tensor(np.arange(16, dtype=np.float32).reshape(2, 2, 2, 2))
+    with Tensor.train():
+        opt.zero_grad()
+        bn(x).sum().backward()
+        opt.step()
+    assert bn.num_batches_tracked.tolist() == [1]
+    assert bn.running_mean.numpy()[0] > 0
