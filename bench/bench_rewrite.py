@@ -60,7 +60,9 @@ def pool(t: ShapeTracker, k: tuple[int, int], stride: int) -> ShapeTracker:
 def conv_trackers() -> list[ShapeTracker]:
     """Input views of conv2d for a grid of sizes: pad, then the pooled windows, then the kernel layout."""
     out = []
-    for bs, cin, hw, kk, pad, stride in itertools.product((1, 4), (3, 16), (8, 14, 32), (1, 3, 5), (0, 1), (1, 2)):
+    for bs, cin, hw, kk, pad, stride in itertools.product(
+        (1, 4), (3, 16, 64), (8, 14, 28, 32), (1, 3, 5), (0, 1), (1, 2)
+    ):
         if hw + 2 * pad < kk:
             continue
         t = ShapeTracker.from_shape((bs, cin, hw, hw)).pad(((0, 0), (0, 0), (pad, pad), (pad, pad)))
@@ -74,7 +76,7 @@ def conv_trackers() -> list[ShapeTracker]:
 def matmul_trackers() -> list[ShapeTracker]:
     """Operand views of matmul, with the reshapes that upcasting and local tiling make."""
     out = []
-    for m, n, kd, up in itertools.product((16, 64, 128), (16, 96), (32, 256), (2, 4)):
+    for m, n, kd, up in itertools.product((16, 64, 128, 256), (16, 96), (32, 256), (2, 4)):
         a = ShapeTracker.from_shape((m, kd)).reshape((m, 1, kd)).expand((m, n, kd))
         b = ShapeTracker.from_shape((kd, n)).permute((1, 0)).reshape((1, n, kd)).expand((m, n, kd))
         for t in (a, b):
