@@ -70,9 +70,25 @@ class UOp(metaclass=UOpMetaClass):
     """
 
     __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "__dict__")
+    op: Ops
+    dtype: DType
+    src: tuple[UOp, ...]
+    arg: Any
 
     def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> None:
-        self.op, self.dtype, self.src, self.arg = op, dtype, src, arg
+        if not isinstance(src, tuple):
+            raise TypeError(f"UOp src must be a tuple of UOps, got {type(src).__name__}")
+        setter = object.__setattr__  # the only writes a UOp ever gets
+        setter(self, "op", op)
+        setter(self, "dtype", dtype)
+        setter(self, "src", src)
+        setter(self, "arg", arg)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"UOp is immutable (hash-consed and shared): cannot set {name!r}; use .replace()")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"UOp is immutable: cannot delete {name!r}")
 
     def __reduce__(self) -> tuple[Any, ...]:
         return UOp, (self.op, self.dtype, self.src, self.arg)
