@@ -16,6 +16,7 @@ MODULES = [
     "tg_uop.ops",
     "tg_uop.render",
     "tg_uop.rewrite",
+    "tg_uop.shapes",
     "tg_uop.symbolic",
     "tg_uop.symbolic_terms",
     "tg_uop.uop",
