@@ -226,6 +226,10 @@ def _negated_lt(clause: UOp) -> UOp | None:
     return None
 
 
+def _is_upper_bound(clause: UOp) -> bool:
+    return clause.op is Ops.CMPLT and clause.src[1].op is Ops.CONST and dtypes.is_int(clause.src[0].dtype)
+
+
 def split_and(x: UOp) -> list[UOp]:
     """The clauses of a chain of bool ANDs."""
     if x.op is Ops.AND and x.dtype == dtypes.bool:
@@ -239,7 +243,7 @@ def and_chain(x: UOp) -> UOp | None:
     upper: dict[UOp, int] = {}
     lower: dict[UOp, int] = {}
     for cl in clauses:
-        if cl.op is Ops.CMPLT and cl.src[1].op is Ops.CONST and dtypes.is_int(cl.src[0].dtype):
+        if _is_upper_bound(cl):
             upper[cl.src[0]] = min(upper.get(cl.src[0], int(cl.src[1].arg)), int(cl.src[1].arg))
         elif (lt := _negated_lt(cl)) is not None and dtypes.is_int(lt.src[0].dtype):
             lower[lt.src[0]] = max(lower.get(lt.src[0], int(lt.src[1].arg)), int(lt.src[1].arg))
@@ -247,7 +251,7 @@ def and_chain(x: UOp) -> UOp | None:
         return x.const_like(False)
     kept: list[UOp] = []
     for cl in clauses:
-        is_upper = cl.op is Ops.CMPLT and cl.src[0] in upper
+        is_upper = _is_upper_bound(cl)  # `x < c` with a constant c: only the tightest one stays
         lt = _negated_lt(cl)
         if is_upper and cl.src[1].arg != upper[cl.src[0]] or lt is not None and lt.src[1].arg != lower.get(lt.src[0]):
             continue
