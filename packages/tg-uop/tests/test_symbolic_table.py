@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from tg_uop import Ops, UOp
+from tg_uop import Ops, UOp, dtypes
 from tg_uop.evaluate import evaluate_many
 
 x = UOp.variable("x", 0, 100)
@@ -92,3 +92,9 @@ def test_canonical_form(name: str, build: Callable[[], UOp], minimal: str) -> No
     points = list(itertools.product(*(range(v.arg[1], v.arg[2] + 1) for v in variables)))
     env = {v: [p[k] for p in points] for k, v in enumerate(variables)}
     assert evaluate_many(expr, env) == evaluate_many(simplified, env)
+
+
+def test_and_chain_keeps_clauses_it_cannot_compare() -> None:
+    f = UOp(Ops.DEFINE_VAR, dtypes.float32, (), ("f", 0, 1))
+    e = ((f >= 1.0) & (x >= 3) & (x >= 5)).simplify()
+    assert e.render() == "(((f<1.0)!=True)&((x<5)!=True))"

@@ -218,10 +218,10 @@ def _lt_quotient(x: UOp, terms: list[UOp], c: int) -> UOp | None:
 
 
 def _negated_lt(clause: UOp) -> UOp | None:
-    """The `x < c` inside `(x < c) != True` (that is, x >= c)."""
+    """The integer `x < c` inside `(x < c) != True` (that is, x >= c)."""
     if clause.op is Ops.CMPNE and clause.src[1].op is Ops.CONST and clause.src[1].arg is True:
         inner = clause.src[0]
-        if inner.op is Ops.CMPLT and inner.src[1].op is Ops.CONST:
+        if _is_upper_bound(inner):
             return inner
     return None
 
@@ -245,7 +245,7 @@ def and_chain(x: UOp) -> UOp | None:
     for cl in clauses:
         if _is_upper_bound(cl):
             upper[cl.src[0]] = min(upper.get(cl.src[0], int(cl.src[1].arg)), int(cl.src[1].arg))
-        elif (lt := _negated_lt(cl)) is not None and dtypes.is_int(lt.src[0].dtype):
+        elif (lt := _negated_lt(cl)) is not None:
             lower[lt.src[0]] = max(lower.get(lt.src[0], int(lt.src[1].arg)), int(lt.src[1].arg))
     if any(e in upper and lower[e] >= upper[e] for e in lower):
         return x.const_like(False)
