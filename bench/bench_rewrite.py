@@ -86,11 +86,12 @@ def matmul_trackers() -> list[ShapeTracker]:
     return out
 
 
-def index_expressions() -> list[UOp]:
+def index_expressions(run: int = 0) -> list[UOp]:
+    """index and valid of every tracker, unsimplified; `run` gives fresh loop variables (nothing cached)."""
     exprs = []
     for k, t in enumerate(conv_trackers() + matmul_trackers()):
         shape = tuple(int(s) for s in t.shape)
-        index, valid = t.to_indexed_uops_raw(ranges(shape, f"e{k}"))
+        index, valid = t.to_indexed_uops_raw(ranges(shape, f"run{run}_e{k}"))
         exprs += [index, valid]
     return exprs
 
@@ -99,16 +100,20 @@ def emit(bench: str, value: float, unit: str, **params: Any) -> None:
     print(json.dumps({"bench": bench, "impl": "tg", "value": round(value, 6), "unit": unit, "params": params}))
 
 
-def bench_rewrites() -> None:
-    exprs = index_expressions()
-    pm = CountingMatcher(symbolic)
-    start = time.perf_counter()
-    for e in exprs:
-        graph_rewrite(e, pm)
-    elapsed = time.perf_counter() - start
+def bench_rewrites(runs: int = 3) -> None:
+    rates, times = [], []
+    for run in range(runs):
+        exprs = index_expressions(run)
+        pm = CountingMatcher(symbolic)
+        start = time.perf_counter()
+        for e in exprs:
+            graph_rewrite(e, pm)
+        times.append(time.perf_counter() - start)
+        rates.append(pm.fired / times[-1])
     nodes = sum(len(e.toposort) for e in exprs)
-    emit("rewrite_index_exprs", pm.fired / elapsed, "rewrites/s", exprs=len(exprs), nodes=nodes, rewrites=pm.fired)
-    emit("rewrite_index_exprs_time", elapsed, "s", exprs=len(exprs), nodes=nodes)
+    params = {"exprs": len(exprs), "nodes": nodes, "rewrites": pm.fired, "runs": runs}
+    emit("rewrite_index_exprs", statistics.median(rates), "rewrites/s", **params)
+    emit("rewrite_index_exprs_time", statistics.median(times), "s", **params)
 
 
 def bench_conv_view(repeats: int = 20) -> None:
