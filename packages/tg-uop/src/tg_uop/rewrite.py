@@ -82,6 +82,21 @@ class UPat:
     def __sub__(self, x: UPat | Any) -> UPat:
         return self.alu(Ops.SUB, _to_pat(x))
 
+    def __rsub__(self, x: UPat | Any) -> UPat:
+        return _to_pat(x).alu(Ops.SUB, self)
+
+    def __truediv__(self, x: UPat | Any) -> UPat:
+        return self.alu(Ops.FDIV, _to_pat(x))
+
+    def __and__(self, x: UPat | Any) -> UPat:
+        return self.alu(Ops.AND, _to_pat(x))
+
+    def __or__(self, x: UPat | Any) -> UPat:
+        return self.alu(Ops.OR, _to_pat(x))
+
+    def __xor__(self, x: UPat | Any) -> UPat:
+        return self.alu(Ops.XOR, _to_pat(x))
+
     def __mul__(self, x: UPat | Any) -> UPat:
         return self.alu(Ops.MUL, _to_pat(x))
 
