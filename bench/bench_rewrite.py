@@ -60,7 +60,9 @@ def pool(t: ShapeTracker, k: tuple[int, int], stride: int) -> ShapeTracker:
 def conv_trackers() -> list[ShapeTracker]:
     """Input views of conv2d for a grid of sizes: pad, then the pooled windows, then the kernel layout."""
     out = []
-    for bs, cin, hw, kk, pad, stride in itertools.product((1, 4), (3, 16), (8, 14, 32), (1, 3, 5), (0, 1), (1, 2)):
+    for bs, cin, hw, kk, pad, stride in itertools.product(
+        (1, 4), (3, 16, 64), (8, 14, 28, 32), (1, 3, 5), (0, 1), (1, 2)
+    ):
         if hw + 2 * pad < kk:
             continue
         t = ShapeTracker.from_shape((bs, cin, hw, hw)).pad(((0, 0), (0, 0), (pad, pad), (pad, pad)))
@@ -74,7 +76,7 @@ def conv_trackers() -> list[ShapeTracker]:
 def matmul_trackers() -> list[ShapeTracker]:
     """Operand views of matmul, with the reshapes that upcasting and local tiling make."""
     out = []
-    for m, n, kd, up in itertools.product((16, 64, 128), (16, 96), (32, 256), (2, 4)):
+    for m, n, kd, up in itertools.product((16, 64, 128, 256), (16, 96), (32, 256), (2, 4)):
         a = ShapeTracker.from_shape((m, kd)).reshape((m, 1, kd)).expand((m, n, kd))
         b = ShapeTracker.from_shape((kd, n)).permute((1, 0)).reshape((1, n, kd)).expand((m, n, kd))
         for t in (a, b):
@@ -84,11 +86,12 @@ def matmul_trackers() -> list[ShapeTracker]:
     return out
 
 
-def index_expressions() -> list[UOp]:
+def index_expressions(run: int = 0) -> list[UOp]:
+    """index and valid of every tracker, unsimplified; `run` gives fresh loop variables (nothing cached)."""
     exprs = []
     for k, t in enumerate(conv_trackers() + matmul_trackers()):
         shape = tuple(int(s) for s in t.shape)
-        index, valid = t.to_indexed_uops_raw(ranges(shape, f"e{k}"))
+        index, valid = t.to_indexed_uops_raw(ranges(shape, f"run{run}_e{k}"))
         exprs += [index, valid]
     return exprs
 
@@ -97,16 +100,20 @@ def emit(bench: str, value: float, unit: str, **params: Any) -> None:
     print(json.dumps({"bench": bench, "impl": "tg", "value": round(value, 6), "unit": unit, "params": params}))
 
 
-def bench_rewrites() -> None:
-    exprs = index_expressions()
-    pm = CountingMatcher(symbolic)
-    start = time.perf_counter()
-    for e in exprs:
-        graph_rewrite(e, pm)
-    elapsed = time.perf_counter() - start
+def bench_rewrites(runs: int = 3) -> None:
+    rates, times = [], []
+    for run in range(runs):
+        exprs = index_expressions(run)
+        pm = CountingMatcher(symbolic)
+        start = time.perf_counter()
+        for e in exprs:
+            graph_rewrite(e, pm)
+        times.append(time.perf_counter() - start)
+        rates.append(pm.fired / times[-1])
     nodes = sum(len(e.toposort) for e in exprs)
-    emit("rewrite_index_exprs", pm.fired / elapsed, "rewrites/s", exprs=len(exprs), nodes=nodes, rewrites=pm.fired)
-    emit("rewrite_index_exprs_time", elapsed, "s", exprs=len(exprs), nodes=nodes)
+    params = {"exprs": len(exprs), "nodes": nodes, "rewrites": pm.fired, "runs": runs}
+    emit("rewrite_index_exprs", statistics.median(rates), "rewrites/s", **params)
+    emit("rewrite_index_exprs_time", statistics.median(times), "s", **params)
 
 
 def bench_conv_view(repeats: int = 20) -> None:

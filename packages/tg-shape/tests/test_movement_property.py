@@ -136,3 +136,59 @@ def test_chain_matches_numpy(case: tuple[tuple[int, ...], list[tuple[str, Any]]]
     np.testing.assert_array_equal(read_through(t, buf), want, err_msg=f"{base} {ops} {t}")
     np.testing.assert_array_equal(read_through(t, buf, raw=True), want)
     np.testing.assert_array_equal(read_through(t.simplify(), buf), want)
+
+
+def _chain_on(draw: Any, shape: tuple[int, ...]) -> list[tuple[str, Any]]:
+    ops = []
+    for _ in range(draw(st.integers(1, 4))):
+        kind, arg = _draw_op(draw, shape)
+        ops.append((kind, arg))
+        shape = apply_numpy(np.empty(shape), kind, arg).shape
+    return ops
+
+
+@st.composite
+def two_chains(draw: Any) -> tuple[tuple[int, ...], list[tuple[str, Any]], list[tuple[str, Any]]]:
+    base = tuple(draw(st.lists(st.integers(1, 4), min_size=1, max_size=3)))
+    first = _chain_on(draw, base)
+    mid = base
+    for kind, arg in first:
+        mid = apply_numpy(np.empty(mid), kind, arg).shape
+    return base, first, _chain_on(draw, mid)
+
+
+@settings(SETTINGS, max_examples=max(EXAMPLES // 3, 100))
+@given(two_chains())
+def test_composition_and_real_strides(case: tuple[tuple[int, ...], list[Any], list[Any]]) -> None:
+    """`a + b` reads a through b; every stride real_strides reports is the step of the evaluated index."""
+    base, first, second = case
+    buf = np.arange(1, math.prod(base) + 1)
+    a, want = ShapeTracker.from_shape(base), buf.reshape(base)
+    for kind, arg in first:
+        a, want = apply_tracker(a, kind, arg), apply_numpy(want, kind, arg)
+    b = ShapeTracker.from_shape(a.shape)
+    for kind, arg in second:
+        b, want = apply_tracker(b, kind, arg), apply_numpy(want, kind, arg)
+    composed = a + b
+    np.testing.assert_array_equal(read_through(composed, buf), want)
+    _check_real_strides(composed)
+
+
+def _check_real_strides(t: ShapeTracker) -> None:
+    shape = tuple(int(s) for s in t.shape)
+    if math.prod(shape) == 0:
+        return
+    idxs = [UOp.variable(f"i{k}", 0, max(s - 1, 0)) for k, s in enumerate(shape)]
+    index, valid = t.to_indexed_uops_raw(idxs)
+    points = np.indices(shape).reshape(len(shape), -1).tolist()
+    env = {v: points[k] for k, v in enumerate(idxs)}
+    idx = _broadcast(evaluate_many(index, env), len(points[0]))
+    ok = _broadcast(evaluate_many(valid, env), len(points[0]))
+    where = {tuple(p[k] for p in points): (i, o) for k, (i, o) in enumerate(zip(idx, ok))}
+    for axis, stride in enumerate(t.real_strides()):
+        if stride is None:
+            continue
+        for pos, (i, o) in where.items():
+            nxt = pos[:axis] + (pos[axis] + 1,) + pos[axis + 1 :]
+            if o and nxt in where and where[nxt][1]:
+                assert where[nxt][0] - i == stride, (t, axis, stride, pos)

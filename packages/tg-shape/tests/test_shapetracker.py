@@ -180,3 +180,11 @@ def test_bad_movement_raises(op: str, arg: object, match: str) -> None:
         getattr(ShapeTracker.from_shape((3, 4)), op)(arg)
     first, second = match.split(".*")
     assert re.search(first, str(e.value)) and re.search(second, str(e.value)), str(e.value)
+
+
+def test_unbind_bound_shapes() -> None:
+    n = UOp.variable("n", 1, 10)
+    t = ShapeTracker.from_shape((n.bind(3), 4)).shrink(((0, n.bind(3)), (1, 3)))
+    unbound, values = t.unbind()
+    assert values == {n: 3} and all(v.op.name != "BIND" for v in unbound.vars())
+    assert read_all(unbound, {n: 3}) == read_all(t) == [1, 2, 5, 6, 9, 10]

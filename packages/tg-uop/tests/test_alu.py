@@ -9,8 +9,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tg_uop import DType, Ops, UOp, dtypes
+from tg_uop import DType, Ops, UOp, dtypes, exec_alu
 from tg_uop.dtype import truncate_const
+from tg_uop.evaluate import evaluate_many
 
 INTS = [
     dtypes.int8,
@@ -165,3 +166,21 @@ def test_bfloat16_folding_rounds_to_bfloat16() -> None:
     a, b = UOp.const(dtypes.bfloat16, 1.0), UOp.const(dtypes.bfloat16, 2**-9)
     assert (a + b).simplify().arg == 1.0  # 1 + 2^-9 is below half a bfloat16 ulp at 1
     assert (a * 3.0 / 7.0).simplify().arg == truncate_const(truncate_const(3.0, dtypes.bfloat16) / 7, dtypes.bfloat16)
+
+
+@pytest.mark.parametrize("d", INTS + FLOATS, ids=str)
+def test_evaluator_agrees_with_exec_alu(d: DType) -> None:
+    """The evaluator's list fast paths give exactly exec_alu's C semantics."""
+    rng = random.Random(3)
+    if dtypes.is_int(d):
+        xs, ys = _values(d, 20, rng), _values(d, 20, rng)
+        ops = [op for op in INT_ORACLE if op not in (Ops.IDIV, Ops.MOD)] + [Ops.IDIV, Ops.MOD, Ops.SHL, Ops.SHR]
+    else:
+        xs, ys = _float_values(d, rng), _float_values(d, rng)[::-1]
+        ops = list(FLOAT_ORACLE)
+    a, b = UOp(Ops.DEFINE_VAR, d, (), ("a", 0, 1)), UOp(Ops.DEFINE_VAR, d, (), ("b", 0, 1))
+    for op in ops:
+        got = evaluate_many(a.alu(op, b), {a: xs, b: ys})
+        out = dtypes.bool if op in (Ops.CMPLT, Ops.CMPNE) else d
+        want = [exec_alu(op, out, (x, y)) for x, y in zip(xs, ys)]
+        assert all(_same_float(g, w) if isinstance(w, float) else g == w for g, w in zip(got, want)), (op, d)

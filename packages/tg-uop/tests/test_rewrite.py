@@ -77,3 +77,14 @@ def test_rewrite_reaches_fixed_point_and_memoizes() -> None:
     shared = x + 5
     out = graph_rewrite(shared * shared, pm)
     assert out is (x + 0) * (x + 0)
+
+
+def test_operator_sugar_covers_reflected_and_bitwise_ops() -> None:
+    x = UOp.variable("x", 0, 9)
+    b = x < 3
+    assert (10 - UPat.var("v")).match(UOp.const(dtypes.int32, 10) - x, {})
+    assert (UPat.var("p") & UPat.var("q")).match(b & (x < 5), {})
+    assert (UPat.var("p") | UPat.var("q")).match(b | (x < 5), {})
+    assert (UPat.var("p") ^ UPat.cvar("c")).match(x ^ 3, {})
+    f = UOp(Ops.DEFINE_VAR, dtypes.float32, (), ("f", 0, 1))
+    assert (UPat.var("a") / UPat.cvar("c")).match(f / 2.0, {})

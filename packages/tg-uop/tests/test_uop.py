@@ -30,6 +30,13 @@ def test_dropped_uops_are_freed() -> None:
     assert not any(k[0] is Ops.DEFINE_VAR and "only_here" in str(k[3]) for k in UOpMetaClass.ucache)
 
 
+def test_uops_are_immutable() -> None:
+    x = UOp.variable("x", 0, 3)
+    with pytest.raises(AttributeError, match="immutable"):
+        x.arg = ("y", 0, 3)  # type: ignore[misc]
+    assert x.replace(arg=("y", 0, 3)) is UOp.variable("y", 0, 3)
+
+
 def test_float_args_keep_negative_zero_apart() -> None:
     assert UOp.const(dtypes.float32, 0.0) is not UOp.const(dtypes.float32, -0.0)
     assert UOp.const(dtypes.float32, float("nan")) is UOp.const(dtypes.float32, float("nan"))

@@ -71,6 +71,19 @@ class ShapeTracker:
                     found.update(u for u in x.toposort if u.op in (Ops.DEFINE_VAR, Ops.BIND))
         return found
 
+    def unbind(self) -> tuple[ShapeTracker, dict[UOp, int]]:
+        """This tracker with bound variables replaced by their variables, and the values they were bound to.
+
+        >>> n = UOp.variable("n", 1, 10)
+        >>> st, values = ShapeTracker.from_shape((n.bind(3), 4)).unbind()
+        >>> st.shape[0] is n, values[n]
+        (True, 3)
+        """
+        binds = [b for b in self.vars() if b.op is Ops.BIND]
+        mapping = {b: b.src[0] for b in binds}
+        unbound = ShapeTracker(tuple(v.substitute(mapping) for v in self.views)) if binds else self
+        return unbound, {b.src[0]: int(b.src[1].arg) for b in binds}
+
     def __add__(self, other: ShapeTracker) -> ShapeTracker:
         """Compose: read this tracker through `other` (other's first view has this tracker's size)."""
         ret = self

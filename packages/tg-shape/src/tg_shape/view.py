@@ -213,6 +213,17 @@ class View:
                     ok = ok & (i < _const_index(e))
         return index, ok
 
+    def substitute(self, mapping: dict[UOp, UOp]) -> View:
+        """This view with symbolic nodes replaced (e.g. bound variables by their variables)."""
+
+        def sub(x: sint) -> sint:
+            return x.substitute(mapping) if isinstance(x, UOp) else x
+
+        mask = tuple((sub(b), sub(e)) for b, e in self.mask) if self.mask is not None else None
+        return View.create(
+            tuple(sub(s) for s in self.shape), tuple(sub(st) for st in self.strides), sub(self.offset), mask
+        )
+
     def minify(self) -> View:
         """Merge dims that are contiguous with each other (fewer loops, same elements)."""
         if self.mask is not None or not all_int(self.shape):

@@ -218,12 +218,16 @@ def _lt_quotient(x: UOp, terms: list[UOp], c: int) -> UOp | None:
 
 
 def _negated_lt(clause: UOp) -> UOp | None:
-    """The `x < c` inside `(x < c) != True` (that is, x >= c)."""
+    """The integer `x < c` inside `(x < c) != True` (that is, x >= c)."""
     if clause.op is Ops.CMPNE and clause.src[1].op is Ops.CONST and clause.src[1].arg is True:
         inner = clause.src[0]
-        if inner.op is Ops.CMPLT and inner.src[1].op is Ops.CONST:
+        if _is_upper_bound(inner):
             return inner
     return None
+
+
+def _is_upper_bound(clause: UOp) -> bool:
+    return clause.op is Ops.CMPLT and clause.src[1].op is Ops.CONST and dtypes.is_int(clause.src[0].dtype)
 
 
 def split_and(x: UOp) -> list[UOp]:
@@ -239,15 +243,15 @@ def and_chain(x: UOp) -> UOp | None:
     upper: dict[UOp, int] = {}
     lower: dict[UOp, int] = {}
     for cl in clauses:
-        if cl.op is Ops.CMPLT and cl.src[1].op is Ops.CONST and dtypes.is_int(cl.src[0].dtype):
+        if _is_upper_bound(cl):
             upper[cl.src[0]] = min(upper.get(cl.src[0], int(cl.src[1].arg)), int(cl.src[1].arg))
-        elif (lt := _negated_lt(cl)) is not None and dtypes.is_int(lt.src[0].dtype):
+        elif (lt := _negated_lt(cl)) is not None:
             lower[lt.src[0]] = max(lower.get(lt.src[0], int(lt.src[1].arg)), int(lt.src[1].arg))
     if any(e in upper and lower[e] >= upper[e] for e in lower):
         return x.const_like(False)
     kept: list[UOp] = []
     for cl in clauses:
-        is_upper = cl.op is Ops.CMPLT and cl.src[0] in upper
+        is_upper = _is_upper_bound(cl)  # `x < c` with a constant c: only the tightest one stays
         lt = _negated_lt(cl)
         if is_upper and cl.src[1].arg != upper[cl.src[0]] or lt is not None and lt.src[1].arg != lower.get(lt.src[0]):
             continue

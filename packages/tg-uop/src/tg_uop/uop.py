@@ -23,6 +23,7 @@ from tg_uop.bounds import bounds
 from tg_uop.dtype import ConstType, DType, PtrDType, dtypes, truncate_const
 from tg_uop.helpers import all_int, prod
 from tg_uop.ops import GroupOp, Ops
+from tg_uop.shapes import uop_shape
 
 __all__ = ["PYTHON_ALU", "UOp", "bitcast_const", "cast_const", "exec_alu", "pretty", "sint"]
 
@@ -70,9 +71,25 @@ class UOp(metaclass=UOpMetaClass):
     """
 
     __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "__dict__")
+    op: Ops
+    dtype: DType
+    src: tuple[UOp, ...]
+    arg: Any
 
     def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> None:
-        self.op, self.dtype, self.src, self.arg = op, dtype, src, arg
+        if not isinstance(src, tuple):
+            raise TypeError(f"UOp src must be a tuple of UOps, got {type(src).__name__}")
+        setter = object.__setattr__  # the only writes a UOp ever gets
+        setter(self, "op", op)
+        setter(self, "dtype", dtype)
+        setter(self, "src", src)
+        setter(self, "arg", arg)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"UOp is immutable (hash-consed and shared): cannot set {name!r}; use .replace()")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"UOp is immutable: cannot delete {name!r}")
 
     def __reduce__(self) -> tuple[Any, ...]:
         return UOp, (self.op, self.dtype, self.src, self.arg)
@@ -350,7 +367,7 @@ class UOp(metaclass=UOpMetaClass):
     @functools.cached_property
     def shape(self) -> tuple[sint, ...] | None:
         """The shape of a tensor-level or kernel-level node (None where shapes do not apply)."""
-        return _shape(self)
+        return uop_shape(self)
 
     @property
     def size(self) -> sint:
@@ -439,42 +456,6 @@ class UOp(metaclass=UOpMetaClass):
         if self.shape is None:
             raise TypeError(f"{what}: {self.op} has no shape")
         return self.shape
-
-
-# ---------------------------------------------------------------------------------------------
-# shapes
-
-
-def _shape(u: UOp) -> tuple[sint, ...] | None:
-    op = u.op
-    if op is Ops.VIEW:
-        return tuple(u.arg.shape)
-    if op is Ops.BUFFER:
-        return (u.arg[1],)
-    if op is Ops.CONST:
-        if not u.src:
-            return None
-        return () if u.src[0].op is Ops.DEVICE else u.src[0].shape
-    if op is Ops.RESHAPE or op is Ops.EXPAND:
-        return tuple(u.arg)
-    src_shape = u.src[0].shape if u.src else None
-    if op in (Ops.LOAD, Ops.STORE) and len(u.src) > 1 and u.src[1].op is Ops.VIEW:
-        return u.src[1].shape
-    if src_shape is None:
-        return None
-    if op is Ops.PERMUTE:
-        return tuple(src_shape[i] for i in u.arg)
-    if op is Ops.PAD:
-        return tuple(s + b + a for s, (b, a) in zip(src_shape, u.arg))
-    if op is Ops.SHRINK:
-        return tuple(e - b for b, e in u.arg)
-    if op is Ops.REDUCE_AXIS:
-        return tuple(1 if i in u.arg[1] else s for i, s in enumerate(src_shape))
-    if op in GroupOp.Elementwise and op is Ops.WHERE:
-        return u.src[1].shape
-    if op in GroupOp.Elementwise or op in (Ops.FLIP, Ops.COPY, Ops.CONTIGUOUS, Ops.DETACH, Ops.ASSIGN):
-        return src_shape
-    return None
 
 
 # ---------------------------------------------------------------------------------------------
