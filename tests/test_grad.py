@@ -269,6 +269,15 @@ def test_backward_accumulates_and_respects_requires_grad(device: str) -> None:
     assert frozen.grad is not None and frozen.grad.tolist() == [1.0, -2.0]
 
 
+def test_equal_lazy_parameters_get_their_own_gradients(device: str) -> None:
+    b1 = Tensor.zeros(2, device=device, requires_grad=True)
+    b2 = Tensor.zeros(2, device=device, requires_grad=True)  # the same lazy graph as b1
+    x = Tensor([1.0, 2.0], device=device)
+    ((x + b1) * 3 + (x + b2) * 5).sum().backward()
+    assert b1.grad is not None and b2.grad is not None
+    assert b1.grad.tolist() == [3.0, 3.0] and b2.grad.tolist() == [5.0, 5.0]
+
+
 def test_backward_with_explicit_gradient_and_detach(device: str) -> None:
     x = Tensor([1.0, 2.0, 3.0], device=device, requires_grad=True)
     (x * x).backward(Tensor([1.0, 0.5, 0.0], device=device))

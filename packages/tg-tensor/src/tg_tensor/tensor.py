@@ -13,6 +13,7 @@ indexing, linalg, nn); this module holds the core: construction, realization, as
 from __future__ import annotations
 
 import contextlib
+import itertools
 import sys
 import weakref
 from collections.abc import Iterator
@@ -43,6 +44,7 @@ TensorLike = Any  # Tensor | ConstType | nested lists | numpy arrays | bytes
 
 # every live tensor that asked for gradients: backward() finds its targets here
 _grad_tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
+_unique_ids = itertools.count()
 
 
 def _from_numpy(arr: np.ndarray[Any, Any], dtype: DType | None, device: str) -> UOp:
@@ -135,6 +137,9 @@ class Tensor(
     def requires_grad(self, value: bool | None) -> None:
         self._requires_grad = value
         if value:
+            if self.uop.base.op is not Ops.BUFFER:
+                # hash-consing makes equal lazy tensors (two Tensor.zeros(3)) one node: give this one its own
+                self.uop = UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,), next(_unique_ids))
             _grad_tensors.add(self)
         else:
             _grad_tensors.discard(self)
