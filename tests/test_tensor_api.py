@@ -143,3 +143,43 @@ def test_unsupported_dtype_ops(device: str) -> None:
         Tensor.ones(2, 3, device=device).sparse_categorical_crossentropy(Tensor([0.0, 1.0], device=device))
     with pytest.raises(TypeError, match="subtracting bool"):
         Tensor([True], device=device) - Tensor([False], device=device)
+
+
+@pytest.mark.parametrize("order", [0, 1])
+def test_assigns_run_after_every_read_of_the_old_values(device: str, order: int) -> None:
+    """An optimizer step realizes all updates at once: each gradient must see the old weights."""
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((4, 3)).astype(np.float32), np.array([0, 1, 1, 0], np.int32)
+    w1n, w2n = rng.standard_normal((3, 5)).astype(np.float32), rng.standard_normal((5, 2)).astype(np.float32)
+
+    def step(separately: bool) -> list[np.ndarray]:
+        w1 = Tensor(w1n, device=device, requires_grad=True).realize()
+        w2 = Tensor(w2n, device=device, requires_grad=True).realize()
+        loss = (
+            (Tensor(x, device=device) @ w1).relu().linear(w2).sparse_categorical_crossentropy(Tensor(y, device=device))
+        )
+        loss.backward()
+        params = [w1, w2] if order == 0 else [w2, w1]
+        if separately:
+            for p in params:
+                assert p.grad is not None
+                p.grad.realize()
+        for p in params:
+            assert p.grad is not None
+            p.assign(p - p.grad * 0.1)
+        loss.realize(*params)
+        return [w1.numpy(), w2.numpy()]
+
+    for got, ref in zip(step(False), step(True)):
+        np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-7)
+
+
+def test_two_assigns_before_realize(device: str) -> None:
+    w = Tensor([1.0, 2.0], device=device).realize()
+    old_view = w + 0
+    w.assign(w + 1)
+    mid = w * 10
+    w.assign(w * 2)
+    w.realize(old_view, mid)  # in one realize, reads of the old values run before the writes
+    assert w.tolist() == [4.0, 6.0]
+    assert mid.tolist() == [20.0, 30.0] and old_view.tolist() == [1.0, 2.0]

@@ -30,6 +30,7 @@ from tg_tensor.indexing import IndexingMixin
 from tg_tensor.linalg import LinalgMixin
 from tg_tensor.movement import MovementMixin
 from tg_tensor.nn import NNMixin
+from tg_tensor.ordering import order_items
 from tg_tensor.realize import run_pending
 from tg_tensor.reduce import ReduceMixin
 from tg_tensor.schedule import ScheduleItem, buffer_of, buffers, create_schedule, pending
@@ -197,6 +198,7 @@ class Tensor(
         tensors = [self, *others]
         roots = [_strip_reshapes(t.uop) for t in tensors]
         items, becomes = create_schedule([r for r, _ in roots])
+        items = order_items(items)
         for t, (root, shape) in zip(tensors, roots):
             t.uop = becomes[root].reshape(shape)
         pending.extend(items)
