@@ -325,3 +325,13 @@ def test_training_flag_context() -> None:
             assert not Tensor.training
         assert Tensor.training
     assert not Tensor.training
+
+
+def test_backward_after_realize(device: str) -> None:
+    w = Tensor.zeros(2, device=device, requires_grad=True)
+    loss = ((w + 1) * Tensor([2.0, 3.0], device=device)).sum()
+    w.realize()  # the parameter is realized after the loss graph was built
+    assert loss.item() == 5.0  # and the loss itself is realized before backward
+    loss.backward()
+    assert w.grad is not None and w.grad.tolist() == [2.0, 3.0]
+    assert loss.gradient(w)[0].tolist() == [2.0, 3.0]

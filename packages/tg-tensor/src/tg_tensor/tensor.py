@@ -92,7 +92,7 @@ class Tensor(
     training: ClassVar[bool] = False
     no_grad: ClassVar[bool] = False
 
-    __slots__ = ("uop", "_requires_grad", "grad", "__weakref__")
+    __slots__ = ("uop", "_requires_grad", "grad", "_lazy", "__weakref__")
 
     def __init__(
         self, data: TensorLike, device: str | None = None, dtype: DType | None = None, requires_grad: bool | None = None
@@ -102,6 +102,7 @@ class Tensor(
             raise TypeError(f"Tensor: dtype must be a tg DType, got {dtype!r}")
         self._requires_grad: bool | None = None
         self.grad: Tensor | None = None
+        self._lazy: UOp | None = None  # the graph this tensor had before it was realized (for autograd)
         self.uop: UOp = self._make_uop(data, dtype, dev)
         if self.uop.device is None:
             raise ValueError("Tensor: the data has no device")
@@ -200,6 +201,8 @@ class Tensor(
         items, becomes = create_schedule([r for r, _ in roots])
         items = order_items(items)
         for t, (root, shape) in zip(tensors, roots):
+            if root.op is not Ops.ASSIGN and not is_contiguous_buffer(t.uop):
+                t._lazy = t.uop
             t.uop = becomes[root].reshape(shape)
         pending.extend(items)
         return items
@@ -307,10 +310,12 @@ class Tensor(
         if Tensor.no_grad:
             raise RuntimeError("gradient: gradients are disabled (Tensor.no_grad is set)")
         seed = self._seed_gradient(gradient)
-        grads = autograd.compute_gradient(self.uop, seed.uop, [t.uop for t in targets])
+        graph = self._graph().toposort
+        nodes = [t._node_in(graph) for t in targets]
+        grads = autograd.compute_gradient(self._graph(), seed.uop, [n for n in nodes if n is not None])
         out = []
-        for t in targets:
-            g = grads.get(t.uop)
+        for t, n in zip(targets, nodes):
+            g = grads.get(n) if n is not None else None
             if g is None:
                 raise ValueError(f"gradient: target {t!r} is not part of the graph of this tensor")
             out.append(Tensor(g))
@@ -321,16 +326,26 @@ class Tensor(
         if Tensor.no_grad:
             raise RuntimeError("backward: gradients are disabled (Tensor.no_grad is set)")
         seed = self._seed_gradient(gradient)
-        graph = self.uop.toposort
-        targets = [t for t in list(_grad_tensors) if t.uop in graph]
-        grads = autograd.compute_gradient(self.uop, seed.uop, [t.uop for t in targets])
-        for t in targets:
-            g = grads.get(t.uop)
+        graph = self._graph().toposort
+        targets = [(t, n) for t in list(_grad_tensors) if (n := t._node_in(graph)) is not None]
+        grads = autograd.compute_gradient(self._graph(), seed.uop, [n for _, n in targets])
+        for t, n in targets:
+            g = grads.get(n)
             if g is None:
                 continue
             g_t = Tensor(g)
             t.grad = g_t if t.grad is None else t.grad + g_t
         return self
+
+    def _graph(self) -> UOp:
+        """The lazy graph behind this tensor, even after it was realized."""
+        return self._lazy if self._lazy is not None and is_contiguous_buffer(self.uop) else self.uop
+
+    def _node_in(self, graph: dict[UOp, None]) -> UOp | None:
+        """The node that stands for this tensor in `graph` (its current or its pre-realize graph)."""
+        if self.uop in graph:
+            return self.uop
+        return self._lazy if self._lazy is not None and self._lazy in graph else None
 
     def _seed_gradient(self, gradient: Tensor | None) -> Tensor:
         if gradient is None:
