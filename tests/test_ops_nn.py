@@ -103,6 +103,9 @@ def test_matmul_variants(device: str) -> None:
         ("i,j->ij", [(3,), (2,)]),
         ("ij,ij->", [(2, 3), (2, 3)]),
         ("ijk->kj", [(2, 3, 4)]),
+        ("...ij,...jk->...ik", [(2, 2, 3), (1, 3, 2)]),
+        ("i...->...", [(3, 2, 2)]),
+        ("...i,i", [(2, 3), (3,)]),
     ],
 )
 def test_einsum(device: str, formula: str, shapes: list[tuple[int, ...]]) -> None:
@@ -244,6 +247,8 @@ def test_interpolate(device: str) -> None:
     t = _t(x, device)
     near = t.interpolate((4, 2), mode="nearest").numpy()
     np.testing.assert_equal(near, x[:, :, [0, 0, 1, 1]][:, :, :, [0, 2]])
+    exact = t.interpolate((2, 3), mode="nearest-exact").numpy()
+    np.testing.assert_equal(exact, x[:, :, :, [0, 2, 3]])  # floor((j + 0.5) * 4 / 3)
     lin = t.interpolate((2, 8), mode="linear").numpy()
     pos = np.maximum((np.arange(8) + 0.5) * 0.5 - 0.5, 0)
     expected = np.stack([np.interp(pos, np.arange(4), row) for row in x[0, 0]])
