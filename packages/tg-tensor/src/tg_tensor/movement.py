@@ -35,6 +35,7 @@ class MovementMixin:
     def reshape(self: Tensor, shape: Any, *args: Any) -> Tensor:
         """Same data, new shape; one dim may be -1.
 
+        >>> from tg_tensor import Tensor
         >>> Tensor.arange(6).reshape(2, -1).shape
         (2, 3)
         """
@@ -117,6 +118,7 @@ class MovementMixin:
         """Pad with `value` ("constant"), mirrored values ("reflect") or edge values ("replicate").
 
         Negative padding removes elements.
+        >>> from tg_tensor import Tensor
         >>> Tensor([1, 2]).pad(((1, 2),)).tolist()
         [0, 1, 2, 0, 0]
         """

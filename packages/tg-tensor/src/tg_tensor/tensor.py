@@ -276,6 +276,7 @@ class Tensor(
     def assign(self, value: TensorLike) -> Tensor:
         """Overwrite this tensor's values with `value` (lazily; its buffer is reused once realized).
 
+        >>> from tg_tensor import Tensor
         >>> w = Tensor([1.0, 2.0]).realize()
         >>> w.assign(w * 2).realize().tolist()
         [2.0, 4.0]
@@ -303,6 +304,7 @@ class Tensor(
     def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
         """d(self)/d(target) for each target; `self` must be a scalar unless `gradient` is given.
 
+        >>> from tg_tensor import Tensor
         >>> x = Tensor([2.0], requires_grad=True)
         >>> (x**2 + 3*x + 1).sum().gradient(x)[0].tolist()
         [7.0]
