@@ -111,3 +111,15 @@ def test_default_device_and_copy() -> None:
     other = "PYTHON" if Device.DEFAULT != "PYTHON" else "CPU"
     moved = (t * 2).to(other)
     assert moved.device == other and moved.tolist() == [2.0, 4.0]
+
+
+def test_reading_values_realizes_in_place(device: str) -> None:
+    w = Tensor([1.0, 2.0], device=device).realize()
+    w.assign(w * 3)
+    GlobalCounters.reset()
+    assert w.tolist() == [3.0, 6.0]
+    assert GlobalCounters.kernel_count == 1  # the assign itself, no extra copy
+    lazy = Tensor([1.0, 2.0], device=device) + 1
+    GlobalCounters.reset()
+    assert lazy.tolist() == [2.0, 3.0]
+    assert GlobalCounters.kernel_count == 1 and lazy.uop.base.op.name == "BUFFER"

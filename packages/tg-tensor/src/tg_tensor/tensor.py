@@ -227,8 +227,8 @@ class Tensor(
         return Tensor(UOp(Ops.DETACH, self.dtype, (self.uop,)))
 
     def _data(self) -> np.ndarray[Any, Any]:
-        t = self if is_contiguous_buffer(self.uop) else self.contiguous()
-        t.realize()
+        self.realize()  # a lazy tensor gets its own buffer; a view of a buffer stays a view
+        t = self if is_contiguous_buffer(self.uop) else self.contiguous().realize()
         base = t.uop.base
         raw = buffer_of(base).as_bytes()
         if self.dtype == dtypes.bfloat16:
