@@ -183,3 +183,13 @@ def test_two_assigns_before_realize(device: str) -> None:
     w.realize(old_view, mid)  # in one realize, reads of the old values run before the writes
     assert w.tolist() == [4.0, 6.0]
     assert mid.tolist() == [20.0, 30.0] and old_view.tolist() == [1.0, 2.0]
+
+
+def test_assign_from_a_shifted_older_version(device: str) -> None:
+    w = Tensor([1.0, 2.0, 3.0], device=device).realize()
+    w.assign(w + 1).realize()
+    old_alias_view = Tensor(w.uop)  # the current version
+    w.assign(w * 2).realize()
+    # an older node of the same memory (which now holds [4, 6, 8]), reversed: computed before writing
+    w.assign(old_alias_view.flip(0)).realize()
+    assert w.tolist() == [8.0, 6.0, 4.0]  # written in place while reading it reversed would give [8, 6, 8]

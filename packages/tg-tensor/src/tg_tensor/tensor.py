@@ -397,10 +397,15 @@ def _strip_reshapes(u: UOp) -> tuple[UOp, tuple[sint, ...]]:
 
 
 def _reads_shifted(value: UOp, target: UOp) -> bool:
-    """Does `value` read `target` other than element for element (so writing in place would race)?"""
+    """Does `value` read `target`'s memory other than element for element (so writing in place would race)?
+
+    Any BUFFER node sharing target's runtime buffer counts (an older version of an assigned tensor).
+    """
+    memory = buffer_of(target)
     reaches: set[UOp] = set()
     for node in value.toposort:  # sources come first
-        if node is target or any(s in reaches for s in node.src):
+        same_memory = node.op is Ops.BUFFER and buffer_of(node) is memory
+        if same_memory or any(s in reaches for s in node.src):
             reaches.add(node)
             moved = node.op in GroupOp.Movement and node.op is not Ops.RESHAPE
             if moved or node.op is Ops.REDUCE_AXIS:
