@@ -166,6 +166,7 @@ GRAD_CASES: dict[str, tuple[F, list[np.ndarray]]] = {
     "layernorm": (lambda x: x.layernorm(), [_r(2, 4)]),
     "batchnorm": (lambda x, w, b: x.batchnorm(w, b, x.mean((0, 2)), w.abs() + 0.5), [_r(2, 2, 2), _r(2), _r(2)]),
     "dropout": (_dropout, [_r(2, 4)]),
+    "sequential": (lambda x: x.sequential([Tensor.relu, lambda t: t * 2, Tensor.exp]), [_r(*U)]),
     "scaled_dot_product_attention": (
         lambda q, k, v: q.scaled_dot_product_attention(k, v, is_causal=True),
         [_r(1, 2, 3), _r(1, 3, 3), _r(1, 3, 2)],
@@ -195,7 +196,8 @@ NOT_DIFFERENTIABLE = set(
     "kaiming_uniform kaiming_normal manual_seed full_like zeros_like ones_like empty_like rand_like randn_like "
     "train test inference_mode "
     # realization, data access, autograd itself, in-place updates
-    "realize schedule kernelize numpy tolist item data numel element_size nbytes "
+    "realize schedule kernelize numpy tolist item data numel element_size nbytes size is_floating_point "
+    "requires_grad_ "
     "backward gradient detach assign".split()
 )
 COVERED_ALIASES = {"getitem_advanced": "getitem", "getitem": "__getitem__"}

@@ -131,6 +131,9 @@ def test_data_access(device: str) -> None:
     bf = Tensor([1.5, -2.0], device=device, dtype=dtypes.bfloat16)
     assert bf.tolist() == [1.5, -2.0]
     assert "shape=(1, 2)" in repr(t)
+    assert t.size() == (1, 2) and t.size(-1) == 2 and t.is_floating_point()
+    assert not Tensor([1], device=device).is_floating_point()
+    assert t.requires_grad_().requires_grad is True
 
 
 def test_unsupported_dtype_ops(device: str) -> None:

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -36,6 +37,13 @@ class NNMixin(ConvMixin):
     """layernorm, batchnorm, dropout, scaled_dot_product_attention, interpolate and the losses."""
 
     __slots__ = ()
+
+    def sequential(self: Tensor, layers: list[Callable[[Tensor], Tensor]]) -> Tensor:
+        """Apply each callable in turn: `x.sequential([conv, Tensor.relu, lambda t: t.flatten(1)])`."""
+        x = self
+        for layer in layers:
+            x = layer(x)
+        return x
 
     def layernorm(self: Tensor, axis: int | tuple[int, ...] = -1, eps: float = 1e-5) -> Tensor:
         """(x - mean) / sqrt(var + eps) over `axis` (population variance)."""

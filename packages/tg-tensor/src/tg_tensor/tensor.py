@@ -169,6 +169,18 @@ class Tensor(
     def numel(self) -> sint:
         return prod(self.shape)
 
+    def size(self, dim: int | None = None) -> sint | tuple[sint, ...]:
+        """The shape, or the size of one dim (torch's spelling)."""
+        return self.shape if dim is None else self.shape[self._axis(dim)]
+
+    def is_floating_point(self) -> bool:
+        return dtypes.is_float(self.dtype)
+
+    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        """Set requires_grad in place and return the tensor."""
+        self.requires_grad = requires_grad
+        return self
+
     def element_size(self) -> int:
         return self.dtype.itemsize
 
