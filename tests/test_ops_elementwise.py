@@ -230,3 +230,48 @@ def test_bad_input_errors(device: str) -> None:
         Tensor([1.0], device=device).bitwise_not()
     with pytest.raises(TypeError, match="ambiguous"):
         bool(Tensor([1, 2], device=device) == 1)
+
+
+def _random_broadcast_pair(rng: np.random.Generator) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    ndim = int(rng.integers(0, 4))
+    full = tuple(int(s) for s in rng.integers(1, 4, ndim))
+    a = tuple(1 if rng.random() < 0.3 else s for s in full)
+    b = tuple(1 if rng.random() < 0.3 else s for s in full)[int(rng.integers(0, ndim + 1)) :]
+    return a, b
+
+
+@pytest.mark.parametrize("name", ["add", "mul", "maximum", "lt", "where"])
+def test_random_broadcast_shapes(device: str, name: str) -> None:
+    rng = np.random.default_rng(sum(map(ord, name)) + 7)
+    for _ in range(4):
+        sa, sb = _random_broadcast_pair(rng)
+        a = rng.integers(-5, 5, sa).astype(np.int32)
+        b = rng.standard_normal(sb).astype(np.float32)
+        ta, tb = Tensor(a, device=device), Tensor(np.array(b.T, order="C"), device=device).T  # b non-contiguous
+        if name == "where":
+            out, ref = (ta > 0).where(tb, -1.0), np.where(a > 0, b, np.float32(-1.0))
+        else:
+            fn, npfn = BINARY[name]
+            out, ref = fn(ta, tb), npfn(a, b)
+        assert out.shape == ref.shape, (sa, sb)
+        assert out.dtype == (dtypes.bool if name == "lt" else dtypes.float32)
+        np.testing.assert_allclose(out.numpy(), ref, rtol=1e-6, err_msg=f"{sa} {sb}")
+
+
+def test_unary_int(device: str) -> None:
+    a = np.array([[-3, 0, 7], [2, -1, -8]], dtype=np.int32)
+    t = Tensor(a, device=device)
+    for out, ref in [
+        (-t, -a),
+        (t.abs(), np.abs(a)),
+        (t.sign(), np.sign(a)),
+        (t.relu(), np.maximum(a, 0)),
+        (t.square(), a * a),
+        (t.clip(-2, 3), np.clip(a, -2, 3)),
+        (t.minimum(1), np.minimum(a, 1)),
+        (t.floor(), a),
+    ]:
+        assert out.dtype == dtypes.int32
+        np.testing.assert_equal(out.numpy(), ref)
+    np.testing.assert_allclose(t.exp().numpy(), np.exp(a), rtol=1e-6)  # ints go through the default float
+    assert t.sqrt().dtype == dtypes.float32

@@ -103,6 +103,9 @@ def test_matmul_variants(device: str) -> None:
         ("i,j->ij", [(3,), (2,)]),
         ("ij,ij->", [(2, 3), (2, 3)]),
         ("ijk->kj", [(2, 3, 4)]),
+        ("...ij,...jk->...ik", [(2, 2, 3), (1, 3, 2)]),
+        ("i...->...", [(3, 2, 2)]),
+        ("...i,i", [(2, 3), (3,)]),
     ],
 )
 def test_einsum(device: str, formula: str, shapes: list[tuple[int, ...]]) -> None:
@@ -244,6 +247,8 @@ def test_interpolate(device: str) -> None:
     t = _t(x, device)
     near = t.interpolate((4, 2), mode="nearest").numpy()
     np.testing.assert_equal(near, x[:, :, [0, 0, 1, 1]][:, :, :, [0, 2]])
+    exact = t.interpolate((2, 3), mode="nearest-exact").numpy()
+    np.testing.assert_equal(exact, x[:, :, :, [0, 2, 3]])  # floor((j + 0.5) * 4 / 3)
     lin = t.interpolate((2, 8), mode="linear").numpy()
     pos = np.maximum((np.arange(8) + 0.5) * 0.5 - 0.5, 0)
     expected = np.stack([np.interp(pos, np.arange(4), row) for row in x[0, 0]])
@@ -293,3 +298,22 @@ def test_cross_entropy_and_binary(device: str) -> None:
     np.testing.assert_allclose(out3, bce, rtol=1e-4, atol=1e-6)
     with pytest.raises(ValueError, match="reduction must be"):
         _t(p, device).binary_crossentropy(_t(t, device), reduction="avg")
+
+
+def test_avg_pool_ceil_mode_counts_only_real_elements(device: str) -> None:
+    x = np.arange(25, dtype=np.float32).reshape(1, 1, 5, 5)
+    out = _t(x, device).avg_pool2d(2, ceil_mode=True).numpy()
+    assert out.shape == (1, 1, 3, 3)
+    np.testing.assert_allclose(out[0, 0, 0, 0], x[0, 0, :2, :2].mean())
+    np.testing.assert_allclose(out[0, 0, 2, 1], x[0, 0, 4, 2:4].mean())
+    np.testing.assert_allclose(out[0, 0, 2, 2], x[0, 0, 4, 4])
+
+
+def test_scatter_multiply_and_scalar_src(device: str) -> None:
+    a = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], dtype=np.float32)
+    idx = _t(np.array([[0, 2], [1, 1]], np.int32), device)
+    src = _t(np.array([[10.0, 20.0], [3.0, 4.0]], np.float32), device)
+    out = _t(a, device).scatter(1, idx, src, reduce="multiply").numpy()
+    np.testing.assert_equal(out, [[10.0, 2.0, 60.0], [4.0, 60.0, 6.0]])
+    filled = _t(a, device).scatter(0, _t(np.array([[1, 0, 1]], np.int32), device), 0.5).numpy()
+    np.testing.assert_equal(filled, [[1.0, 0.5, 3.0], [0.5, 5.0, 0.5]])

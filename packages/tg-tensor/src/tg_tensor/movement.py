@@ -35,6 +35,7 @@ class MovementMixin:
     def reshape(self: Tensor, shape: Any, *args: Any) -> Tensor:
         """Same data, new shape; one dim may be -1.
 
+        >>> from tg_tensor import Tensor
         >>> Tensor.arange(6).reshape(2, -1).shape
         (2, 3)
         """
@@ -117,6 +118,7 @@ class MovementMixin:
         """Pad with `value` ("constant"), mirrored values ("reflect") or edge values ("replicate").
 
         Negative padding removes elements.
+        >>> from tg_tensor import Tensor
         >>> Tensor([1, 2]).pad(((1, 2),)).tolist()
         [0, 1, 2, 0, 0]
         """
@@ -148,14 +150,14 @@ class MovementMixin:
         parts = []
         if before:
             left = self._slice(ax, 1, before + 1).flip(ax) if mode == "reflect" else self._slice(ax, 0, 1)
-            parts.append(left if mode == "reflect" else left.repeat_axis(ax, before))
+            parts.append(left if mode == "reflect" else left._expand_axis(ax, before))
         parts.append(self)
         if after:
             right = self._slice(ax, n - after - 1, n - 1).flip(ax) if mode == "reflect" else self._slice(ax, n - 1, n)
-            parts.append(right if mode == "reflect" else right.repeat_axis(ax, after))
+            parts.append(right if mode == "reflect" else right._expand_axis(ax, after))
         return parts[0].cat(*parts[1:], dim=ax) if len(parts) > 1 else self
 
-    def repeat_axis(self: Tensor, ax: int, times: int) -> Tensor:
+    def _expand_axis(self: Tensor, ax: int, times: int) -> Tensor:
         """Expand a size-1 axis `ax` to `times`."""
         shape = list(self.shape)
         shape[ax] = times

@@ -48,6 +48,7 @@ class ReduceMixin:
     def sum(self: Tensor, axis: Axis = None, keepdim: bool = False, dtype: DType | None = None) -> Tensor:
         """Sum over `axis`. Small ints and bools accumulate in int32, halfs in float32 (and come back as half).
 
+        >>> from tg_tensor import Tensor
         >>> Tensor([[1.0, 2.0]]).sum(-1, keepdim=True).tolist()
         [[3.0]]
         """
@@ -117,6 +118,7 @@ class ReduceMixin:
     def argmax(self: Tensor, axis: int | None = None, keepdim: bool = False) -> Tensor:
         """The index of the first maximum along `axis` (of the flattened tensor when None).
 
+        >>> from tg_tensor import Tensor
         >>> Tensor([[1, 5], [7, 2]]).argmax(axis=1).tolist()
         [1, 0]
         """
@@ -178,6 +180,7 @@ class ReduceMixin:
     def cumsum(self: Tensor, axis: int = 0) -> Tensor:
         """Running sum along `axis`.
 
+        >>> from tg_tensor import Tensor
         >>> Tensor([1, 2, 3]).cumsum().tolist()
         [1, 3, 6]
         """
