@@ -34,58 +34,99 @@ def reduce_identity(op: Ops, dtype: object) -> float | int | bool:
 
 
 class Lowerer:
-    """Turns the kernel AST into a lowered graph with explicit loops."""
+    """Turns the kernel AST into a lowered graph with explicit loops.
+
+    Loop axes (thread, global, local, reduce, group) become RANGEs; upcast and unroll axes are expanded:
+    the body is lowered once per value of those axes with that value as a constant index, so the
+    output gets one STORE per upcast value and each reduction combines its unrolled copies.
+    """
 
     def __init__(self, k: Kernel) -> None:
         self.k = k
-        full = k.full_shape
-        self.ranges = [
-            UOp(
-                Ops.RANGE,
-                dtypes.int32,
-                (UOp.const(dtypes.int32, s) if isinstance(s, int) else s,),
-                (i, "reduce" if i >= k.first_reduce else "loop"),
-            )
-            for i, s in enumerate(full)
-        ]
         zero = UOp.const(dtypes.int32, 0)
-        self.full_idxs = [r if full[i] != 1 else zero for i, r in enumerate(self.ranges)]
-        self.out_idxs = [r if i < k.first_reduce and full[i] != 1 else zero for i, r in enumerate(self.ranges)]
-        self.memo: dict[tuple[UOp, bool], UOp] = {}
+        self.loop: list[UOp] = []
+        for i, (s, t) in enumerate(zip(k.full_shape, k.axis_types)):
+            if t in ("upcast", "unroll") or s == 1:
+                self.loop.append(zero)
+                continue
+            end = UOp.const(dtypes.int32, s) if isinstance(s, int) else s
+            kind = "reduce" if t in ("reduce", "group") else "thread" if t == "thread" else "loop"
+            self.loop.append(UOp(Ops.RANGE, dtypes.int32, (end,), (i, kind)))
+        self.memo: dict[tuple[UOp, tuple[UOp, ...]], UOp] = {}
+
+    def _combos(self, types: tuple[str, ...]) -> list[dict[int, int]]:
+        combos: list[dict[int, int]] = [{}]
+        for a in self.k.axes_of(*types):
+            combos = [{**c, a: v} for c in combos for v in range(int(self.k.full_shape[a]))]
+        return combos
+
+    def _idxs(self, fixed: dict[int, int], inside_reduce: bool) -> tuple[UOp, ...]:
+        red = ("reduce", "group", "unroll")
+        ret = []
+        for i, t in enumerate(self.k.axis_types):
+            if i in fixed:
+                ret.append(UOp.const(dtypes.int32, fixed[i]))
+            elif t in red and not inside_reduce:
+                ret.append(UOp.const(dtypes.int32, 0))
+            else:
+                ret.append(self.loop[i])
+        return tuple(ret)
 
     def lower(self) -> UOp:
-        stores = [self._lower(s, inside_reduce=False) for s in self.k.ast.src]
+        stores = [
+            self._lower(s, self._idxs(c, inside_reduce=False), c)
+            for s in self.k.ast.src
+            for c in self._combos(("upcast",))
+        ]
         return graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(stores)), symbolic)
 
-    def _lower(self, u: UOp, inside_reduce: bool) -> UOp:
-        key = (u, inside_reduce)
+    def _lower(self, u: UOp, idxs: tuple[UOp, ...], fixed: dict[int, int]) -> UOp:
+        key = (u, idxs)
         if key in self.memo:
             return self.memo[key]
-        idxs = self.full_idxs if inside_reduce else self.out_idxs
         op = u.op
         if op is Ops.STORE:
             buf, view, value = u.src
-            index, valid = view.arg.to_indexed_uops(idxs)
-            val = self._lower(value, inside_reduce)
+            index, valid = view.arg.to_indexed_uops(list(idxs))
+            val = self._lower(value, idxs, fixed)
             ret = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, buf.dtype, (buf, index)), val) + _gate(valid))
         elif op is Ops.LOAD:
             buf, view = u.src
-            index, valid = view.arg.to_indexed_uops(idxs)
+            index, valid = view.arg.to_indexed_uops(list(idxs))
             ret = UOp(Ops.LOAD, u.dtype, (UOp(Ops.INDEX, buf.dtype, (buf, index)),) + _gate(valid))
         elif op is Ops.CONST and u.src:
-            _, valid = u.src[0].arg.to_indexed_uops(idxs)
+            _, valid = u.src[0].arg.to_indexed_uops(list(idxs))
             c = UOp.const(u.dtype, u.arg)
             gate = _gate(valid)
             ret = gate[0].where(c, c.const_like(0)) if gate else c
         elif op is Ops.REDUCE_AXIS:
-            alu_op, axes = u.arg
-            val = self._lower(u.src[0], inside_reduce=True)
-            rngs = tuple(self.ranges[a] for a in axes if self.k.full_shape[a] != 1)
-            ret = UOp(Ops.REDUCE, u.dtype, (val, *rngs), alu_op) if rngs else val
+            ret = self._lower_reduce(u, fixed)
         else:
-            ret = u.replace(src=tuple(self._lower(s, inside_reduce) for s in u.src))
+            ret = u.replace(src=tuple(self._lower(s, idxs, fixed) for s in u.src))
         self.memo[key] = ret
         return ret
+
+    def _lower_reduce(self, u: UOp, fixed: dict[int, int]) -> UOp:
+        alu_op = u.arg[0]
+        parts = [
+            self._lower(u.src[0], self._idxs({**fixed, **c}, inside_reduce=True), {**fixed, **c})
+            for c in self._combos(("unroll",))
+        ]
+        val = _tree(alu_op, parts)
+        rngs = tuple(self.loop[a] for a in self.k.axes_of("reduce", "group") if self.loop[a].op is Ops.RANGE)
+        return UOp(Ops.REDUCE, u.dtype, (val, *rngs), alu_op) if rngs else val
+
+
+def _tree(op: Ops, parts: list[UOp]) -> UOp:
+    """Combine values pairwise (a balanced tree keeps the dependency chains short)."""
+    while len(parts) > 1:
+        nxt = [_combine(op, a, b) for a, b in zip(parts[::2], parts[1::2])]
+        parts = nxt + ([parts[-1]] if len(parts) % 2 else [])
+    return parts[0]
+
+
+def _combine(op: Ops, a: UOp, b: UOp) -> UOp:
+    return a.maximum(b) if op is Ops.MAX else a.alu(op, b)
 
 
 def _gate(valid: UOp) -> tuple[UOp, ...]:

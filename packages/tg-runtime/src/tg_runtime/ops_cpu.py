@@ -8,6 +8,8 @@ True
 from __future__ import annotations
 
 import ctypes
+import functools
+import hashlib
 import os
 import shutil
 import subprocess
@@ -15,6 +17,7 @@ import tempfile
 import time
 from typing import Any
 
+from tg_codegen.diskcache import diskcache_get, diskcache_put
 from tg_codegen.renderer.cstyle import ClangRenderer
 from tg_runtime.device import Allocator, Compiled, Compiler
 
@@ -44,15 +47,33 @@ def find_cc() -> str:
     raise RuntimeError("the CPU device needs a C compiler: none of $CC, clang, gcc, cc was found on PATH")
 
 
-class ClangCompiler(Compiler):
-    """C source -> shared object bytes."""
+@functools.cache
+def openmp_flags(cc: str) -> tuple[str, ...]:
+    """("-fopenmp",) when `cc` can build and link OpenMP code, else () (loops then run on one core)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src = "#include <omp.h>\nint f(void) { return omp_get_max_threads(); }\n"
+        cmd = [cc, "-shared", "-fPIC", "-fopenmp", "-x", "c", "-", "-o", os.path.join(tmp, "t.so")]
+        ok = subprocess.run(cmd, input=src.encode(), capture_output=True).returncode == 0
+    return ("-fopenmp",) if ok else ()
 
-    def __init__(self, cc: str | None = None, args: tuple[str, ...] = ("-O2", "-march=native")) -> None:
+
+class ClangCompiler(Compiler):
+    """C source -> shared object bytes (cached on disk by source, compiler and flags)."""
+
+    def __init__(self, cc: str | None = None, args: tuple[str, ...] | None = None) -> None:
         self.cc = cc or find_cc()
-        self.args = args
-        self.cachekey = f"cpu:{self.cc}:{' '.join(args)}"
+        self.args = args if args is not None else ("-O2", "-march=native", *openmp_flags(self.cc))
+        self.cachekey = f"cpu:{self.cc}:{' '.join(self.args)}"
 
     def compile(self, src: str) -> bytes:
+        key = hashlib.sha256(f"{self.cachekey}\n{src}".encode()).hexdigest()
+        if (lib := diskcache_get("cpu_binary", key)) is not None:
+            return bytes(lib)
+        lib = self._compile(src)
+        diskcache_put("cpu_binary", key, lib)
+        return lib
+
+    def _compile(self, src: str) -> bytes:
         with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, "kernel.so")
             cmd = [self.cc, "-shared", "-fPIC", *self.args, "-x", "c", "-", "-o", out, "-lm"]
@@ -94,4 +115,5 @@ class CPUProgram:
 
 
 def open_device(name: str) -> Compiled:
-    return Compiled(name, CPUAllocator(), ClangRenderer(), ClangCompiler(), CPUProgram)
+    threads = int(os.getenv("THREADS", "0")) or len(os.sched_getaffinity(0))
+    return Compiled(name, CPUAllocator(), ClangRenderer(threads), ClangCompiler(), CPUProgram)

@@ -37,6 +37,8 @@ class Renderer:
     device: str = ""
     has_local: bool = False  # GPU-style launch grid with local (workgroup) ids
     has_shared: bool = False  # local/shared memory
+    has_threads: bool = False  # CPU threads over the outermost loop (OptOps.THREAD)
+    threads: int = 1  # how many CPU threads the device runs
     supports_float4: bool = False
     global_max: tuple[int, ...] | None = None
     local_max: tuple[int, ...] | None = None

@@ -28,6 +28,7 @@ class CStyleLanguage(Renderer):
     float4: str | None = None
     type_map: dict[DType, str] = {}
     extra_headers: tuple[str, ...] = ()
+    thread_pragma: str = ""  # put before a loop over CPU threads
 
     code_for_op: dict[Ops, Callable[..., str]] = {
         Ops.NEG: lambda x, dt: f"(!{x})" if dt == dtypes.bool else f"(-{x})",
@@ -136,6 +137,8 @@ class CStyleLanguage(Renderer):
                 line(f"int {u.arg} = {self.render_special(u)}; /* {r[0]} */")
             elif op is Ops.RANGE:
                 names[u] = f"ridx{u.arg[0]}"
+                if u.arg[1] == "thread" and self.thread_pragma:
+                    line(self.thread_pragma)
                 line(f"for (int {names[u]} = 0; {names[u]} < {r[0]}; {names[u]}++) {{")
                 indent += 1
             elif op is Ops.ENDRANGE:
@@ -179,6 +182,8 @@ class ClangRenderer(CStyleLanguage):
     """C for the CPU device (gcc or clang)."""
 
     device = "CPU"
+    has_threads = True
+    thread_pragma = "#pragma omp parallel for schedule(static)"
     type_map = {dtypes.bool: "_Bool", dtypes.float16: "_Float16", dtypes.bfloat16: "__bf16"}
     extra_headers = (
         "#include <math.h>",
@@ -192,6 +197,11 @@ class ClangRenderer(CStyleLanguage):
         Ops.SIN: lambda x, dt: f"sin{_fsuffix(dt)}({x})",
         Ops.TRUNC: lambda x, dt: f"trunc{_fsuffix(dt)}({x})",
     }
+
+    def __init__(self, threads: int = 1) -> None:
+        if not isinstance(threads, int) or threads < 1:
+            raise ValueError(f"ClangRenderer: threads must be an int >= 1, got {threads!r}")
+        self.threads = threads
 
 
 def _fsuffix(dt: DType) -> str:

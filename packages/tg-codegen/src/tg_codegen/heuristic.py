@@ -1,0 +1,89 @@
+"""Hand-coded optimizations: a few rules that make common kernels fast without search (NOOPT=1 turns them off).
+
+- matmul/conv-like (a reduction where some input is broadcast along output axes): upcast the broadcast axes
+  into a register tile (more reuse per load), unroll a little;
+- elementwise: upcast the innermost output axis (straight-line code the C compiler vectorizes);
+- reductions: unroll the reduce loop;
+- everything large enough: split the outermost output axis over the device's CPU threads.
+
+>>> from tg_codegen.heuristic import hand_coded_optimizations  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from tg_codegen.kernel import Kernel
+from tg_codegen.opt import KernelOptError, Opt, OptOps
+from tg_uop import Ops
+from tg_uop.helpers import prod
+
+THREAD_MIN_WORK = 1 << 15  # below this many loop iterations, threads cost more than they give
+
+
+def hand_coded_optimizations(k: Kernel) -> list[Opt]:
+    """The opts the rules choose for `k` (applied to a copy; `k` is left unchanged)."""
+    work = k.copy()
+    if all(isinstance(s, int) for s in work.full_shape) and work.uniform_reduce:
+        if work.reduceops and _broadcast_axes(work):
+            _tile(work)
+        elif work.reduceops:
+            _try(work, [Opt(OptOps.UNROLL, len(work.axes_of("reduce")) - 1, a) for a in (8, 4, 2)])
+        else:
+            _upcast_inner(work)
+        _threads(work)
+    return list(work.applied_opts)
+
+
+def _try(k: Kernel, choices: list[Opt]) -> bool:
+    """Apply the first choice that applies."""
+    for opt in choices:
+        try:
+            k.apply_opt(opt)
+            return True
+        except KernelOptError:
+            continue
+    return False
+
+
+def _load_strides(k: Kernel) -> list[tuple[int | None, ...]]:
+    ret = []
+    for u in k.ast.toposort:
+        if u.op is Ops.LOAD:
+            ret.append(tuple(s if isinstance(s, int) else None for s in u.src[1].arg.real_strides()))
+    return ret
+
+
+def _broadcast_axes(k: Kernel) -> list[int]:
+    """Output axes (as Opt axis numbers) along which some input does not move: reuse to exploit."""
+    strides = _load_strides(k)
+    globals_ = k.axes_of("global")
+    return [n for n, a in enumerate(globals_) if k.full_shape[a] > 1 and any(st[a] == 0 for st in strides)]
+
+
+def _tile(k: Kernel) -> None:
+    """A register tile: the innermost broadcast axis by 16 (two AVX vectors), another by 4, then unroll 2."""
+    axes = _broadcast_axes(k)
+    inner = axes[-1]
+    _try(k, [Opt(OptOps.UPCAST, inner, a) for a in (16, 8, 4, 2)])
+    for other in reversed(axes[:-1]):
+        if _try(k, [Opt(OptOps.UPCAST, other, a) for a in (4, 3, 2)]):
+            break
+    if k.upcast_size < 64:
+        _try(k, [Opt(OptOps.UNROLL, len(k.axes_of("reduce")) - 1, a) for a in (4, 2)])
+
+
+def _upcast_inner(k: Kernel) -> None:
+    globals_ = k.axes_of("global")
+    if globals_:
+        _try(k, [Opt(OptOps.UPCAST, len(globals_) - 1, a) for a in (8, 4, 2)])
+
+
+def _threads(k: Kernel) -> None:
+    n = k.opts.threads
+    if not k.opts.has_threads or n <= 1 or prod(int(s) for s in k.full_shape) < THREAD_MIN_WORK:
+        return
+    globals_ = k.axes_of("global")
+    for i, a in enumerate(globals_):
+        size = int(k.full_shape[a])
+        amt = max((m for m in (n * 4, n * 2, n) if size % m == 0 and size >= m), default=0)
+        if amt and _try(k, [Opt(OptOps.THREAD, i, amt)]):
+            return
