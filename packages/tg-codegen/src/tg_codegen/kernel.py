@@ -81,18 +81,7 @@ class Kernel:
 
     def _permute_ast(self, ast: UOp, order: tuple[int, ...]) -> UOp:
         inv = {old: new for new, old in enumerate(order)}
-        mapping: dict[UOp, UOp] = {}
-        for u in ast.toposort:
-            if u.op is Ops.VIEW:
-                mapping[u] = u.replace(arg=u.arg.permute(order))
-            elif u.op is Ops.REDUCE_AXIS:
-                pass
-        ret = ast.substitute(mapping)
-        remap: dict[UOp, UOp] = {}
-        for u in ret.toposort:
-            if u.op is Ops.REDUCE_AXIS:
-                remap[u] = u.replace(arg=(u.arg[0], tuple(sorted(inv[a] for a in u.arg[1]))))
-        return ret.substitute(remap) if remap else ret
+        return _rebuild(ast, lambda st: st.permute(order), lambda axes: tuple(sorted(inv[a] for a in axes)))
 
     def _merge_axes(self, ast: UOp) -> UOp:
         """Merge neighbouring axes that every view can merge (fewer, longer loops)."""
@@ -114,22 +103,11 @@ class Kernel:
         new_full = tuple(prod(shape[i] for i in g) for g in groups)
         new_first_reduce = sum(1 for g in groups if g[0] < self.first_reduce)
 
-        mapping: dict[UOp, UOp] = {}
-        for u in ast.toposort:
-            if u.op is Ops.VIEW:
-                st: ShapeTracker = u.arg
-                new_shape = tuple(prod(st.shape[i] for i in g) for g in groups)
-                mapping[u] = u.replace(arg=st.reshape(new_shape))
-            elif u.op is Ops.REDUCE_AXIS:
-                pass
-        ret = ast.substitute(mapping)
-        remap = {
-            u: u.replace(arg=(u.arg[0], tuple(range(new_first_reduce, len(groups)))))
-            for u in ret.toposort
-            if u.op is Ops.REDUCE_AXIS
-        }
         self.full_shape, self.first_reduce = new_full, new_first_reduce
-        return ret.substitute(remap) if remap else ret
+        merged_reduce = tuple(range(new_first_reduce, len(groups)))
+        return _rebuild(
+            ast, lambda st: st.reshape(tuple(prod(st.shape[i] for i in g) for g in groups)), lambda _: merged_reduce
+        )
 
     # ---- axes by type ----
     def axes_of(self, *types: str) -> list[int]:
@@ -216,12 +194,10 @@ class Kernel:
         self._map_views(reshape)
 
     def _map_views(self, fn: Callable[[ShapeTracker], ShapeTracker]) -> None:
-        mapping = {u: u.replace(arg=fn(u.arg)) for u in self.ast.toposort if u.op is Ops.VIEW}
-        ast = self.ast.substitute(mapping)
-        self.full_shape = _full_shape([u for u in ast.toposort if u.op is Ops.VIEW])
+        views = [u.replace(arg=fn(u.arg)) for u in self.ast.toposort if u.op is Ops.VIEW]
+        self.full_shape = _full_shape(views)
         red = tuple(self.axes_of("reduce", "group", "unroll"))
-        remap = {u: u.replace(arg=(u.arg[0], red)) for u in ast.toposort if u.op is Ops.REDUCE_AXIS}
-        self.ast = ast.substitute(remap) if remap else ast
+        self.ast = _rebuild(self.ast, fn, lambda _: red)
         self.__dict__.pop("bufs", None)
 
     # ---- naming ----
@@ -237,6 +213,21 @@ class Kernel:
     @property
     def function_name(self) -> str:
         return to_function_name(self.name)
+
+
+def _rebuild(
+    ast: UOp, fn: Callable[[ShapeTracker], ShapeTracker], red: Callable[[tuple[int, ...]], tuple[int, ...]]
+) -> UOp:
+    """The AST with every VIEW's tracker mapped by `fn` and every REDUCE_AXIS's axes by `red` (one pass)."""
+    done: dict[UOp, UOp] = {}
+    for u in ast.toposort:
+        if u.op is Ops.VIEW:
+            done[u] = u.replace(arg=fn(u.arg))
+            continue
+        src = tuple(done[s] for s in u.src)
+        arg = (u.arg[0], red(u.arg[1])) if u.op is Ops.REDUCE_AXIS else u.arg
+        done[u] = u.replace(src=src, arg=arg)
+    return done[ast]
 
 
 def _full_shape(views: list[UOp]) -> tuple[sint, ...]:
