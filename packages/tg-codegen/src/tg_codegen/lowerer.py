@@ -11,6 +11,7 @@ The lowered graph uses:
 from __future__ import annotations
 
 from tg_codegen.kernel import Kernel
+from tg_codegen.vectorize import VECTOR_WIDTHS, pack_stores
 from tg_uop import Ops, UOp, dtypes, graph_rewrite
 from tg_uop.symbolic import symbolic
 
@@ -54,9 +55,11 @@ class Lowerer:
             self.loop.append(UOp(Ops.RANGE, dtypes.int32, (end,), (i, kind)))
         self.memo: dict[tuple[UOp, tuple[UOp, ...]], UOp] = {}
 
-    def _combos(self, types: tuple[str, ...]) -> list[dict[int, int]]:
+    def _combos(self, types: tuple[str, ...], last: int | None = None) -> list[dict[int, int]]:
+        """Every assignment of values to the axes of these types (axis `last` varies fastest)."""
         combos: list[dict[int, int]] = [{}]
-        for a in self.k.axes_of(*types):
+        axes = [a for a in self.k.axes_of(*types) if a != last] + ([last] if last is not None else [])
+        for a in axes:
             combos = [{**c, a: v} for c in combos for v in range(int(self.k.full_shape[a]))]
         return combos
 
@@ -73,12 +76,26 @@ class Lowerer:
         return tuple(ret)
 
     def lower(self) -> UOp:
-        stores = [
-            self._lower(s, self._idxs(c, inside_reduce=False), c)
-            for s in self.k.ast.src
-            for c in self._combos(("upcast",))
-        ]
-        return graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(stores)), symbolic)
+        vaxis, width = self._vector_axis()
+        combos = self._combos(("upcast",), last=vaxis)
+        stores = [self._lower(s, self._idxs(c, inside_reduce=False), c) for s in self.k.ast.src for c in combos]
+        sink = graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(stores)), symbolic)
+        if vaxis is None:
+            return sink
+        groups = [list(sink.src[i : i + width]) for i in range(0, len(sink.src), width)]
+        return UOp(Ops.SINK, dtypes.void, tuple(pack_stores(groups)))
+
+    def _vector_axis(self) -> tuple[int | None, int]:
+        """(axis, lanes) to pack into vectors: an upcast axis the first store walks with stride 1, else the last."""
+        itemsize = max(s.src[0].dtype.itemsize for s in self.k.ast.src)
+        widths = [w for w in VECTOR_WIDTHS if w * itemsize <= self.k.opts.vector_bytes]
+        cands = [a for a in self.k.axes_of("upcast") if any(int(self.k.full_shape[a]) % w == 0 for w in widths)]
+        if not cands:
+            return None, 1
+        strides = self.k.ast.src[0].src[1].arg.real_strides()
+        unit = [a for a in cands if strides[a] == 1]
+        axis = unit[0] if unit else cands[-1]
+        return axis, max(w for w in widths if int(self.k.full_shape[axis]) % w == 0)
 
     def _lower(self, u: UOp, idxs: tuple[UOp, ...], fixed: dict[int, int]) -> UOp:
         key = (u, idxs)

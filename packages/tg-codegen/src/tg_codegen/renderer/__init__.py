@@ -40,6 +40,7 @@ class Renderer:
     has_threads: bool = False  # CPU threads over the outermost loop (OptOps.THREAD)
     threads: int = 1  # how many CPU threads the device runs
     supports_float4: bool = False
+    vector_bytes: int = 0  # widest vector dtype (0: none); upcast axes are packed into vectors up to this size
     global_max: tuple[int, ...] | None = None
     local_max: tuple[int, ...] | None = None
     tensor_cores: tuple[object, ...] = ()
@@ -63,7 +64,7 @@ def estimate(uops: list[UOp]) -> tuple[int, int]:
             dt = u.dtype if u.op is Ops.LOAD else u.src[1].dtype
             mem += mult * dt.itemsize
         elif u.op.name in _ALU_NAMES:
-            ops += mult
+            ops += mult * u.dtype.count
     return ops, mem
 
 

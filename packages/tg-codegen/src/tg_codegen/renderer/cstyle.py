@@ -91,7 +91,13 @@ class CStyleLanguage(Renderer):
     def render_bitcast(self, x: str, src: DType, dt: DType) -> str:
         return f"__builtin_bit_cast({self.render_dtype(dt)}, ({self.render_dtype(src)})({x}))"
 
-    def render_kernel(self, function_name: str, body: list[str], params: list[tuple[str, DType, bool]]) -> str:
+    def render_kernel(
+        self,
+        function_name: str,
+        body: list[str],
+        params: list[tuple[str, DType, bool]],
+        vec_dts: tuple[DType, ...] = (),
+    ) -> str:
         args = []
         for name, dt, mutable in params:
             if isinstance(dt, PtrDType):
@@ -99,8 +105,42 @@ class CStyleLanguage(Renderer):
                 args.append(f"{self.buffer_prefix}{const}{self.render_dtype(dt)}{self.buffer_suffix} {name}")
             else:
                 args.append(f"{self.arg_int_prefix} {name}")
-        lines = [*self.extra_headers, f"{self.kernel_prefix}void {function_name}({', '.join(args)}) {{", *body, "}"]
+        lines = [
+            *self.extra_headers,
+            *self.render_vector_types(list(vec_dts)),
+            f"{self.kernel_prefix}void {function_name}({', '.join(args)}) {{",
+            *body,
+            "}",
+        ]
         return "\n".join(lines)
+
+    # ---- vectors (a vector dtype has count > 1) ----
+    native_vector_ops: frozenset[Ops] = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.NEG})
+
+    def render_deref(self, ptr: str, dt: DType) -> str:
+        """`*ptr` for a scalar, a wide access for a vector."""
+        return f"*{ptr}" if dt.count == 1 else f"*(({self.render_dtype(dt)}*){ptr})"
+
+    def render_vectorize(self, lanes: list[str], dt: DType) -> str:
+        return f"(({self.render_dtype(dt)}){{{','.join(lanes)}}})"
+
+    def render_alu(self, op: Ops, r: list[str], src: tuple[UOp, ...]) -> str:
+        """One ALU op; on vectors without a native operator it is written lane by lane."""
+        sdt = src[-1].dtype if op is Ops.WHERE else src[0].dtype
+        n = max(s.dtype.count for s in src)
+        if n == 1 or op in self.native_vector_ops:
+            return str(self.code_for_op[op](*r, sdt.scalar()))
+        lanes = [self.code_for_op[op](*(f"{x}[{i}]" for x in r), sdt.scalar()) for i in range(n)]
+        return self.render_vectorize(lanes, src[0].dtype.scalar().vec(n))
+
+    def render_vector_cast(self, x: str, dt: DType) -> str:
+        if dt.count == 1:
+            return self.render_cast(x, dt)
+        return self.render_vectorize([self.render_cast(f"{x}[{i}]", dt.scalar()) for i in range(dt.count)], dt)
+
+    def render_vector_types(self, dts: list[DType]) -> list[str]:
+        """Declarations a dialect needs before using these vector dtypes."""
+        return []
 
     def render_special(self, u: UOp) -> str:
         raise NotImplementedError(f"{type(self).__name__} has no launch ids (SPECIAL)")
@@ -148,13 +188,20 @@ class CStyleLanguage(Renderer):
                 names[u] = f"({r[0]}+{r[1]})"
             elif op is Ops.LOAD:
                 names[u] = fresh("val")
-                ld = f"*{r[0]}"
+                ld = self.render_deref(r[0], u.dtype)
                 if len(src) > 1:
-                    ld = f"({r[1]}?{ld}:{self.render_const(0, u.dtype)})"
+                    zero = self.render_const(0, u.dtype.scalar())
+                    zero = zero if u.dtype.count == 1 else self.render_vectorize([zero] * u.dtype.count, u.dtype)
+                    ld = f"({r[1]}?{ld}:{zero})"
                 line(f"{self.render_dtype(u.dtype)} {names[u]} = {ld};")
             elif op is Ops.STORE:
-                st = f"*{r[0]} = {r[1]};"
+                st = f"{self.render_deref(r[0], src[1].dtype)} = {r[1]};"
                 line(f"if ({r[2]}) {{ {st} }}" if len(src) > 2 else st)
+            elif op is Ops.VECTORIZE:
+                names[u] = fresh("vec")
+                line(f"{self.render_dtype(u.dtype)} {names[u]} = {self.render_vectorize(r, u.dtype)};")
+            elif op is Ops.GEP:
+                names[u] = f"{r[0]}[{u.arg[0]}]"
             elif op is Ops.DEFINE_ACC:
                 names[u] = fresh("acc")
                 line(f"{self.render_dtype(u.dtype)} {names[u]} = {r[0]};")
@@ -163,19 +210,19 @@ class CStyleLanguage(Renderer):
                 line(f"{r[0]} = {r[1]};")
             elif op is Ops.CAST:
                 names[u] = fresh("cast")
-                line(f"{self.render_dtype(u.dtype)} {names[u]} = {self.render_cast(r[0], u.dtype)};")
+                line(f"{self.render_dtype(u.dtype)} {names[u]} = {self.render_vector_cast(r[0], u.dtype)};")
             elif op is Ops.BITCAST:
                 names[u] = fresh("bcast")
                 line(f"{self.render_dtype(u.dtype)} {names[u]} = {self.render_bitcast(r[0], src[0].dtype, u.dtype)};")
             elif op in self.code_for_op:
                 names[u] = fresh("alu")
-                expr = self.code_for_op[op](*r, src[-1].dtype if op is Ops.WHERE else src[0].dtype)
-                line(f"{self.render_dtype(u.dtype)} {names[u]} = {expr};")
+                line(f"{self.render_dtype(u.dtype)} {names[u]} = {self.render_alu(op, r, src)};")
             elif op in (Ops.SINK, Ops.NOOP):
                 continue
             else:
                 raise NotImplementedError(f"{type(self).__name__} cannot render {op}")
-        return self.render_kernel(name, body, params)
+        vec_dts = tuple(sorted({u.dtype for u in uops if u.dtype.count > 1 and not isinstance(u.dtype, PtrDType)}))
+        return self.render_kernel(name, body, params, vec_dts)
 
 
 class ClangRenderer(CStyleLanguage):
@@ -197,6 +244,21 @@ class ClangRenderer(CStyleLanguage):
         Ops.SIN: lambda x, dt: f"sin{_fsuffix(dt)}({x})",
         Ops.TRUNC: lambda x, dt: f"trunc{_fsuffix(dt)}({x})",
     }
+
+    vector_bytes = 32  # AVX2-sized vectors; wider ones spill with gcc
+
+    def render_dtype(self, dt: DType) -> str:
+        if dt.count > 1 and not isinstance(dt, PtrDType):
+            return f"tg_{super().render_dtype(dt.scalar()).replace(' ', '_')}{dt.count}"
+        return super().render_dtype(dt)
+
+    def render_vector_types(self, dts: list[DType]) -> list[str]:
+        """gcc/clang vector extensions; aligned to the element so any address can be loaded (unaligned moves)."""
+        return [
+            f"typedef {self.render_dtype(dt.scalar())} {self.render_dtype(dt)} "
+            f"__attribute__((vector_size({dt.itemsize}), aligned({dt.scalar().itemsize}), may_alias));"
+            for dt in dts
+        ]
 
     def __init__(self, threads: int = 1) -> None:
         if not isinstance(threads, int) or threads < 1:
