@@ -20,6 +20,7 @@ from typing import Any
 from tg_uop.helpers import CACHELEVEL, cache_dir
 
 _conns: dict[str, sqlite3.Connection | None] = {}
+_owner: dict[str, int] = {}
 
 
 def cache_path() -> str:
@@ -33,6 +34,9 @@ def _warn(what: str, err: Exception) -> None:
 
 def _connect() -> sqlite3.Connection | None:
     path = cache_path()
+    if _owner.get("pid") != os.getpid():  # a forked child must not use its parent's connections
+        _conns.clear()
+        _owner["pid"] = os.getpid()
     if path in _conns:
         return _conns[path]
     conn: sqlite3.Connection | None = None
