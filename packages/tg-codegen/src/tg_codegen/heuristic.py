@@ -26,6 +26,7 @@ def hand_coded_optimizations(k: Kernel) -> list[Opt]:
         if work.reduceops and _broadcast_axes(work):
             _tile(work)
         elif work.reduceops:
+            _upcast_unit_stride(work)
             _try(work, [Opt(OptOps.UNROLL, len(work.axes_of("reduce")) - 1, a) for a in (8, 4, 2)])
         else:
             _upcast_inner(work)
@@ -69,6 +70,15 @@ def _tile(k: Kernel) -> None:
             break
     if k.upcast_size < 64:
         _try(k, [Opt(OptOps.UNROLL, len(k.axes_of("reduce")) - 1, a) for a in (4, 2)])
+
+
+def _upcast_unit_stride(k: Kernel) -> None:
+    """Upcast an output axis that every load walks with stride 1 (its lanes load as one vector)."""
+    strides = _load_strides(k)
+    for n, a in enumerate(k.axes_of("global")):
+        if strides and all(st[a] == 1 for st in strides):
+            _try(k, [Opt(OptOps.UPCAST, n, amt) for amt in (8, 4, 2)])
+            return
 
 
 def _upcast_inner(k: Kernel) -> None:
