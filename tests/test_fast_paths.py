@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+
 from tg import GlobalCounters, Tensor
 from tg_tensor import schedule as sched
 
