@@ -114,6 +114,16 @@ COMBOS = [
 LOCAL_OPTS = [Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.GROUP, 0, 2), Opt(OptOps.GROUPTOP, 0, 2)]
 
 
+LOCAL_COMBOS = [
+    [Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.UPCAST, 0, 2)],
+    [Opt(OptOps.GROUP, 0, 2), Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UNROLL, 0, 2)],
+    [Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.GROUPTOP, 0, 2), Opt(OptOps.UPCAST, 0, 2)],
+    [Opt(OptOps.LOCAL, 1, 2), Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.GROUP, 0, 2)],
+    [Opt(OptOps.PADTO, 0, 3), Opt(OptOps.LOCAL, 0, 3), Opt(OptOps.SWAP, 0, 1)],
+    [Opt(OptOps.NOLOCALS), Opt(OptOps.UPCAST, 0, 2)],
+]
+
+
 def _apply_or_none(case: Case, device: str, opts: list[Opt]) -> np.ndarray | None:
     try:
         return run(case, device, opts)
@@ -132,7 +142,26 @@ def test_opts_match_noopt(device: str, opts: list[Opt]) -> None:
         if got is not None:
             applied += 1
             np.testing.assert_allclose(got, base, rtol=1e-5, err_msg=f"{name} {opts}")
-    assert applied >= 1, f"{opts} applied to none of the kernels"
+    if any(o.op is OptOps.THREAD for o in opts) and not Device[device].renderer.has_threads:
+        assert applied == 0, f"{device} has no CPU threads: THREAD must raise KernelOptError"
+    else:
+        assert applied >= 1, f"{opts} applied to none of the kernels"
+
+
+@pytest.mark.parametrize(
+    "opts", [[o] for o in LOCAL_OPTS] + LOCAL_COMBOS, ids=lambda o: "+".join(f"{x.op.name}{x.axis}:{x.arg}" for x in o)
+)
+def test_local_opts_match_noopt_on_cl(opts: list[Opt]) -> None:
+    if "CL" not in DEVICES:
+        pytest.skip("no CL device here")
+    test_opts_match_noopt("CL", opts)
+
+
+def test_nolocals_blocks_locals() -> None:
+    if "CL" not in DEVICES:
+        pytest.skip("no CL device here")
+    with pytest.raises(KernelOptError, match="NOLOCALS"):
+        run(matmul(4, 4, 4), "CL", [Opt(OptOps.NOLOCALS), Opt(OptOps.LOCAL, 0, 2)])
 
 
 @pytest.mark.parametrize("opt", LOCAL_OPTS + [Opt(OptOps.TC, 0, 0)], ids=lambda o: o.op.name)

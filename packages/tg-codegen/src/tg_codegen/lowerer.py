@@ -10,9 +10,14 @@ The lowered graph uses:
 
 from __future__ import annotations
 
+import functools
+import itertools
+
+from tg_codegen.gpudims import special_indexes
 from tg_codegen.kernel import Kernel
 from tg_codegen.vectorize import VECTOR_WIDTHS, pack_stores
 from tg_uop import Ops, UOp, dtypes, graph_rewrite
+from tg_uop.helpers import prod
 from tg_uop.symbolic import symbolic
 
 
@@ -53,7 +58,22 @@ class Lowerer:
             end = UOp.const(dtypes.int32, s) if isinstance(s, int) else s
             kind = "reduce" if t in ("reduce", "group") else "thread" if t == "thread" else "loop"
             self.loop.append(UOp(Ops.RANGE, dtypes.int32, (end,), (i, kind)))
+        if k.opts.has_local:
+            self._launch_ids()
         self.memo: dict[tuple[UOp, tuple[UOp, ...]], UOp] = {}
+        self.n_locals = 0
+
+    def _launch_ids(self) -> None:
+        """GPU style: output axes are group ids, local and group axes local ids (no loops for them)."""
+        for types, prefix in ((("global", "thread"), "gidx"), (("local", "group"), "lidx")):
+            axes = self.k.axes_of(*types)
+            for a, idx in zip(axes, special_indexes([int(self.k.full_shape[a]) for a in axes], prefix)):
+                self.loop[a] = idx
+
+    def _group_gate(self) -> tuple[UOp, ...]:
+        """Only the first thread of a GROUP writes the result."""
+        groups = [self.loop[a] for a in self.k.axes_of("group") if self.k.full_shape[a] != 1]
+        return tuple(g.eq(0) for g in groups)
 
     def _combos(self, types: tuple[str, ...], last: int | None = None) -> list[dict[int, int]]:
         """Every assignment of values to the axes of these types (axis `last` varies fastest)."""
@@ -106,7 +126,9 @@ class Lowerer:
             buf, view, value = u.src
             index, valid = view.arg.to_indexed_uops(list(idxs))
             val = self._lower(value, idxs, fixed)
-            ret = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, buf.dtype, (buf, index)), val) + _gate(valid))
+            gates = _gate(valid) + self._group_gate()
+            gate = (functools.reduce(lambda a, b: a & b, gates),) if gates else ()
+            ret = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, buf.dtype, (buf, index)), val) + gate)
         elif op is Ops.LOAD:
             buf, view = u.src
             index, valid = view.arg.to_indexed_uops(list(idxs))
@@ -114,8 +136,8 @@ class Lowerer:
         elif op is Ops.CONST and u.src:
             _, valid = u.src[0].arg.to_indexed_uops(list(idxs))
             c = UOp.const(u.dtype, u.arg)
-            gate = _gate(valid)
-            ret = gate[0].where(c, c.const_like(0)) if gate else c
+            cgate = _gate(valid)
+            ret = cgate[0].where(c, c.const_like(0)) if cgate else c
         elif op is Ops.REDUCE_AXIS:
             ret = self._lower_reduce(u, fixed)
         else:
@@ -131,7 +153,29 @@ class Lowerer:
         ]
         val = _tree(alu_op, parts)
         rngs = tuple(self.loop[a] for a in self.k.axes_of("reduce", "group") if self.loop[a].op is Ops.RANGE)
-        return UOp(Ops.REDUCE, u.dtype, (val, *rngs), alu_op) if rngs else val
+        ret = UOp(Ops.REDUCE, u.dtype, (val, *rngs), alu_op) if rngs else val
+        return self._group_reduce(ret, alu_op) if self._group_gate() else ret
+
+    def _group_reduce(self, partial: UOp, alu_op: Ops) -> UOp:
+        """Each thread of the group stores its partial in local memory; after a barrier, all are combined."""
+        locs = self.k.axes_of("local", "group")
+        sizes = [int(self.k.full_shape[a]) for a in locs]
+        buf = UOp(Ops.DEFINE_LOCAL, partial.dtype.ptr(int(prod(sizes)), local=True), (), f"temp{self.n_locals}")
+        self.n_locals += 1
+        strides = [int(prod(sizes[i + 1 :])) for i in range(len(sizes))]
+        mine = functools.reduce(lambda a, b: a + b, [self.loop[a] * st for a, st in zip(locs, strides)])
+        store = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, buf.dtype, (buf, mine)), partial))
+        barrier = UOp(Ops.BARRIER, dtypes.void, (store,))
+        group = [i for i, a in enumerate(locs) if self.k.axis_types[a] == "group"]
+        parts = []
+        for vals in itertools.product(*[range(sizes[i]) for i in group]):
+            at = dict(zip(group, vals))
+            terms = [
+                (UOp.const(dtypes.int32, at[i]) if i in at else self.loop[a]) * strides[i] for i, a in enumerate(locs)
+            ]
+            idx = functools.reduce(lambda a, b: a + b, terms)
+            parts.append(UOp(Ops.LOAD, partial.dtype, (UOp(Ops.INDEX, buf.dtype, (buf, idx, barrier)),)))
+        return _tree(alu_op, parts)
 
 
 def _tree(op: Ops, parts: list[UOp]) -> UOp:

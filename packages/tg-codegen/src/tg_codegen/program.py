@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from tg_codegen.gpudims import launch_dims
 from tg_codegen.heuristic import hand_coded_optimizations
 from tg_codegen.kernel import Kernel
 from tg_codegen.linearize import linearize
@@ -49,8 +50,11 @@ def program_for_kernel(k: Kernel, name_override: str | None = None) -> ProgramSp
         print(src)
     ops, mem = estimate(uops)
     bufs = [u for u in uops if u.op is Ops.DEFINE_GLOBAL]
-    outs = tuple(sorted({u.src[0].src[0].arg for u in uops if u.op is Ops.STORE}))
+    stored = (u.src[0].src[0] for u in uops if u.op is Ops.STORE)
+    outs = tuple(sorted({b.arg for b in stored if b.op is Ops.DEFINE_GLOBAL}))
     return ProgramSpec(
+        global_size=launch_dims(uops, "gidx") or ((1,) if renderer.has_local else None),
+        local_size=launch_dims(uops, "lidx") or ((1,) if renderer.has_local else None),
         name=name,
         function_name=function_name,
         src=src,

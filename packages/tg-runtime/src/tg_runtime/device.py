@@ -114,6 +114,7 @@ class _DeviceRegistry:
     _builtin: dict[str, str] = {
         "CPU": "tg_runtime.ops_cpu",
         "PYTHON": "tg_runtime.ops_python",
+        "CL": "tg_runtime.ops_cl",
     }
 
     def __init__(self) -> None:
@@ -177,6 +178,8 @@ class _DeviceRegistry:
             if candidate not in self.known():
                 continue
             try:
+                if candidate == "CL" and not getattr(self[candidate], "is_gpu", False):
+                    continue  # CL is the default only on a GPU (PoCL on the CPU is slower than CPU)
                 self[candidate]
                 return candidate
             except Exception as e:  # a device that fails to open is skipped

@@ -52,6 +52,9 @@ class Renderer:
 def estimate(uops: list[UOp]) -> tuple[int, int]:
     """(ALU ops executed, bytes moved) estimated from the loop trip counts."""
     mult, ops, mem = 1, 0, 0
+    for u in uops:
+        if u.op is Ops.SPECIAL:
+            mult *= u.arg[1]
     stack: list[int] = []
     for u in uops:
         if u.op is Ops.RANGE:

@@ -29,6 +29,8 @@ class CStyleLanguage(Renderer):
     type_map: dict[DType, str] = {}
     extra_headers: tuple[str, ...] = ()
     thread_pragma: str = ""  # put before a loop over CPU threads
+    smem_prefix: str = ""  # declares local (shared) memory
+    barrier: str = ""  # waits for every thread of the workgroup
 
     code_for_op: dict[Ops, Callable[..., str]] = {
         Ops.NEG: lambda x, dt: f"(!{x})" if dt == dtypes.bool else f"(-{x})",
@@ -121,6 +123,12 @@ class CStyleLanguage(Renderer):
         """`*ptr` for a scalar, a wide access for a vector."""
         return f"*{ptr}" if dt.count == 1 else f"*(({self.render_dtype(dt)}*){ptr})"
 
+    def render_store(self, ptr: str, value: str, dt: DType) -> str:
+        return f"{self.render_deref(ptr, dt)} = {value};"
+
+    def render_gep(self, x: str, i: int) -> str:
+        return f"{x}[{i}]"
+
     def render_vectorize(self, lanes: list[str], dt: DType) -> str:
         return f"(({self.render_dtype(dt)}){{{','.join(lanes)}}})"
 
@@ -130,13 +138,15 @@ class CStyleLanguage(Renderer):
         n = max(s.dtype.count for s in src)
         if n == 1 or op in self.native_vector_ops:
             return str(self.code_for_op[op](*r, sdt.scalar()))
-        lanes = [self.code_for_op[op](*(f"{x}[{i}]" for x in r), sdt.scalar()) for i in range(n)]
+        lanes = [self.code_for_op[op](*(self.render_gep(x, i) for x in r), sdt.scalar()) for i in range(n)]
         return self.render_vectorize(lanes, src[0].dtype.scalar().vec(n))
 
     def render_vector_cast(self, x: str, dt: DType) -> str:
         if dt.count == 1:
             return self.render_cast(x, dt)
-        return self.render_vectorize([self.render_cast(f"{x}[{i}]", dt.scalar()) for i in range(dt.count)], dt)
+        return self.render_vectorize(
+            [self.render_cast(self.render_gep(x, i), dt.scalar()) for i in range(dt.count)], dt
+        )
 
     def render_vector_types(self, dts: list[DType]) -> list[str]:
         """Declarations a dialect needs before using these vector dtypes."""
@@ -173,8 +183,14 @@ class CStyleLanguage(Renderer):
             elif op is Ops.CONST:
                 names[u] = self.render_const(u.arg, u.dtype)
             elif op is Ops.SPECIAL:
+                names[u] = u.arg[0]
+                line(f"int {u.arg[0]} = {self.render_special(u)}; /* {r[0]} */")
+            elif op is Ops.DEFINE_LOCAL:
                 names[u] = u.arg
-                line(f"int {u.arg} = {self.render_special(u)}; /* {r[0]} */")
+                assert isinstance(u.dtype, PtrDType)
+                line(f"{self.smem_prefix}{self.render_dtype(u.dtype.base)} {u.arg}[{u.dtype.size}];")
+            elif op is Ops.BARRIER:
+                line(self.barrier)
             elif op is Ops.RANGE:
                 names[u] = f"ridx{u.arg[0]}"
                 if u.arg[1] == "thread" and self.thread_pragma:
@@ -195,13 +211,13 @@ class CStyleLanguage(Renderer):
                     ld = f"({r[1]}?{ld}:{zero})"
                 line(f"{self.render_dtype(u.dtype)} {names[u]} = {ld};")
             elif op is Ops.STORE:
-                st = f"{self.render_deref(r[0], src[1].dtype)} = {r[1]};"
+                st = self.render_store(r[0], r[1], src[1].dtype)
                 line(f"if ({r[2]}) {{ {st} }}" if len(src) > 2 else st)
             elif op is Ops.VECTORIZE:
                 names[u] = fresh("vec")
                 line(f"{self.render_dtype(u.dtype)} {names[u]} = {self.render_vectorize(r, u.dtype)};")
             elif op is Ops.GEP:
-                names[u] = f"{r[0]}[{u.arg[0]}]"
+                names[u] = self.render_gep(r[0], u.arg[0])
             elif op is Ops.DEFINE_ACC:
                 names[u] = fresh("acc")
                 line(f"{self.render_dtype(u.dtype)} {names[u]} = {r[0]};")
