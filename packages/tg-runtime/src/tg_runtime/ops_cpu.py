@@ -40,11 +40,13 @@ class CPUAllocator(Allocator):
 
 
 def find_cc() -> str:
-    """clang if installed, else gcc, else cc (CC in the environment overrides)."""
-    for cc in (os.getenv("CC"), "clang", "gcc", "cc"):
-        if cc and shutil.which(cc):
-            return cc
-    raise RuntimeError("the CPU device needs a C compiler: none of $CC, clang, gcc, cc was found on PATH")
+    """$CC if set; else clang or gcc, preferring one that can build OpenMP (threads); else cc."""
+    if (cc := os.getenv("CC")) and shutil.which(cc):
+        return cc
+    found = [cc for cc in ("clang", "gcc", "cc") if shutil.which(cc)]
+    if not found:
+        raise RuntimeError("the CPU device needs a C compiler: none of $CC, clang, gcc, cc was found on PATH")
+    return next((cc for cc in found if openmp_flags(cc)), found[0])
 
 
 @functools.cache
