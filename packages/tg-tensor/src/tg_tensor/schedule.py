@@ -356,6 +356,8 @@ def _record(items: list[ScheduleItem], leaves: list[UOp], becomes: list[UOp]) ->
     specs: list[tuple[str, int, object]] = []
     recipe_items: list[tuple[UOp, list[tuple[bool, int]]]] = []
     for item in items:
+        if item.ast.op is not Ops.SINK:
+            return None  # a COPY's AST names its source BUFFER: caching it would keep that buffer alive
         refs: list[tuple[bool, int]] = []
         for b in item.bufs:
             if id(b) in inputs:

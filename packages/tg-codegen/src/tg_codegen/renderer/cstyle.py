@@ -269,17 +269,46 @@ class ClangRenderer(CStyleLanguage):
         return super().render_dtype(dt)
 
     def render_vector_types(self, dts: list[DType]) -> list[str]:
-        """gcc/clang vector extensions; aligned to the element so any address can be loaded (unaligned moves)."""
-        return [
+        """gcc/clang vector extensions; aligned to the element so any address can be loaded (unaligned moves).
+
+        Float vectors also get a NaN-propagating max built from compares and bit selects (no branches)."""
+        lines = []
+        for dt in dts:
+            lines.append(self._vector_typedef(dt))
+            if dtypes.is_float(dt) and (idt := _same_size_int(dt)) is not None:
+                lines.append(self._vector_typedef(idt))
+                lines.append(self._vector_max(dt, idt))
+        return list(dict.fromkeys(lines))
+
+    def _vector_typedef(self, dt: DType) -> str:
+        return (
             f"typedef {self.render_dtype(dt.scalar())} {self.render_dtype(dt)} "
             f"__attribute__((vector_size({dt.itemsize}), aligned({dt.scalar().itemsize}), may_alias));"
-            for dt in dts
-        ]
+        )
+
+    def _vector_max(self, dt: DType, idt: DType) -> str:
+        v, i = self.render_dtype(dt), self.render_dtype(idt)
+        return (
+            f"static inline {v} tg_vmax_{v}({v} a, {v} b) {{ {i} gt = a > b, nan = (a != a) | (b != b); "
+            f"{i} pick = (gt & ({i})a) | (~gt & ({i})b); return ({v})((nan & ({i})(a + b)) | (~nan & pick)); }}"
+        )
+
+    def render_alu(self, op: Ops, r: list[str], src: tuple[UOp, ...]) -> str:
+        dt = src[0].dtype
+        if op is Ops.MAX and dt.count > 1 and dtypes.is_float(dt) and _same_size_int(dt) is not None:
+            return f"tg_vmax_{self.render_dtype(dt)}({r[0]},{r[1]})"
+        return super().render_alu(op, r, src)
 
     def __init__(self, threads: int = 1) -> None:
         if not isinstance(threads, int) or threads < 1:
             raise ValueError(f"ClangRenderer: threads must be an int >= 1, got {threads!r}")
         self.threads = threads
+
+
+def _same_size_int(dt: DType) -> DType | None:
+    """The int vector type with the float vector's lane size (the result type of its compares)."""
+    ints = {4: dtypes.int32, 8: dtypes.int64}
+    return ints[dt.scalar().itemsize].vec(dt.count) if dt.scalar().itemsize in ints else None
 
 
 def _fsuffix(dt: DType) -> str:
