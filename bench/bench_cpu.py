@@ -90,6 +90,8 @@ def bench_tg(label: str, beam: int) -> None:
 
     with Context(BEAM=beam):
         for n in (256,) if SMALL else (256, 1024, 2048):
+            if beam and n >= 2048 and os.getenv("BENCH_BEAM_BIG", "0") in ("", "0"):
+                continue  # each BEAM candidate of the 2048 matmul runs for seconds: BENCH_BEAM_BIG=1 includes it
             t = run_tg(lambda n=n: (rand(n, n), rand(n, n)), tg_matmul)
             emit("matmul", label, 2 * n**3 / t * 1e-9, "GFLOPS", n=n)
         n = 1 << (16 if SMALL else 24)
@@ -97,8 +99,8 @@ def bench_tg(label: str, beam: int) -> None:
         emit("add_mul_relu", label, 4 * 4 * n / t * 1e-9, "GB/s", n=n)
         emit("sum", label, 4 * n / run_tg(lambda: (rand(n),), lambda a: a.sum()) * 1e-9, "GB/s", n=n)
         for xs, ws in conv_shapes():
-            if beam and xs[1] >= 64 and os.getenv("BENCH_BEAM_BIGCONV", "0") in ("", "0"):
-                continue  # each candidate of the 64-channel conv runs for seconds: BENCH_BEAM_BIGCONV=1 includes it
+            if beam and xs[1] >= 64 and os.getenv("BENCH_BEAM_BIG", "0") in ("", "0"):
+                continue  # each candidate of the 64-channel conv runs for seconds: BENCH_BEAM_BIG=1 includes it
             t = run_tg(lambda xs=xs, ws=ws: (rand(*xs), rand(*ws)), lambda x, w: tg_conv2d(x, w, 1))
             emit("conv2d", label, conv_flops(xs, ws) / t * 1e-9, "GFLOPS", x=xs, w=ws)
 
