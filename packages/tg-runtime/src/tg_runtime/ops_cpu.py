@@ -27,10 +27,29 @@ class CompileError(RuntimeError):
 
 
 class CPUAllocator(Allocator):
-    """Host memory as ctypes byte arrays (16-byte aligned by malloc)."""
+    """Host memory as ctypes byte arrays (16-byte aligned by malloc).
+
+    Freed arrays are kept (up to CACHE_BYTES) and handed out again for the same size: a fresh array is
+    zero-filled and page-faulted in, which costs more than many kernels that write it.
+    """
+
+    CACHE_BYTES = 1 << 30
+
+    def __init__(self) -> None:
+        self.cache: dict[int, list[Any]] = {}
+        self.cached_bytes = 0
 
     def _alloc(self, nbytes: int) -> Any:
+        if self.cache.get(nbytes):
+            self.cached_bytes -= nbytes
+            return self.cache[nbytes].pop()
         return (ctypes.c_uint8 * nbytes)()
+
+    def _free(self, opaque: Any, nbytes: int) -> None:
+        nbytes = max(nbytes, 1)  # alloc rounds 0 up to 1
+        if self.cached_bytes + nbytes <= self.CACHE_BYTES:
+            self.cache.setdefault(nbytes, []).append(opaque)
+            self.cached_bytes += nbytes
 
     def _copyin(self, dest: Any, src: memoryview) -> None:
         ctypes.memmove(dest, bytes(src) if src.readonly else (ctypes.c_char * src.nbytes).from_buffer(src), src.nbytes)
