@@ -99,7 +99,7 @@ class Lowerer:
         vaxis, width = self._vector_axis()
         combos = self._combos(("upcast",), last=vaxis)
         stores = [self._lower(s, self._idxs(c, inside_reduce=False), c) for s in self.k.ast.src for c in combos]
-        sink = graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(stores)), symbolic)
+        sink = drop_true_gates(graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(stores)), symbolic))
         if vaxis is None:
             return sink
         groups = [list(sink.src[i : i + width]) for i in range(0, len(sink.src), width)]
@@ -191,10 +191,25 @@ def _combine(op: Ops, a: UOp, b: UOp) -> UOp:
 
 
 def _gate(valid: UOp) -> tuple[UOp, ...]:
-    valid = valid.simplify()
+    """The gate operand for a validity expression (simplified later, with the whole kernel, in one pass)."""
     if valid.op is Ops.CONST and valid.arg is True:
         return ()
     return (valid,)
+
+
+def _is_true(u: UOp) -> bool:
+    return u.op is Ops.CONST and u.arg is True
+
+
+def drop_true_gates(sink: UOp) -> UOp:
+    """Remove gates that simplified to true from LOADs and STOREs (one pass, bottom up)."""
+    done: dict[UOp, UOp] = {}
+    for u in sink.toposort:
+        src = tuple(done[x] for x in u.src)
+        if (u.op is Ops.LOAD and len(src) == 2 or u.op is Ops.STORE and len(src) == 3) and _is_true(src[-1]):
+            src = src[:-1]
+        done[u] = u.replace(src=src)
+    return done[sink]
 
 
 def lower(k: Kernel) -> UOp:

@@ -99,7 +99,10 @@ def _search(base: Kernel, target: SearchTarget, width: int, steps: int) -> list[
     heuristic = base.copy().apply_opts(hand_coded_optimizations(base))
     seeds = [heuristic] if heuristic.applied_opts else [base]
     with _pool() as pool:
-        beam = _time_all(seeds, target, pool, float("inf"))
+        beam = _time_all(seeds, target, pool, float("inf"), timeout=getenv("BEAM_TIMEOUT", 10.0) * 6)
+        if not beam:  # even the starting kernel did not compile in time: keep the hand-coded opts
+            print(f"BEAM: {base.name}: the starting kernel failed; using the hand-coded opts", file=sys.stderr)
+            return list(heuristic.applied_opts)
         for step in range(1, steps + 1):
             seen = {tuple(k.applied_opts) for k, _ in beam}
             cands = [c for k, _ in beam for c in children(k, acts) if tuple(c.applied_opts) not in seen]
@@ -121,10 +124,10 @@ def _pool() -> ProcessPoolExecutor:
 
 
 def _time_all(
-    kernels: list[Kernel], target: SearchTarget, pool: ProcessPoolExecutor, best: float
+    kernels: list[Kernel], target: SearchTarget, pool: ProcessPoolExecutor, best: float, timeout: float | None = None
 ) -> list[tuple[Kernel, float]]:
-    """Compile all in parallel (skipping failures and timeouts), time each; fastest first."""
-    timeout = getenv("BEAM_TIMEOUT", 10.0)
+    """Compile all in parallel (skipping failures and timeouts: BEAM_TIMEOUT s each), time each; fastest first."""
+    timeout = timeout if timeout is not None else getenv("BEAM_TIMEOUT", 10.0)
     futures: list[tuple[Kernel, Future[tuple[ProgramSpec, bytes]]]] = [
         (k, pool.submit(_render_compile, k, target.compile_fn)) for k in kernels
     ]
