@@ -95,3 +95,16 @@ def test_read_only_cache_dir_works(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
             assert any("continuing without it" in str(w.message) for w in caught)
     finally:
         ro.chmod(stat.S_IRWXU)
+
+
+def test_starting_kernel_that_fails_falls_back_to_heuristics(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from tg_codegen.heuristic import hand_coded_optimizations
+    from tg_codegen.kernel import Kernel
+
+    monkeypatch.setenv("CACHEDB", str(tmp_path / "c.db"))
+    reset_connections()
+    monkeypatch.setattr(search, "_time_all", lambda *a, **k: [])  # every candidate fails to compile in time
+    ast = _small_reduce()
+    target = DeviceSearchTarget("CPU", ast)
+    opts = search.beam_search(ast, target, 2, max_steps=1)
+    assert opts == hand_coded_optimizations(Kernel(ast, target.renderer))
