@@ -24,14 +24,14 @@ def sum_rows_ast(rows: int, cols: int) -> UOp:
 
 
 def test_reduce_kernel_name_and_source() -> None:
-    prog = get_program(sum_rows_ast(16, 4), ClangRenderer())
+    prog = get_program(sum_rows_ast(16, 4), ClangRenderer(), opts=[])
     assert prog.name == "r_16_4"
     assert "for (int ridx0 = 0; ridx0 < 16; ridx0++)" in prog.src
     assert "acc0" in prog.src and prog.globals == (0, 1) and prog.outs == (0,)
 
 
 def test_linearized_loops_are_balanced() -> None:
-    prog = get_program(sum_rows_ast(8, 8), ClangRenderer())
+    prog = get_program(sum_rows_ast(8, 8), ClangRenderer(), opts=[])
     ops = [u.op for u in prog.uops]
     assert ops.count(Ops.RANGE) == ops.count(Ops.ENDRANGE) == 2
     assert ops.index(Ops.DEFINE_ACC) < ops.index(Ops.RANGE, ops.index(Ops.RANGE) + 1)

@@ -3,9 +3,10 @@
 >>> from tg_codegen import ClangRenderer, get_program  # doctest: +SKIP
 """
 
-from tg_codegen.kernel import Kernel, KernelOptError
+from tg_codegen.kernel import Kernel
 from tg_codegen.linearize import linearize
 from tg_codegen.lowerer import lower, reduce_identity
+from tg_codegen.opt import KernelOptError, Opt, OptOps
 from tg_codegen.program import get_program
 from tg_codegen.renderer import ProgramSpec, Renderer
 from tg_codegen.renderer.cstyle import ClangRenderer, CStyleLanguage
@@ -16,6 +17,8 @@ __all__ = [
     "ClangRenderer",
     "Kernel",
     "KernelOptError",
+    "Opt",
+    "OptOps",
     "ProgramSpec",
     "Renderer",
     "get_program",

@@ -1,47 +1,38 @@
-"""Launch dimensions for GPU-style renderers: the kernel's global loops become one grid of thread ids.
+"""Launch dimensions for GPU-style renderers: output axes become group ids, local axes local ids.
 
-Every output loop (RANGE kind "loop") is replaced by digits of a linear thread id
-`gidx0 * local + lidx0`, with `local` a power of two (up to 256) that divides the number of outputs, so
-neighbouring threads touch neighbouring elements. Reduce loops stay loops inside each thread.
+OpenCL and CUDA launch at most 3 dimensions. The innermost axis gets dimension 0; when there are more
+than 3 axes, the outer ones share dimension 2 and are recovered by division and modulo.
+
+>>> from tg_codegen.gpudims import special_indexes  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
-from tg_codegen.renderer import Renderer
-from tg_uop import Ops, UOp, dtypes, graph_rewrite
+from tg_uop import Ops, UOp, dtypes
 from tg_uop.helpers import prod
-from tg_uop.symbolic import symbolic
-
-LaunchDims = tuple[tuple[int, ...], tuple[int, ...]]
 
 
-def _local_size(total: int, limit: int) -> int:
-    local = 1
-    while local * 2 <= limit and total % (local * 2) == 0:
-        local *= 2
-    return local
+def special_indexes(sizes: list[int], prefix: str) -> list[UOp]:
+    """One index expression per axis (in axis order) built from at most 3 SPECIAL ids named prefix+dim."""
+    if not sizes:
+        return []
+    n = len(sizes)
+    groups: list[list[int]] = [[n - 1]] + ([[n - 2]] if n >= 2 else []) + ([list(range(n - 2))] if n >= 3 else [])
+    ret: list[UOp] = [UOp.const(dtypes.int32, 0)] * n
+    for dim, axes in enumerate(groups):
+        total = int(prod(sizes[a] for a in axes))
+        sp = UOp(Ops.SPECIAL, dtypes.int32, (UOp.const(dtypes.int32, total),), (f"{prefix}{dim}", total))
+        below = total
+        for a in axes:
+            below //= sizes[a]
+            idx = sp if len(axes) == 1 else (sp // below) % sizes[a] if below > 1 else sp % sizes[a]
+            ret[a] = idx if sizes[a] > 1 else UOp.const(dtypes.int32, 0)
+    return ret
 
 
-def add_gpudims(sink: UOp, renderer: Renderer) -> tuple[UOp, LaunchDims | None]:
-    """`sink` with its global loops mapped to SPECIAL thread ids, and (global_size, local_size); None on CPUs."""
-    if not renderer.has_local:
-        return sink, None
-    loops = sorted((u for u in sink.toposort if u.op is Ops.RANGE and u.arg[1] == "loop"), key=lambda r: r.arg)
-    if not loops:
-        return sink, ((1,), (1,))
-    if any(r.src[0].op is not Ops.CONST for r in loops):
-        return sink, ((1,), (1,))  # symbolic sizes: run the loops in one thread
-    sizes = [int(r.src[0].arg) for r in loops]
-    total = prod(sizes)
-    local = _local_size(total, min(256, renderer.local_max[0] if renderer.local_max else 256))
-    grid = total // local
-    i32 = dtypes.int32
-    gid = UOp(Ops.SPECIAL, i32, (UOp.const(i32, grid),), "gidx0")
-    lid = UOp(Ops.SPECIAL, i32, (UOp.const(i32, local),), "lidx0")
-    linear = gid * local + lid if local > 1 else gid
-    mapping: dict[UOp, UOp] = {}
-    for i, (r, size) in enumerate(zip(loops, sizes)):
-        inner = prod(sizes[i + 1 :])
-        digit = linear // inner if inner > 1 else linear
-        mapping[r] = digit % size if i > 0 else digit
-    return graph_rewrite(sink.substitute(mapping), symbolic), ((grid, 1, 1), (local, 1, 1))
+def launch_dims(uops: list[UOp], prefix: str) -> tuple[int, ...] | None:
+    """The sizes of the SPECIALs named prefix+dim in a program, dimension 0 first (None when there are none)."""
+    dims = {u.arg[0]: u.arg[1] for u in uops if u.op is Ops.SPECIAL and u.arg[0].startswith(prefix)}
+    if not dims:
+        return None
+    return tuple(dims.get(f"{prefix}{d}", 1) for d in range(max(int(k[len(prefix) :]) for k in dims) + 1))

@@ -11,30 +11,28 @@ Loads under a REDUCE_AXIS have views of the full shape; everything else has the 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from collections.abc import Callable
 
+from tg_codegen.opt import KernelOptError, Opt
+from tg_codegen.renderer import Renderer
 from tg_shape import ShapeTracker
-from tg_uop import Ops, UOp
+from tg_uop import GroupOp, Ops, UOp
 from tg_uop.helpers import prod, to_function_name
 from tg_uop.uop import sint
 
 
-class KernelOptError(Exception):
-    """An optimization that does not apply to this kernel."""
-
-
-@dataclass(frozen=True)
-class AxisInfo:
-    size: sint
-    reduce: bool
-
-
 class Kernel:
-    """The loop structure of one kernel AST: axes (global first, reduce last) and the views on them."""
+    """The loop structure of one kernel AST: axes (global first, reduce last) and the views on them.
 
-    def __init__(self, ast: UOp) -> None:
+    Each axis has a type: "thread" (CPU threads), "global" (output loop), "local" (workgroup),
+    "reduce" (reduce loop), "group" (reduce across a workgroup), "upcast" (output axis expanded into
+    straight-line code), "unroll" (reduce axis expanded). Optimizations (`apply_opt`) split and move axes.
+    """
+
+    def __init__(self, ast: UOp, opts: Renderer | None = None) -> None:
         if ast.op is not Ops.SINK or not ast.src or any(s.op is not Ops.STORE for s in ast.src):
             raise ValueError(f"a kernel AST is a SINK of STOREs, got {ast.op}")
+        self.opts = opts if opts is not None else Renderer()
         self.ast = ast
         views = [u for u in ast.toposort if u.op is Ops.VIEW]
         reduces = [u for u in ast.toposort if u.op is Ops.REDUCE_AXIS]
@@ -44,6 +42,8 @@ class Kernel:
             src_shape = r.src[0].shape
             if src_shape is not None and tuple(src_shape) != full:
                 raise ValueError(f"reduce input shape {src_shape} differs from the kernel's full shape {full}")
+        # opts need every reduction of the kernel to reduce the same axes
+        self.uniform_reduce = all(set(r.arg[1]) == set(reduce_axes) for r in reduces)
         # reduce axes last
         order = [i for i in range(len(full)) if i not in reduce_axes] + reduce_axes
         self.permute_order = tuple(order)
@@ -51,6 +51,11 @@ class Kernel:
         self.first_reduce = len(full) - len(reduce_axes)
         self.ast = self._permute_ast(ast, self.permute_order) if order != list(range(len(full))) else ast
         self.ast = self._merge_axes(self.ast)
+        self.axis_types: list[str] = ["global"] * self.first_reduce + ["reduce"] * (
+            len(self.full_shape) - self.first_reduce
+        )
+        self.applied_opts: list[Opt] = []
+        self.dont_use_locals = False
 
     # ---- shape plumbing ----
     @property
@@ -75,21 +80,8 @@ class Kernel:
         return [u.arg for u in self.ast.toposort if u.op is Ops.VIEW]
 
     def _permute_ast(self, ast: UOp, order: tuple[int, ...]) -> UOp:
-        """Permute every view and renumber reduce axes in one bottom-up pass.
-
-        (A fixed-point substitute would loop when two views are each other's permutation.)
-        """
         inv = {old: new for new, old in enumerate(order)}
-        memo: dict[UOp, UOp] = {}
-        for u in ast.toposort:  # sources come first
-            src = tuple(memo[s] for s in u.src)
-            if u.op is Ops.VIEW:
-                memo[u] = u.replace(arg=u.arg.permute(order))
-            elif u.op is Ops.REDUCE_AXIS:
-                memo[u] = u.replace(src=src, arg=(u.arg[0], tuple(sorted(inv[a] for a in u.arg[1]))))
-            else:
-                memo[u] = u.replace(src=src)
-        return memo[ast]
+        return _rebuild(ast, lambda st: st.permute(order), lambda axes: tuple(sorted(inv[a] for a in axes)))
 
     def _merge_axes(self, ast: UOp) -> UOp:
         """Merge neighbouring axes that every view can merge (fewer, longer loops)."""
@@ -111,34 +103,131 @@ class Kernel:
         new_full = tuple(prod(shape[i] for i in g) for g in groups)
         new_first_reduce = sum(1 for g in groups if g[0] < self.first_reduce)
 
-        mapping: dict[UOp, UOp] = {}
-        for u in ast.toposort:
-            if u.op is Ops.VIEW:
-                st: ShapeTracker = u.arg
-                new_shape = tuple(prod(st.shape[i] for i in g) for g in groups)
-                mapping[u] = u.replace(arg=st.reshape(new_shape))
-            elif u.op is Ops.REDUCE_AXIS:
-                pass
-        ret = ast.substitute(mapping)
-        remap = {
-            u: u.replace(arg=(u.arg[0], tuple(range(new_first_reduce, len(groups)))))
-            for u in ret.toposort
-            if u.op is Ops.REDUCE_AXIS
-        }
         self.full_shape, self.first_reduce = new_full, new_first_reduce
-        return ret.substitute(remap) if remap else ret
+        merged_reduce = tuple(range(new_first_reduce, len(groups)))
+        return _rebuild(
+            ast, lambda st: st.reshape(tuple(prod(st.shape[i] for i in g) for g in groups)), lambda _: merged_reduce
+        )
+
+    # ---- axes by type ----
+    def axes_of(self, *types: str) -> list[int]:
+        """Axis numbers whose type is one of `types`, in order."""
+        return [i for i, t in enumerate(self.axis_types) if t in types]
+
+    @property
+    def upcast_size(self) -> int:
+        """How many copies of the body the upcast and unroll axes make."""
+        return int(prod(self.full_shape[i] for i in self.axes_of("upcast", "unroll")))
+
+    def copy(self) -> Kernel:
+        """A fresh Kernel of the same AST with the same opts applied."""
+        ret = Kernel.__new__(Kernel)
+        ret.__dict__.update(self.__dict__)
+        ret.axis_types, ret.applied_opts = list(self.axis_types), list(self.applied_opts)
+        ret.__dict__.pop("bufs", None)
+        return ret
+
+    # ---- optimizations ----
+    def apply_opts(self, opts: list[Opt] | tuple[Opt, ...]) -> Kernel:
+        for opt in opts:
+            self.apply_opt(opt)
+        return self
+
+    def apply_opt(self, opt: Opt) -> None:
+        """Apply one optimization; raises KernelOptError (and leaves the kernel unchanged) if it does not apply."""
+        if not isinstance(opt, Opt):
+            raise TypeError(f"apply_opt needs an Opt, got {opt!r}")
+        if not self.uniform_reduce:
+            raise KernelOptError("the kernel's reductions reduce different axes; no opts apply")
+        handler = _HANDLERS.get(opt.op.name)
+        if handler is None:
+            raise KernelOptError(f"{opt.op} is not implemented for this renderer ({self.opts.device or 'generic'})")
+        handler(self, opt)
+        self.applied_opts.append(opt)
+
+    def _pick(self, opt: Opt, *types: str) -> int:
+        axes = self.axes_of(*types)
+        if opt.axis is None or opt.axis >= len(axes):
+            raise KernelOptError(f"{opt}: axis {opt.axis} does not exist; {len(axes)} axes of type {types}")
+        return axes[opt.axis]
+
+    def _amount(self, axis: int, arg: int) -> int:
+        size = self.full_shape[axis]
+        if not isinstance(size, int):
+            raise KernelOptError(f"axis {axis} has a symbolic size {size}")
+        amt = size if arg == 0 else arg
+        if amt <= 1 or size % amt != 0:
+            raise KernelOptError(f"cannot split axis {axis} of size {size} by {amt}")
+        return amt
+
+    def _split(self, axis: int, amt: int, new_type: str, inner: bool) -> None:
+        """Split `axis` into (size/amt, amt) (or (amt, size/amt) if not inner); the amt part gets `new_type`."""
+        size = int(self.full_shape[axis])
+        parts = (size // amt, amt) if inner else (amt, size // amt)
+        self._reshape_axis(axis, parts)
+        moved = axis + 1 if inner else axis
+        self.axis_types[axis : axis + 1] = [self.axis_types[axis]] * 2
+        self.axis_types[moved] = new_type
+        self._move_axis(moved, self._insert_point(moved))
+
+    def _insert_point(self, moved: int) -> int:
+        """Final position of a new axis: threads first, then globals, locals, reduces, groups, upcasts, unrolls."""
+        limit = _RANK[self.axis_types[moved]]
+        return sum(1 for i, t in enumerate(self.axis_types) if i != moved and _RANK[t] <= limit)
+
+    def _move_axis(self, src: int, dest: int) -> None:
+        """Move axis `src` so that it ends up at position `dest`."""
+        order = list(range(len(self.full_shape)))
+        order.insert(dest, order.pop(src))
+        if order == list(range(len(self.full_shape))):
+            return
+        self.axis_types = [self.axis_types[i] for i in order]
+        self._map_views(lambda st: st.permute(tuple(order)))
+
+    def _reshape_axis(self, axis: int, parts: tuple[int, ...]) -> None:
+        full = int(self.full_shape[axis])
+
+        def reshape(st: ShapeTracker) -> ShapeTracker:
+            mine = parts if st.shape[axis] == full else (1,) * len(parts)
+            return st.reshape(tuple(st.shape[:axis]) + mine + tuple(st.shape[axis + 1 :]))
+
+        self._map_views(reshape)
+
+    def _map_views(self, fn: Callable[[ShapeTracker], ShapeTracker]) -> None:
+        views = [u.replace(arg=fn(u.arg)) for u in self.ast.toposort if u.op is Ops.VIEW]
+        self.full_shape = _full_shape(views)
+        red = tuple(self.axes_of("reduce", "group", "unroll"))
+        self.ast = _rebuild(self.ast, fn, lambda _: red)
+        self.__dict__.pop("bufs", None)
 
     # ---- naming ----
-    @functools.cached_property
+    @property
     def name(self) -> str:
         """tinygrad-style display name: E_ for elementwise, r_ for reductions, then the loop sizes."""
         prefix = "r" if self.reduceops else "E"
+        if self.applied_opts:
+            prefix = prefix.upper() if prefix == "r" else prefix + "o"
         dims = "_".join(str(s) if isinstance(s, int) else "n" for s in self.full_shape)
         return f"{prefix}_{dims}" if dims else prefix
 
     @property
     def function_name(self) -> str:
         return to_function_name(self.name)
+
+
+def _rebuild(
+    ast: UOp, fn: Callable[[ShapeTracker], ShapeTracker], red: Callable[[tuple[int, ...]], tuple[int, ...]]
+) -> UOp:
+    """The AST with every VIEW's tracker mapped by `fn` and every REDUCE_AXIS's axes by `red` (one pass)."""
+    done: dict[UOp, UOp] = {}
+    for u in ast.toposort:
+        if u.op is Ops.VIEW:
+            done[u] = u.replace(arg=fn(u.arg))
+            continue
+        src = tuple(done[s] for s in u.src)
+        arg = (u.arg[0], red(u.arg[1])) if u.op is Ops.REDUCE_AXIS else u.arg
+        done[u] = u.replace(src=src, arg=arg)
+    return done[ast]
 
 
 def _full_shape(views: list[UOp]) -> tuple[sint, ...]:
@@ -163,3 +252,121 @@ def _mergeable(st: ShapeTracker, a: int, b: int) -> bool:
         if not (bb == 0 and be == v.shape[b] and (ab == 0 and ae == v.shape[a])):
             return False
     return bool(v.strides[a] == v.strides[b] * v.shape[b])
+
+
+_RANK = {"thread": 0, "global": 1, "local": 2, "reduce": 3, "group": 4, "upcast": 5, "unroll": 6}
+MAX_UPCAST = 1024  # copies of the body that upcast x unroll may make
+
+
+def _upcast(k: Kernel, opt: Opt) -> None:
+    axis = k._pick(opt, "global")
+    amt = k._amount(axis, opt.arg)
+    if k.upcast_size * amt > MAX_UPCAST:
+        raise KernelOptError(f"{opt}: upcast x unroll would be {k.upcast_size * amt} > {MAX_UPCAST}")
+    k._split(axis, amt, "upcast", inner=True)
+
+
+def _unroll(k: Kernel, opt: Opt) -> None:
+    axis = k._pick(opt, "reduce")
+    amt = k._amount(axis, opt.arg)
+    if k.upcast_size * amt > MAX_UPCAST:
+        raise KernelOptError(f"{opt}: upcast x unroll would be {k.upcast_size * amt} > {MAX_UPCAST}")
+    k._split(axis, amt, "unroll", inner=True)
+
+
+def _thread(k: Kernel, opt: Opt) -> None:
+    if not k.opts.has_threads:
+        raise KernelOptError(f"{opt}: the {k.opts.device or 'generic'} renderer has no CPU threads")
+    if k.axes_of("thread"):
+        raise KernelOptError(f"{opt}: the kernel is already split over threads")
+    axis = k._pick(opt, "global")
+    k._split(axis, k._amount(axis, opt.arg), "thread", inner=False)
+
+
+def _local(k: Kernel, opt: Opt) -> None:
+    _need_locals(k, opt)
+    axis = k._pick(opt, "global")
+    k._split(axis, k._amount(axis, opt.arg), "local", inner=True)
+
+
+def _group(k: Kernel, opt: Opt) -> None:
+    _need_locals(k, opt)
+    if not k.opts.has_shared:
+        raise KernelOptError(f"{opt}: the {k.opts.device} renderer has no local memory")
+    if k.axes_of("group"):
+        raise KernelOptError(f"{opt}: only one GROUP per kernel")
+    axis = k._pick(opt, "reduce")
+    k._split(axis, k._amount(axis, opt.arg), "group", inner=opt.op.name == "GROUP")
+
+
+def _need_locals(k: Kernel, opt: Opt) -> None:
+    if not k.opts.has_local:
+        raise KernelOptError(f"{opt}: the {k.opts.device or 'generic'} renderer has no local (workgroup) dimensions")
+    if k.dont_use_locals:
+        raise KernelOptError(f"{opt}: NOLOCALS was applied")
+    if k.axes_of("upcast", "unroll"):
+        raise KernelOptError(f"{opt}: locals must come before upcasts and unrolls")
+
+
+def _nolocals(k: Kernel, opt: Opt) -> None:
+    if k.axes_of("local", "group"):
+        raise KernelOptError(f"{opt}: the kernel already has local dimensions")
+    if k.dont_use_locals:
+        raise KernelOptError(f"{opt}: NOLOCALS was already applied")
+    k.dont_use_locals = True
+
+
+def _swap(k: Kernel, opt: Opt) -> None:
+    a = k._pick(opt, "global")
+    b = k._pick(Opt(opt.op, opt.arg), "global")
+    if a >= b:
+        raise KernelOptError(f"{opt}: swap needs axis < arg")
+    order = list(range(len(k.full_shape)))
+    order[a], order[b] = b, a
+    k._map_views(lambda st: st.permute(tuple(order)))
+
+
+def _padto(k: Kernel, opt: Opt) -> None:
+    axis = k._pick(opt, "global", "reduce")
+    size = k.full_shape[axis]
+    if not isinstance(size, int) or opt.arg <= 1:
+        raise KernelOptError(f"{opt}: needs an int axis size and a pad multiple > 1")
+    new = -(-size // opt.arg) * opt.arg
+    if new == size or new - size > size:
+        raise KernelOptError(f"{opt}: axis {axis} of size {size} is a multiple already or would more than double")
+    if k.axis_types[axis] == "reduce" and not _pad_safe_reduce(k):
+        raise KernelOptError(f"{opt}: padding a reduce axis needs an ADD reduction of pad-safe ops")
+
+    def pad(st: ShapeTracker) -> ShapeTracker:
+        grow = new - size if st.shape[axis] == size else 0
+        return st.pad(tuple((0, grow if i == axis else 0) for i in range(len(st.shape))))
+
+    k._map_views(pad)
+
+
+def _pad_safe_reduce(k: Kernel) -> bool:
+    for r in k.reduceops:
+        if r.arg[0] is not Ops.ADD:
+            return False
+        ops = {u.op for u in r.src[0].toposort} - {Ops.LOAD, Ops.CONST, Ops.VIEW, Ops.DEFINE_GLOBAL}
+        if not ops <= GroupOp.PadSafe:
+            return False
+    return True
+
+
+def _tc(k: Kernel, opt: Opt) -> None:
+    raise KernelOptError(f"{opt}: tensor cores are not available on the {k.opts.device or 'generic'} renderer")
+
+
+_HANDLERS: dict[str, Callable[[Kernel, Opt], None]] = {
+    "UPCAST": _upcast,
+    "UNROLL": _unroll,
+    "THREAD": _thread,
+    "LOCAL": _local,
+    "GROUP": _group,
+    "GROUPTOP": _group,
+    "NOLOCALS": _nolocals,
+    "SWAP": _swap,
+    "PADTO": _padto,
+    "TC": _tc,
+}

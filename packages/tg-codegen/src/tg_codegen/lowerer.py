@@ -10,8 +10,14 @@ The lowered graph uses:
 
 from __future__ import annotations
 
+import functools
+import itertools
+
+from tg_codegen.gpudims import special_indexes
 from tg_codegen.kernel import Kernel
+from tg_codegen.vectorize import VECTOR_WIDTHS, pack_stores
 from tg_uop import Ops, UOp, dtypes, graph_rewrite
+from tg_uop.helpers import prod
 from tg_uop.symbolic import symbolic
 
 
@@ -34,65 +40,176 @@ def reduce_identity(op: Ops, dtype: object) -> float | int | bool:
 
 
 class Lowerer:
-    """Turns the kernel AST into a lowered graph with explicit loops."""
+    """Turns the kernel AST into a lowered graph with explicit loops.
+
+    Loop axes (thread, global, local, reduce, group) become RANGEs; upcast and unroll axes are expanded:
+    the body is lowered once per value of those axes with that value as a constant index, so the
+    output gets one STORE per upcast value and each reduction combines its unrolled copies.
+    """
 
     def __init__(self, k: Kernel) -> None:
         self.k = k
-        full = k.full_shape
-        self.ranges = [
-            UOp(
-                Ops.RANGE,
-                dtypes.int32,
-                (UOp.const(dtypes.int32, s) if isinstance(s, int) else s,),
-                (i, "reduce" if i >= k.first_reduce else "loop"),
-            )
-            for i, s in enumerate(full)
-        ]
         zero = UOp.const(dtypes.int32, 0)
-        self.full_idxs = [r if full[i] != 1 else zero for i, r in enumerate(self.ranges)]
-        self.out_idxs = [r if i < k.first_reduce and full[i] != 1 else zero for i, r in enumerate(self.ranges)]
-        self.memo: dict[tuple[UOp, bool], UOp] = {}
+        self.loop: list[UOp] = []
+        for i, (s, t) in enumerate(zip(k.full_shape, k.axis_types)):
+            if t in ("upcast", "unroll") or s == 1:
+                self.loop.append(zero)
+                continue
+            end = UOp.const(dtypes.int32, s) if isinstance(s, int) else s
+            kind = "reduce" if t in ("reduce", "group") else "thread" if t == "thread" else "loop"
+            self.loop.append(UOp(Ops.RANGE, dtypes.int32, (end,), (i, kind)))
+        if k.opts.has_local:
+            self._launch_ids()
+        self.memo: dict[tuple[UOp, tuple[UOp, ...]], UOp] = {}
+        self.n_locals = 0
+
+    def _launch_ids(self) -> None:
+        """GPU style: output axes are group ids, local and group axes local ids (no loops for them)."""
+        for types, prefix in ((("global", "thread"), "gidx"), (("local", "group"), "lidx")):
+            axes = self.k.axes_of(*types)
+            for a, idx in zip(axes, special_indexes([int(self.k.full_shape[a]) for a in axes], prefix)):
+                self.loop[a] = idx
+
+    def _group_gate(self) -> tuple[UOp, ...]:
+        """Only the first thread of a GROUP writes the result."""
+        groups = [self.loop[a] for a in self.k.axes_of("group") if self.k.full_shape[a] != 1]
+        return tuple(g.eq(0) for g in groups)
+
+    def _combos(self, types: tuple[str, ...], last: int | None = None) -> list[dict[int, int]]:
+        """Every assignment of values to the axes of these types (axis `last` varies fastest)."""
+        combos: list[dict[int, int]] = [{}]
+        axes = [a for a in self.k.axes_of(*types) if a != last] + ([last] if last is not None else [])
+        for a in axes:
+            combos = [{**c, a: v} for c in combos for v in range(int(self.k.full_shape[a]))]
+        return combos
+
+    def _idxs(self, fixed: dict[int, int], inside_reduce: bool) -> tuple[UOp, ...]:
+        red = ("reduce", "group", "unroll")
+        ret = []
+        for i, t in enumerate(self.k.axis_types):
+            if i in fixed:
+                ret.append(UOp.const(dtypes.int32, fixed[i]))
+            elif t in red and not inside_reduce:
+                ret.append(UOp.const(dtypes.int32, 0))
+            else:
+                ret.append(self.loop[i])
+        return tuple(ret)
 
     def lower(self) -> UOp:
-        stores = [self._lower(s, inside_reduce=False) for s in self.k.ast.src]
-        return graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(stores)), symbolic)
+        vaxis, width = self._vector_axis()
+        combos = self._combos(("upcast",), last=vaxis)
+        stores = [self._lower(s, self._idxs(c, inside_reduce=False), c) for s in self.k.ast.src for c in combos]
+        sink = drop_true_gates(graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(stores)), symbolic))
+        if vaxis is None:
+            return sink
+        groups = [list(sink.src[i : i + width]) for i in range(0, len(sink.src), width)]
+        return UOp(Ops.SINK, dtypes.void, tuple(pack_stores(groups)))
 
-    def _lower(self, u: UOp, inside_reduce: bool) -> UOp:
-        key = (u, inside_reduce)
+    def _vector_axis(self) -> tuple[int | None, int]:
+        """(axis, lanes) to pack into vectors: an upcast axis the first store walks with stride 1, else the last."""
+        itemsize = max(s.src[0].dtype.itemsize for s in self.k.ast.src)
+        widths = [w for w in VECTOR_WIDTHS if w * itemsize <= self.k.opts.vector_bytes]
+        cands = [a for a in self.k.axes_of("upcast") if any(int(self.k.full_shape[a]) % w == 0 for w in widths)]
+        if not cands:
+            return None, 1
+        strides = self.k.ast.src[0].src[1].arg.real_strides()
+        unit = [a for a in cands if strides[a] == 1]
+        axis = unit[0] if unit else cands[-1]
+        return axis, max(w for w in widths if int(self.k.full_shape[axis]) % w == 0)
+
+    def _lower(self, u: UOp, idxs: tuple[UOp, ...], fixed: dict[int, int]) -> UOp:
+        key = (u, idxs)
         if key in self.memo:
             return self.memo[key]
-        idxs = self.full_idxs if inside_reduce else self.out_idxs
         op = u.op
         if op is Ops.STORE:
             buf, view, value = u.src
-            index, valid = view.arg.to_indexed_uops(idxs)
-            val = self._lower(value, inside_reduce)
-            ret = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, buf.dtype, (buf, index)), val) + _gate(valid))
+            index, valid = view.arg.to_indexed_uops(list(idxs))
+            val = self._lower(value, idxs, fixed)
+            gates = _gate(valid) + self._group_gate()
+            gate = (functools.reduce(lambda a, b: a & b, gates),) if gates else ()
+            ret = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, buf.dtype, (buf, index)), val) + gate)
         elif op is Ops.LOAD:
             buf, view = u.src
-            index, valid = view.arg.to_indexed_uops(idxs)
+            index, valid = view.arg.to_indexed_uops(list(idxs))
             ret = UOp(Ops.LOAD, u.dtype, (UOp(Ops.INDEX, buf.dtype, (buf, index)),) + _gate(valid))
         elif op is Ops.CONST and u.src:
-            _, valid = u.src[0].arg.to_indexed_uops(idxs)
+            _, valid = u.src[0].arg.to_indexed_uops(list(idxs))
             c = UOp.const(u.dtype, u.arg)
-            gate = _gate(valid)
-            ret = gate[0].where(c, c.const_like(0)) if gate else c
+            cgate = _gate(valid)
+            ret = cgate[0].where(c, c.const_like(0)) if cgate else c
         elif op is Ops.REDUCE_AXIS:
-            alu_op, axes = u.arg
-            val = self._lower(u.src[0], inside_reduce=True)
-            rngs = tuple(self.ranges[a] for a in axes if self.k.full_shape[a] != 1)
-            ret = UOp(Ops.REDUCE, u.dtype, (val, *rngs), alu_op) if rngs else val
+            ret = self._lower_reduce(u, fixed)
         else:
-            ret = u.replace(src=tuple(self._lower(s, inside_reduce) for s in u.src))
+            ret = u.replace(src=tuple(self._lower(s, idxs, fixed) for s in u.src))
         self.memo[key] = ret
         return ret
 
+    def _lower_reduce(self, u: UOp, fixed: dict[int, int]) -> UOp:
+        alu_op = u.arg[0]
+        parts = [
+            self._lower(u.src[0], self._idxs({**fixed, **c}, inside_reduce=True), {**fixed, **c})
+            for c in self._combos(("unroll",))
+        ]
+        val = _tree(alu_op, parts)
+        rngs = tuple(self.loop[a] for a in self.k.axes_of("reduce", "group") if self.loop[a].op is Ops.RANGE)
+        ret = UOp(Ops.REDUCE, u.dtype, (val, *rngs), alu_op) if rngs else val
+        return self._group_reduce(ret, alu_op) if self._group_gate() else ret
+
+    def _group_reduce(self, partial: UOp, alu_op: Ops) -> UOp:
+        """Each thread of the group stores its partial in local memory; after a barrier, all are combined."""
+        locs = self.k.axes_of("local", "group")
+        sizes = [int(self.k.full_shape[a]) for a in locs]
+        buf = UOp(Ops.DEFINE_LOCAL, partial.dtype.ptr(int(prod(sizes)), local=True), (), f"temp{self.n_locals}")
+        self.n_locals += 1
+        strides = [int(prod(sizes[i + 1 :])) for i in range(len(sizes))]
+        mine = functools.reduce(lambda a, b: a + b, [self.loop[a] * st for a, st in zip(locs, strides)])
+        store = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, buf.dtype, (buf, mine)), partial))
+        barrier = UOp(Ops.BARRIER, dtypes.void, (store,))
+        group = [i for i, a in enumerate(locs) if self.k.axis_types[a] == "group"]
+        parts = []
+        for vals in itertools.product(*[range(sizes[i]) for i in group]):
+            at = dict(zip(group, vals))
+            terms = [
+                (UOp.const(dtypes.int32, at[i]) if i in at else self.loop[a]) * strides[i] for i, a in enumerate(locs)
+            ]
+            idx = functools.reduce(lambda a, b: a + b, terms)
+            parts.append(UOp(Ops.LOAD, partial.dtype, (UOp(Ops.INDEX, buf.dtype, (buf, idx, barrier)),)))
+        return _tree(alu_op, parts)
+
+
+def _tree(op: Ops, parts: list[UOp]) -> UOp:
+    """Combine values pairwise (a balanced tree keeps the dependency chains short)."""
+    while len(parts) > 1:
+        nxt = [_combine(op, a, b) for a, b in zip(parts[::2], parts[1::2])]
+        parts = nxt + ([parts[-1]] if len(parts) % 2 else [])
+    return parts[0]
+
+
+def _combine(op: Ops, a: UOp, b: UOp) -> UOp:
+    return a.maximum(b) if op is Ops.MAX else a.alu(op, b)
+
 
 def _gate(valid: UOp) -> tuple[UOp, ...]:
-    valid = valid.simplify()
+    """The gate operand for a validity expression (simplified later, with the whole kernel, in one pass)."""
     if valid.op is Ops.CONST and valid.arg is True:
         return ()
     return (valid,)
+
+
+def _is_true(u: UOp) -> bool:
+    return u.op is Ops.CONST and u.arg is True
+
+
+def drop_true_gates(sink: UOp) -> UOp:
+    """Remove gates that simplified to true from LOADs and STOREs (one pass, bottom up)."""
+    done: dict[UOp, UOp] = {}
+    for u in sink.toposort:
+        src = tuple(done[x] for x in u.src)
+        if (u.op is Ops.LOAD and len(src) == 2 or u.op is Ops.STORE and len(src) == 3) and _is_true(src[-1]):
+            src = src[:-1]
+        done[u] = u.replace(src=src)
+    return done[sink]
 
 
 def lower(k: Kernel) -> UOp:

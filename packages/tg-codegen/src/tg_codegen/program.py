@@ -5,22 +5,39 @@
 
 from __future__ import annotations
 
-from tg_codegen.gpudims import add_gpudims
+from tg_codegen.gpudims import launch_dims
+from tg_codegen.heuristic import hand_coded_optimizations
 from tg_codegen.kernel import Kernel
 from tg_codegen.linearize import linearize
 from tg_codegen.lowerer import lower
+from tg_codegen.opt import Opt
 from tg_codegen.renderer import ProgramSpec, Renderer, estimate
 from tg_uop import Ops, UOp
-from tg_uop.helpers import DEBUG
+from tg_uop.helpers import DEBUG, NOOPT
 
 
-def get_program(ast: UOp, renderer: Renderer, name_override: str | None = None) -> ProgramSpec:
-    """Compile-ready program for a kernel AST, rendered for `renderer`."""
-    k = Kernel(ast)
+def optimized_kernel(ast: UOp, renderer: Renderer, opts: list[Opt] | tuple[Opt, ...] | None = None) -> Kernel:
+    """The Kernel for `ast` with `opts` applied; None means the hand-coded heuristics (none under NOOPT=1)."""
+    k = Kernel(ast, renderer)
+    if opts is None:
+        opts = [] if NOOPT else hand_coded_optimizations(k)
+    return k.apply_opts(opts)
+
+
+def get_program(
+    ast: UOp, renderer: Renderer, name_override: str | None = None, opts: list[Opt] | tuple[Opt, ...] | None = None
+) -> ProgramSpec:
+    """Compile-ready program for a kernel AST, rendered for `renderer` (see `optimized_kernel` for `opts`)."""
+    return program_for_kernel(optimized_kernel(ast, renderer, opts), name_override)
+
+
+def program_for_kernel(k: Kernel, name_override: str | None = None) -> ProgramSpec:
+    """Lower, linearize and render an (optimized) Kernel."""
+    renderer = k.opts
     if DEBUG >= 3:
-        print(f"{k.name}: full_shape={k.full_shape} first_reduce={k.first_reduce}")
+        print(f"{k.name}: full_shape={k.full_shape} axes={k.axis_types} opts={k.applied_opts}")
         print(k.ast)
-    lowered, launch = add_gpudims(lower(k), renderer)
+    lowered = lower(k)
     uops = linearize(lowered)
     if DEBUG >= 5:
         for i, u in enumerate(uops):
@@ -33,8 +50,11 @@ def get_program(ast: UOp, renderer: Renderer, name_override: str | None = None) 
         print(src)
     ops, mem = estimate(uops)
     bufs = [u for u in uops if u.op is Ops.DEFINE_GLOBAL]
-    outs = tuple(sorted({u.src[0].src[0].arg for u in uops if u.op is Ops.STORE}))
+    stored = (u.src[0].src[0] for u in uops if u.op is Ops.STORE)
+    outs = tuple(sorted({b.arg for b in stored if b.op is Ops.DEFINE_GLOBAL}))
     return ProgramSpec(
+        global_size=launch_dims(uops, "gidx") or ((1,) if renderer.has_local else None),
+        local_size=launch_dims(uops, "lidx") or ((1,) if renderer.has_local else None),
         name=name,
         function_name=function_name,
         src=src,
@@ -42,9 +62,8 @@ def get_program(ast: UOp, renderer: Renderer, name_override: str | None = None) 
         uops=tuple(uops),
         globals=tuple(b.arg for b in bufs),
         outs=outs,
-        global_size=launch[0] if launch else None,
-        local_size=launch[1] if launch else None,
         vars=tuple(u for u in uops if u.op is Ops.DEFINE_VAR),
         estimated_ops=ops,
         estimated_mem=mem,
+        applied_opts=tuple(k.applied_opts),
     )

@@ -116,6 +116,7 @@ class _DeviceRegistry:
         "PYTHON": "tg_runtime.ops_python",
         "CUDA": "tg_runtime.ops_cuda",
         "DISK": "tg_runtime.ops_disk",
+        "CL": "tg_runtime.ops_cl",
     }
 
     def __init__(self) -> None:
@@ -179,6 +180,8 @@ class _DeviceRegistry:
             if candidate not in self.known():
                 continue
             try:
+                if candidate == "CL" and not getattr(self[candidate], "is_gpu", False):
+                    continue  # CL is the default only on a GPU (PoCL on the CPU is slower than CPU)
                 self[candidate]
                 return candidate
             except Exception as e:  # a device that fails to open is skipped

@@ -8,6 +8,8 @@ True
 from __future__ import annotations
 
 import ctypes
+import functools
+import hashlib
 import os
 import shutil
 import subprocess
@@ -15,6 +17,7 @@ import tempfile
 import time
 from typing import Any
 
+from tg_codegen.diskcache import diskcache_get, diskcache_put
 from tg_codegen.renderer.cstyle import ClangRenderer
 from tg_runtime.device import Allocator, Compiled, Compiler
 
@@ -24,10 +27,29 @@ class CompileError(RuntimeError):
 
 
 class CPUAllocator(Allocator):
-    """Host memory as ctypes byte arrays (16-byte aligned by malloc)."""
+    """Host memory as ctypes byte arrays (16-byte aligned by malloc).
+
+    Freed arrays are kept (up to CACHE_BYTES) and handed out again for the same size: a fresh array is
+    zero-filled and page-faulted in, which costs more than many kernels that write it.
+    """
+
+    CACHE_BYTES = 1 << 30
+
+    def __init__(self) -> None:
+        self.cache: dict[int, list[Any]] = {}
+        self.cached_bytes = 0
 
     def _alloc(self, nbytes: int) -> Any:
+        if self.cache.get(nbytes):
+            self.cached_bytes -= nbytes
+            return self.cache[nbytes].pop()
         return (ctypes.c_uint8 * nbytes)()
+
+    def _free(self, opaque: Any, nbytes: int) -> None:
+        nbytes = max(nbytes, 1)  # alloc rounds 0 up to 1
+        if self.cached_bytes + nbytes <= self.CACHE_BYTES:
+            self.cache.setdefault(nbytes, []).append(opaque)
+            self.cached_bytes += nbytes
 
     def _copyin(self, dest: Any, src: memoryview) -> None:
         ctypes.memmove(dest, bytes(src) if src.readonly else (ctypes.c_char * src.nbytes).from_buffer(src), src.nbytes)
@@ -37,22 +59,42 @@ class CPUAllocator(Allocator):
 
 
 def find_cc() -> str:
-    """clang if installed, else gcc, else cc (CC in the environment overrides)."""
-    for cc in (os.getenv("CC"), "clang", "gcc", "cc"):
-        if cc and shutil.which(cc):
-            return cc
-    raise RuntimeError("the CPU device needs a C compiler: none of $CC, clang, gcc, cc was found on PATH")
+    """$CC if set; else clang or gcc, preferring one that can build OpenMP (threads); else cc."""
+    if (cc := os.getenv("CC")) and shutil.which(cc):
+        return cc
+    found = [cc for cc in ("clang", "gcc", "cc") if shutil.which(cc)]
+    if not found:
+        raise RuntimeError("the CPU device needs a C compiler: none of $CC, clang, gcc, cc was found on PATH")
+    return next((cc for cc in found if openmp_flags(cc)), found[0])
+
+
+@functools.cache
+def openmp_flags(cc: str) -> tuple[str, ...]:
+    """("-fopenmp",) when `cc` can build and link OpenMP code, else () (loops then run on one core)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src = "#include <omp.h>\nint f(void) { return omp_get_max_threads(); }\n"
+        cmd = [cc, "-shared", "-fPIC", "-fopenmp", "-x", "c", "-", "-o", os.path.join(tmp, "t.so")]
+        ok = subprocess.run(cmd, input=src.encode(), capture_output=True).returncode == 0
+    return ("-fopenmp",) if ok else ()
 
 
 class ClangCompiler(Compiler):
-    """C source -> shared object bytes."""
+    """C source -> shared object bytes (cached on disk by source, compiler and flags)."""
 
-    def __init__(self, cc: str | None = None, args: tuple[str, ...] = ("-O2", "-march=native")) -> None:
+    def __init__(self, cc: str | None = None, args: tuple[str, ...] | None = None) -> None:
         self.cc = cc or find_cc()
-        self.args = args
-        self.cachekey = f"cpu:{self.cc}:{' '.join(args)}"
+        self.args = args if args is not None else ("-O2", "-march=native", *openmp_flags(self.cc))
+        self.cachekey = f"cpu:{self.cc}:{' '.join(self.args)}"
 
     def compile(self, src: str) -> bytes:
+        key = hashlib.sha256(f"{self.cachekey}\n{src}".encode()).hexdigest()
+        if (lib := diskcache_get("cpu_binary", key)) is not None:
+            return bytes(lib)
+        lib = self._compile(src)
+        diskcache_put("cpu_binary", key, lib)
+        return lib
+
+    def _compile(self, src: str) -> bytes:
         with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, "kernel.so")
             cmd = [self.cc, "-shared", "-fPIC", *self.args, "-x", "c", "-", "-o", out, "-lm"]
@@ -94,4 +136,5 @@ class CPUProgram:
 
 
 def open_device(name: str) -> Compiled:
-    return Compiled(name, CPUAllocator(), ClangRenderer(), ClangCompiler(), CPUProgram)
+    threads = int(os.getenv("THREADS", "0")) or len(os.sched_getaffinity(0))
+    return Compiled(name, CPUAllocator(), ClangRenderer(threads), ClangCompiler(), CPUProgram)

@@ -23,6 +23,7 @@ class PythonRenderer(Renderer):
     """'Renders' the program as its pickled UOp list; the interpreter runs that list."""
 
     device = "PYTHON"
+    has_threads = True  # a THREAD axis is an ordinary loop here
 
     def render(self, name: str, uops: list[UOp]) -> str:
         return base64.b64encode(pickle.dumps(list(uops))).decode()

@@ -9,9 +9,11 @@ import time
 
 from tg_codegen.program import get_program
 from tg_codegen.renderer import ProgramSpec
+from tg_codegen.search import beam_search
 from tg_runtime.device import Buffer, Device, Program
+from tg_runtime.search import DeviceSearchTarget
 from tg_uop import UOp
-from tg_uop.helpers import DEBUG, GlobalCounters, colored
+from tg_uop.helpers import BEAM, DEBUG, GlobalCounters, colored
 
 
 class CompiledRunner:
@@ -66,7 +68,10 @@ def get_runner(device: str, ast: UOp) -> CompiledRunner:
     """The compiled kernel for `ast` on `device` (compiled once per process)."""
     key = (Device.canonicalize(device), ast)
     if (ret := _runner_cache.get(key)) is None:
-        spec = get_program(ast, Device[key[0]].renderer)
+        opts = None
+        if BEAM >= 1 and Device[key[0]].renderer.device != "PYTHON":
+            opts = beam_search(ast, DeviceSearchTarget(key[0], ast), BEAM.value)
+        spec = get_program(ast, Device[key[0]].renderer, opts=opts)
         ret = _runner_cache[key] = CompiledRunner(spec)
     return ret
 

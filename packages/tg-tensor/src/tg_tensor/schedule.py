@@ -174,6 +174,50 @@ class _KernelBuilder:
         raise NotImplementedError(f"the scheduler cannot put {op} in a kernel")
 
 
+SPLIT_REDUCE_MIN = 1 << 15  # reductions at least this long into at most SPLIT_REDUCE_OUT outputs are split
+SPLIT_REDUCE_OUT = 16
+SPLIT_CHUNKS = (64, 32, 16)
+SPLIT_LANES = 8
+
+
+def split_reduce(node: UOp) -> UOp | None:
+    """A long reduction to few outputs as two kernels: partials of G contiguous chunks, then their combination.
+
+    x of (..., R) reduced over R becomes x.reshape(..., G, R/(G*L), L) reduced over the middle axis
+    (G*L partials: chunks run in parallel, the L lanes are adjacent so they load as one vector),
+    then reduced over the G*L partials.
+    """
+    src = node.src[0]
+    shape, out = tuple(src.shape or ()), tuple(node.shape or ())
+    axes = node.arg[1]
+    if not all(isinstance(s, int) for s in shape) or prod(out) > SPLIT_REDUCE_OUT:
+        return None
+    red = prod(shape[a] for a in axes)
+    chunks = next((g for g in SPLIT_CHUNKS if red % (g * SPLIT_LANES) == 0), None)
+    if red < SPLIT_REDUCE_MIN or chunks is None:
+        return None
+    keep = [i for i in range(len(shape)) if i not in axes]
+    split = (chunks, red // (chunks * SPLIT_LANES), SPLIT_LANES)
+    flat = src.permute(tuple(keep + list(axes))).reshape(tuple(shape[i] for i in keep) + split)
+    stage1 = flat.r(node.arg[0], (len(keep) + 1,))
+    return stage1.r(node.arg[0], (len(keep), len(keep) + 2)).reshape(out)
+
+
+def split_reduces(root: UOp) -> UOp:
+    """`root` with every long reduction (not yet realized) replaced by its two-stage form."""
+    nodes = root.toposort
+    if not any(u.op is Ops.REDUCE_AXIS and u not in realized and split_reduce(u) is not None for u in nodes):
+        return root
+    done: dict[UOp, UOp] = {}
+    for u in nodes:
+        if u in realized or not u.src:
+            done[u] = u
+            continue
+        new = u.replace(src=tuple(done[s] for s in u.src))
+        done[u] = split_reduce(new) or new if new.op is Ops.REDUCE_AXIS else new
+    return done[root]
+
+
 def _has_mask(st: ShapeTracker) -> bool:
     return any(v.mask is not None for v in st.views)
 
@@ -267,12 +311,111 @@ def _chain(node: UOp) -> list[UOp]:
     return ret
 
 
+@dataclass
+class _Recipe:
+    """A schedule with its buffers abstracted: inputs by position among the graph's leaves, outputs as specs."""
+
+    items: list[tuple[UOp, list[tuple[bool, int]]]]  # (ast, [(is_output, index)])
+    outs: list[tuple[str, int, object]]  # (device, size, dtype) of each new buffer
+    roots: list[tuple[int, tuple[int, ...]]]  # per root: (output index, shape)
+
+
+_recipes: dict[tuple[object, ...], _Recipe] = {}
+SCHEDULE_CACHE_MAX = 4096
+
+
+def _structure(roots: list[UOp]) -> tuple[tuple[object, ...], list[UOp]]:
+    """A key of the graph's structure (buffers by position) and its leaf BUFFER nodes, after realized nodes."""
+    ids: dict[UOp, int] = {}
+    leaves: list[UOp] = []
+    leaf_of: dict[UOp, int] = {}
+    key: list[object] = []
+    for root in roots:
+        stack: list[tuple[UOp, bool]] = [(root, False)]
+        while stack:
+            node, ready = stack.pop()
+            r = _resolve(node)
+            if node in ids:
+                continue
+            if r.op is Ops.BUFFER:  # the same buffer reached twice gets one leaf: aliasing is part of the key
+                ids[node] = len(key)
+                if r not in leaf_of:
+                    leaf_of[r] = len(leaves)
+                    leaves.append(r)
+                key.append(("BUF", leaf_of[r], r.dtype, r.arg[1], r.src[0].arg))
+            elif ready or not r.src:
+                ids[node] = len(key)
+                key.append((r.op, r.dtype, r.arg, tuple(ids[s] for s in r.src)))
+            else:
+                stack.append((node, True))
+                stack.extend((s, False) for s in r.src if s not in ids)
+        key.append(("ROOT", ids[root]))
+    return tuple(key), leaves
+
+
+def _record(items: list[ScheduleItem], leaves: list[UOp], becomes: list[UOp]) -> _Recipe | None:
+    """The recipe of a fresh schedule, or None when it does not fit the simple form (roots = new buffers)."""
+    inputs = {id(buffer_of(leaf)): i for i, leaf in enumerate(leaves)}
+    outs: dict[int, int] = {}
+    specs: list[tuple[str, int, object]] = []
+    recipe_items: list[tuple[UOp, list[tuple[bool, int]]]] = []
+    for item in items:
+        if item.ast.op is not Ops.SINK:
+            return None  # a COPY's AST names its source BUFFER: caching it would keep that buffer alive
+        refs: list[tuple[bool, int]] = []
+        for b in item.bufs:
+            if id(b) in inputs:
+                refs.append((False, inputs[id(b)]))
+            else:
+                if id(b) not in outs:
+                    outs[id(b)] = len(specs)
+                    specs.append((b.device, b.size, b.dtype))
+                refs.append((True, outs[id(b)]))
+        recipe_items.append((item.ast, refs))
+    roots: list[tuple[int, tuple[int, ...]]] = []
+    for node in becomes:
+        base = node.base
+        if base.op is not Ops.BUFFER or id(buffer_of(base)) not in outs or node.op not in (Ops.BUFFER, Ops.RESHAPE):
+            return None
+        roots.append((outs[id(buffer_of(base))], tuple(node.shape or ())))
+    return _Recipe(recipe_items, specs, roots)
+
+
+def _replay(recipe: _Recipe, leaves: list[UOp]) -> tuple[list[ScheduleItem], list[UOp]]:
+    new = [UOp.new_buffer(dev, size, dt) for dev, size, dt in recipe.outs]  # type: ignore[arg-type]
+    ins = [buffer_of(leaf) for leaf in leaves]
+    items = [
+        ScheduleItem(ast, [buffer_of(new[i]) if is_out else ins[i] for is_out, i in refs]) for ast, refs in recipe.items
+    ]
+    return items, [new[i].reshape(shape) for i, shape in recipe.roots]
+
+
 def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
-    """ScheduleItems computing every root, and for each root the realized node that now stands for it."""
+    """ScheduleItems computing every root, and for each root the realized node that now stands for it.
+
+    Schedules are cached by graph structure: a graph shaped like one seen before (same ops, constants,
+    shapes and buffer sizes; other buffers) reuses the kernels found then without running the scheduler.
+    """
+    if any(_resolve(r).op is Ops.BUFFER or _resolve(r).base.op is Ops.BUFFER for r in roots):
+        return _create_schedule(roots)
+    key, leaves = _structure(roots)
+    if (recipe := _recipes.get(key)) is not None:
+        items, results = _replay(recipe, leaves)
+        for root, res in zip(roots, results):
+            realized[_resolve(root)] = res
+        return items, dict(zip(roots, results))
+    items, becomes = _create_schedule(roots)
+    recipe = _record(items, leaves, [becomes[r] for r in roots])
+    if recipe is not None and len(_recipes) < SCHEDULE_CACHE_MAX:
+        _recipes[key] = recipe
+    return items, becomes
+
+
+def _create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
     sched = Scheduler()
     becomes: dict[UOp, UOp] = {}
     for root in roots:
-        r = _resolve(root)
+        r = split_reduces(_resolve(root))
         if r.op is Ops.BUFFER or (r.base.op is Ops.BUFFER and all(n.op in GroupOp.Movement for n in _chain(r))):
             becomes[root] = r
             continue

@@ -37,7 +37,10 @@ class Renderer:
     device: str = ""
     has_local: bool = False  # GPU-style launch grid with local (workgroup) ids
     has_shared: bool = False  # local/shared memory
+    has_threads: bool = False  # CPU threads over the outermost loop (OptOps.THREAD)
+    threads: int = 1  # how many CPU threads the device runs
     supports_float4: bool = False
+    vector_bytes: int = 0  # widest vector dtype (0: none); upcast axes are packed into vectors up to this size
     global_max: tuple[int, ...] | None = None
     local_max: tuple[int, ...] | None = None
     tensor_cores: tuple[object, ...] = ()
@@ -49,6 +52,9 @@ class Renderer:
 def estimate(uops: list[UOp]) -> tuple[int, int]:
     """(ALU ops executed, bytes moved) estimated from the loop trip counts."""
     mult, ops, mem = 1, 0, 0
+    for u in uops:
+        if u.op is Ops.SPECIAL:
+            mult *= u.arg[1]
     stack: list[int] = []
     for u in uops:
         if u.op is Ops.RANGE:
@@ -61,7 +67,7 @@ def estimate(uops: list[UOp]) -> tuple[int, int]:
             dt = u.dtype if u.op is Ops.LOAD else u.src[1].dtype
             mem += mult * dt.itemsize
         elif u.op.name in _ALU_NAMES:
-            ops += mult
+            ops += mult * u.dtype.count
     return ops, mem
 
 

@@ -28,6 +28,9 @@ class CStyleLanguage(Renderer):
     float4: str | None = None
     type_map: dict[DType, str] = {}
     extra_headers: tuple[str, ...] = ()
+    thread_pragma: str = ""  # put before a loop over CPU threads
+    smem_prefix: str = ""  # declares local (shared) memory
+    barrier: str = ""  # waits for every thread of the workgroup
 
     code_for_op: dict[Ops, Callable[..., str]] = {
         Ops.NEG: lambda x, dt: f"(!{x})" if dt == dtypes.bool else f"(-{x})",
@@ -90,7 +93,13 @@ class CStyleLanguage(Renderer):
     def render_bitcast(self, x: str, src: DType, dt: DType) -> str:
         return f"__builtin_bit_cast({self.render_dtype(dt)}, ({self.render_dtype(src)})({x}))"
 
-    def render_kernel(self, function_name: str, body: list[str], params: list[tuple[str, DType, bool]]) -> str:
+    def render_kernel(
+        self,
+        function_name: str,
+        body: list[str],
+        params: list[tuple[str, DType, bool]],
+        vec_dts: tuple[DType, ...] = (),
+    ) -> str:
         args = []
         for name, dt, mutable in params:
             if isinstance(dt, PtrDType):
@@ -98,8 +107,50 @@ class CStyleLanguage(Renderer):
                 args.append(f"{self.buffer_prefix}{const}{self.render_dtype(dt)}{self.buffer_suffix} {name}")
             else:
                 args.append(f"{self.arg_int_prefix} {name}")
-        lines = [*self.extra_headers, f"{self.kernel_prefix}void {function_name}({', '.join(args)}) {{", *body, "}"]
+        lines = [
+            *self.extra_headers,
+            *self.render_vector_types(list(vec_dts)),
+            f"{self.kernel_prefix}void {function_name}({', '.join(args)}) {{",
+            *body,
+            "}",
+        ]
         return "\n".join(lines)
+
+    # ---- vectors (a vector dtype has count > 1) ----
+    native_vector_ops: frozenset[Ops] = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.NEG})
+
+    def render_deref(self, ptr: str, dt: DType) -> str:
+        """`*ptr` for a scalar, a wide access for a vector."""
+        return f"*{ptr}" if dt.count == 1 else f"*(({self.render_dtype(dt)}*){ptr})"
+
+    def render_store(self, ptr: str, value: str, dt: DType) -> str:
+        return f"{self.render_deref(ptr, dt)} = {value};"
+
+    def render_gep(self, x: str, i: int) -> str:
+        return f"{x}[{i}]"
+
+    def render_vectorize(self, lanes: list[str], dt: DType) -> str:
+        return f"(({self.render_dtype(dt)}){{{','.join(lanes)}}})"
+
+    def render_alu(self, op: Ops, r: list[str], src: tuple[UOp, ...]) -> str:
+        """One ALU op; on vectors without a native operator it is written lane by lane."""
+        sdt = src[-1].dtype if op is Ops.WHERE else src[0].dtype
+        n = max(s.dtype.count for s in src)
+        if n == 1 or op in self.native_vector_ops:
+            return str(self.code_for_op[op](*r, sdt.scalar()))
+        lanes = [self.code_for_op[op](*(self.render_gep(x, i) for x in r), sdt.scalar()) for i in range(n)]
+        return self.render_vectorize(lanes, src[0].dtype.scalar().vec(n))
+
+    def render_vector_cast(self, x: str, dt: DType) -> str:
+        if dt.count == 1:
+            return self.render_cast(x, dt)
+        return self.render_vectorize(
+            [self.render_cast(self.render_gep(x, i), dt.scalar()) for i in range(dt.count)], dt
+        )
+
+    def render_vector_types(self, dts: list[DType]) -> list[str]:
+        """Declarations a dialect needs before using these vector dtypes."""
+        return []
 
     def render_special(self, u: UOp) -> str:
         raise NotImplementedError(f"{type(self).__name__} has no launch ids (SPECIAL)")
@@ -132,10 +183,18 @@ class CStyleLanguage(Renderer):
             elif op is Ops.CONST:
                 names[u] = self.render_const(u.arg, u.dtype)
             elif op is Ops.SPECIAL:
+                names[u] = u.arg[0]
+                line(f"int {u.arg[0]} = {self.render_special(u)}; /* {r[0]} */")
+            elif op is Ops.DEFINE_LOCAL:
                 names[u] = u.arg
-                line(f"int {u.arg} = {self.render_special(u)}; /* {r[0]} */")
+                assert isinstance(u.dtype, PtrDType)
+                line(f"{self.smem_prefix}{self.render_dtype(u.dtype.base)} {u.arg}[{u.dtype.size}];")
+            elif op is Ops.BARRIER:
+                line(self.barrier)
             elif op is Ops.RANGE:
                 names[u] = f"ridx{u.arg[0]}"
+                if u.arg[1] == "thread" and self.thread_pragma:
+                    line(self.thread_pragma)
                 line(f"for (int {names[u]} = 0; {names[u]} < {r[0]}; {names[u]}++) {{")
                 indent += 1
             elif op is Ops.ENDRANGE:
@@ -145,13 +204,20 @@ class CStyleLanguage(Renderer):
                 names[u] = f"({r[0]}+{r[1]})"
             elif op is Ops.LOAD:
                 names[u] = fresh("val")
-                ld = f"*{r[0]}"
+                ld = self.render_deref(r[0], u.dtype)
                 if len(src) > 1:
-                    ld = f"({r[1]}?{ld}:{self.render_const(0, u.dtype)})"
+                    zero = self.render_const(0, u.dtype.scalar())
+                    zero = zero if u.dtype.count == 1 else self.render_vectorize([zero] * u.dtype.count, u.dtype)
+                    ld = f"({r[1]}?{ld}:{zero})"
                 line(f"{self.render_dtype(u.dtype)} {names[u]} = {ld};")
             elif op is Ops.STORE:
-                st = f"*{r[0]} = {r[1]};"
+                st = self.render_store(r[0], r[1], src[1].dtype)
                 line(f"if ({r[2]}) {{ {st} }}" if len(src) > 2 else st)
+            elif op is Ops.VECTORIZE:
+                names[u] = fresh("vec")
+                line(f"{self.render_dtype(u.dtype)} {names[u]} = {self.render_vectorize(r, u.dtype)};")
+            elif op is Ops.GEP:
+                names[u] = self.render_gep(r[0], u.arg[0])
             elif op is Ops.DEFINE_ACC:
                 names[u] = fresh("acc")
                 line(f"{self.render_dtype(u.dtype)} {names[u]} = {r[0]};")
@@ -160,14 +226,13 @@ class CStyleLanguage(Renderer):
                 line(f"{r[0]} = {r[1]};")
             elif op is Ops.CAST:
                 names[u] = fresh("cast")
-                line(f"{self.render_dtype(u.dtype)} {names[u]} = {self.render_cast(r[0], u.dtype)};")
+                line(f"{self.render_dtype(u.dtype)} {names[u]} = {self.render_vector_cast(r[0], u.dtype)};")
             elif op is Ops.BITCAST:
                 names[u] = fresh("bcast")
                 line(f"{self.render_dtype(u.dtype)} {names[u]} = {self.render_bitcast(r[0], src[0].dtype, u.dtype)};")
             elif op in self.code_for_op:
                 names[u] = fresh("alu")
-                expr = self.code_for_op[op](*r, src[-1].dtype if op is Ops.WHERE else src[0].dtype)
-                line(f"{self.render_dtype(u.dtype)} {names[u]} = {expr};")
+                line(f"{self.render_dtype(u.dtype)} {names[u]} = {self.render_alu(op, r, src)};")
             elif op in (Ops.SINK, Ops.NOOP):
                 continue
             else:
@@ -175,13 +240,16 @@ class CStyleLanguage(Renderer):
         # buffers are passed by DEFINE_GLOBAL index, whatever order the linearizer met them in (vars stay last)
         order = {names[g]: g.arg for g in uops if g.op is Ops.DEFINE_GLOBAL}
         params.sort(key=lambda p: order.get(p[0], len(order)))
-        return self.render_kernel(name, body, params)
+        vec_dts = tuple(sorted({u.dtype for u in uops if u.dtype.count > 1 and not isinstance(u.dtype, PtrDType)}))
+        return self.render_kernel(name, body, params, vec_dts)
 
 
 class ClangRenderer(CStyleLanguage):
     """C for the CPU device (gcc or clang)."""
 
     device = "CPU"
+    has_threads = True
+    thread_pragma = "#pragma omp parallel for schedule(static)"
     type_map = {dtypes.bool: "_Bool", dtypes.float16: "_Float16", dtypes.bfloat16: "__bf16"}
     extra_headers = (
         "#include <math.h>",
@@ -199,6 +267,55 @@ class ClangRenderer(CStyleLanguage):
     def render_bitcast(self, x: str, src: DType, dt: DType) -> str:
         # a union compound literal: plain C99 that gcc accepts (gcc's C has no __builtin_bit_cast)
         return f"((union {{ {self.render_dtype(src)} a; {self.render_dtype(dt)} b; }}){{ .a = ({x}) }}).b"
+
+    vector_bytes = 32  # AVX2-sized vectors; wider ones spill with gcc
+
+    def render_dtype(self, dt: DType) -> str:
+        if dt.count > 1 and not isinstance(dt, PtrDType):
+            return f"tg_{super().render_dtype(dt.scalar()).replace(' ', '_')}{dt.count}"
+        return super().render_dtype(dt)
+
+    def render_vector_types(self, dts: list[DType]) -> list[str]:
+        """gcc/clang vector extensions; aligned to the element so any address can be loaded (unaligned moves).
+
+        Float vectors also get a NaN-propagating max built from compares and bit selects (no branches)."""
+        lines = []
+        for dt in dts:
+            lines.append(self._vector_typedef(dt))
+            if dtypes.is_float(dt) and (idt := _same_size_int(dt)) is not None:
+                lines.append(self._vector_typedef(idt))
+                lines.append(self._vector_max(dt, idt))
+        return list(dict.fromkeys(lines))
+
+    def _vector_typedef(self, dt: DType) -> str:
+        return (
+            f"typedef {self.render_dtype(dt.scalar())} {self.render_dtype(dt)} "
+            f"__attribute__((vector_size({dt.itemsize}), aligned({dt.scalar().itemsize}), may_alias));"
+        )
+
+    def _vector_max(self, dt: DType, idt: DType) -> str:
+        v, i = self.render_dtype(dt), self.render_dtype(idt)
+        return (
+            f"static inline {v} tg_vmax_{v}({v} a, {v} b) {{ {i} gt = a > b, nan = (a != a) | (b != b); "
+            f"{i} pick = (gt & ({i})a) | (~gt & ({i})b); return ({v})((nan & ({i})(a + b)) | (~nan & pick)); }}"
+        )
+
+    def render_alu(self, op: Ops, r: list[str], src: tuple[UOp, ...]) -> str:
+        dt = src[0].dtype
+        if op is Ops.MAX and dt.count > 1 and dtypes.is_float(dt) and _same_size_int(dt) is not None:
+            return f"tg_vmax_{self.render_dtype(dt)}({r[0]},{r[1]})"
+        return super().render_alu(op, r, src)
+
+    def __init__(self, threads: int = 1) -> None:
+        if not isinstance(threads, int) or threads < 1:
+            raise ValueError(f"ClangRenderer: threads must be an int >= 1, got {threads!r}")
+        self.threads = threads
+
+
+def _same_size_int(dt: DType) -> DType | None:
+    """The int vector type with the float vector's lane size (the result type of its compares)."""
+    ints = {4: dtypes.int32, 8: dtypes.int64}
+    return ints[dt.scalar().itemsize].vec(dt.count) if dt.scalar().itemsize in ints else None
 
 
 def _fsuffix(dt: DType) -> str:

@@ -19,7 +19,8 @@ class CUDARenderer(CStyleLanguage):
     device = "CUDA"
     has_local = True
     has_shared = True
-    supports_float4 = True
+    smem_prefix = "__shared__ "
+    barrier = "__syncthreads();"
     global_max = (2**31 - 1, 65535, 65535)
     local_max = (1024, 1024, 64)
     kernel_prefix = 'extern "C" __global__ '
@@ -38,14 +39,19 @@ class CUDARenderer(CStyleLanguage):
         )
 
     def render_special(self, u: UOp) -> str:
-        name = str(u.arg)
-        dim = int(name[-1])
-        return f"{_SPECIAL_NAMES[name[0]]}.{'xyz'[dim]}"
+        name = str(u.arg[0])  # gidx<d> or lidx<d>
+        return f"{_SPECIAL_NAMES[name[0]]}.{'xyz'[int(name[4:])]}"
 
     def render_bitcast(self, x: str, src: DType, dt: DType) -> str:
         return f"__tg_bitcast<{self.render_dtype(dt)}>(({self.render_dtype(src)})({x}))"
 
-    def render_kernel(self, function_name: str, body: list[str], params: list[tuple[str, DType, bool]]) -> str:
+    def render_kernel(
+        self,
+        function_name: str,
+        body: list[str],
+        params: list[tuple[str, DType, bool]],
+        vec_dts: tuple[DType, ...] = (),
+    ) -> str:
         prelude = (
             "template <class T, class F> __device__ inline T __tg_bitcast(F x) "
             "{ union { F f; T t; } u; u.f = x; return u.t; }"
@@ -54,5 +60,5 @@ class CUDARenderer(CStyleLanguage):
         headers = [f"#include <{h}>" for h, t in (("cuda_fp16.h", "half"), ("cuda_bf16.h", "nv_bfloat16")) if t in text]
         if "__tg_bitcast" in text:
             headers.append(prelude)
-        src = super().render_kernel(function_name, body, params)
+        src = super().render_kernel(function_name, body, params, vec_dts)
         return "\n".join([*headers, src])

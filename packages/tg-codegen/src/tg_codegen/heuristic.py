@@ -1,0 +1,129 @@
+"""Hand-coded optimizations: a few rules that make common kernels fast without search (NOOPT=1 turns them off).
+
+- matmul/conv-like (a reduction where some input is broadcast along output axes): upcast the broadcast axes
+  into a register tile (more reuse per load), unroll a little;
+- elementwise: upcast the innermost output axis (straight-line code the C compiler vectorizes);
+- reductions: unroll the reduce loop;
+- everything large enough: split the outermost output axis over the device's CPU threads;
+- GPUs: a long reduction to few outputs is shared by a workgroup (GROUPTOP), and up to 256 threads of a
+  workgroup run along the innermost output axes (LOCAL).
+
+>>> from tg_codegen.heuristic import hand_coded_optimizations  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from tg_codegen.kernel import Kernel
+from tg_codegen.opt import KernelOptError, Opt, OptOps
+from tg_uop import Ops
+from tg_uop.helpers import prod
+
+THREAD_MIN_WORK = 1 << 15  # below this many loop iterations, threads cost more than they give
+
+
+def hand_coded_optimizations(k: Kernel) -> list[Opt]:
+    """The opts the rules choose for `k` (applied to a copy; `k` is left unchanged)."""
+    work = k.copy()
+    if all(isinstance(s, int) for s in work.full_shape) and work.uniform_reduce and work.opts.has_local:
+        _gpu(work)
+    elif all(isinstance(s, int) for s in work.full_shape) and work.uniform_reduce:
+        if work.reduceops and _broadcast_axes(work):
+            _tile(work)
+        elif work.reduceops:
+            _upcast_unit_stride(work)
+            _try(work, [Opt(OptOps.UNROLL, len(work.axes_of("reduce")) - 1, a) for a in (8, 4, 2)])
+        else:
+            _upcast_inner(work)
+        _threads(work)
+    return list(work.applied_opts)
+
+
+def _try(k: Kernel, choices: list[Opt]) -> bool:
+    """Apply the first choice that applies."""
+    for opt in choices:
+        try:
+            k.apply_opt(opt)
+            return True
+        except KernelOptError:
+            continue
+    return False
+
+
+def _load_strides(k: Kernel) -> list[tuple[int | None, ...]]:
+    ret = []
+    for u in k.ast.toposort:
+        if u.op is Ops.LOAD:
+            ret.append(tuple(s if isinstance(s, int) else None for s in u.src[1].arg.real_strides()))
+    return ret
+
+
+def _broadcast_axes(k: Kernel) -> list[int]:
+    """Output axes (as Opt axis numbers) along which some input does not move: reuse to exploit."""
+    strides = _load_strides(k)
+    globals_ = k.axes_of("global")
+    return [n for n, a in enumerate(globals_) if k.full_shape[a] > 1 and any(st[a] == 0 for st in strides)]
+
+
+def _tile(k: Kernel) -> None:
+    """A register tile: the innermost broadcast axis by 16 (two AVX vectors), another by 4, then unroll 2."""
+    axes = _broadcast_axes(k)
+    inner = axes[-1]
+    _try(k, [Opt(OptOps.UPCAST, inner, a) for a in (16, 8, 4, 2)])
+    for other in reversed(axes[:-1]):
+        if _try(k, [Opt(OptOps.UPCAST, other, a) for a in (4, 3, 2)]):
+            break
+    if k.upcast_size < 64:
+        _try(k, [Opt(OptOps.UNROLL, len(k.axes_of("reduce")) - 1, a) for a in (4, 2)])
+
+
+def _upcast_unit_stride(k: Kernel) -> None:
+    """Upcast an output axis that every load walks with stride 1 (its lanes load as one vector)."""
+    strides = _load_strides(k)
+    for n, a in enumerate(k.axes_of("global")):
+        if strides and all(st[a] == 1 for st in strides):
+            _try(k, [Opt(OptOps.UPCAST, n, amt) for amt in (8, 4, 2)])
+            return
+
+
+def _upcast_inner(k: Kernel) -> None:
+    globals_ = k.axes_of("global")
+    if globals_:
+        _try(k, [Opt(OptOps.UPCAST, len(globals_) - 1, a) for a in (8, 4, 2)])
+
+
+def _threads(k: Kernel) -> None:
+    n = k.opts.threads
+    if not k.opts.has_threads or n <= 1 or prod(int(s) for s in k.full_shape) < THREAD_MIN_WORK:
+        return
+    globals_ = k.axes_of("global")
+    for i, a in enumerate(globals_):
+        size = int(k.full_shape[a])
+        amt = max((m for m in (n * 4, n * 2, n) if size % m == 0 and size >= m), default=0)
+        if amt and _try(k, [Opt(OptOps.THREAD, i, amt)]):
+            return
+
+
+GPU_GROUP_MAX_OUTPUTS = 2048  # with fewer outputs than this, one thread per output leaves the GPU idle
+GPU_WORKGROUP = 256
+
+
+def _gpu(k: Kernel) -> None:
+    if k.reduceops and prod(int(k.full_shape[a]) for a in k.axes_of("global")) <= GPU_GROUP_MAX_OUTPUTS:
+        _try(k, [Opt(OptOps.GROUPTOP, 0, a) for a in (256, 128, 64, 32, 16)])
+    _gpu_locals(k, GPU_WORKGROUP // max(1, prod(int(k.full_shape[a]) for a in k.axes_of("group"))))
+    if k.reduceops and not k.axes_of("group") and (axes := _broadcast_axes(k)):
+        # matmul/conv-like: each thread computes a small register tile of outputs
+        for axis in axes[-2:]:
+            _try(k, [Opt(OptOps.UPCAST, axis, a) for a in (4, 2)])
+
+
+def _gpu_locals(k: Kernel, budget: int) -> None:
+    """Threads of a workgroup along the innermost output axes (neighbouring threads, neighbouring outputs)."""
+    globals_ = k.axes_of("global")
+    for n in reversed(range(len(globals_))):
+        if budget <= 1:
+            return
+        size = int(k.full_shape[k.axes_of("global")[n]])
+        amounts = [a for a in (256, 128, 64, 32, 16, 8, 4, 2) if a <= budget and size % a == 0]
+        if amounts and _try(k, [Opt(OptOps.LOCAL, n, amounts[0])]):
+            budget //= amounts[0]

@@ -1,0 +1,88 @@
+"""OpenCL C: work-group ids for output axes, __local memory and barriers for GROUP reductions.
+
+half is stored with vload_half/vstore_half and computed in float when the device has no cl_khr_fp16;
+double needs cl_khr_fp64. bool buffers are stored as uchar (bool is not allowed in kernel arguments).
+
+>>> OpenCLRenderer().render_dtype(__import__("tg_uop").dtypes.float32.vec(4))
+'float4'
+"""
+
+from __future__ import annotations
+
+from tg_codegen.renderer.cstyle import CStyleLanguage
+from tg_uop import DType, PtrDType, UOp, dtypes
+
+
+class OpenCLRenderer(CStyleLanguage):
+    """OpenCL C 1.2 for the CL device."""
+
+    device = "CL"
+    has_local = True
+    has_shared = True
+    vector_bytes = 32
+    kernel_prefix = "__kernel "
+    buffer_prefix = "__global "
+    smem_prefix = "__local "
+    barrier = "barrier(CLK_LOCAL_MEM_FENCE);"
+    type_map = {
+        dtypes.int8: "char",
+        dtypes.uint8: "uchar",
+        dtypes.int16: "short",
+        dtypes.uint16: "ushort",
+        dtypes.uint32: "uint",
+        dtypes.int64: "long",
+        dtypes.uint64: "ulong",
+    }
+
+    def __init__(self, fp16: bool = False, fp64: bool = True) -> None:
+        self.fp16, self.fp64 = fp16, fp64
+        self.extra_headers = (
+            (("#pragma OPENCL EXTENSION cl_khr_fp64 : enable",) if fp64 else ())
+            + (("#pragma OPENCL EXTENSION cl_khr_fp16 : enable",) if fp16 else ())
+            + ("#define tg_max(a,b) ((a)!=(a)||(b)!=(b) ? (a)+(b) : ((a)>(b)?(a):(b)))",)
+        )
+
+    def render_dtype(self, dt: DType) -> str:
+        if isinstance(dt, PtrDType):
+            base = "uchar" if dt.base == dtypes.bool else self.render_dtype(dt.base)
+            if dt.base == dtypes.float16:
+                base = "half"
+            return base + "*"
+        if dt.scalar() == dtypes.float16 and not self.fp16:
+            return super().render_dtype(dtypes.float32.vec(dt.count) if dt.count > 1 else dtypes.float32)
+        if dt.scalar() == dtypes.bfloat16:
+            raise NotImplementedError("the CL renderer has no bfloat16")
+        if dt.scalar() == dtypes.float64 and not self.fp64:
+            raise NotImplementedError("this OpenCL device has no float64 (cl_khr_fp64)")
+        return super().render_dtype(dt)
+
+    def render_const(self, x: float | int | bool, dt: DType) -> str:
+        if dt == dtypes.int64:
+            return f"{int(x)}l"
+        if dt == dtypes.uint64:
+            return f"{int(x)}ul"
+        if dt == dtypes.float16:
+            return super().render_const(x, dtypes.float32)
+        return super().render_const(x, dt)
+
+    def render_special(self, u: UOp) -> str:
+        kind, dim = u.arg[0][:4], u.arg[0][4:]
+        return f"get_group_id({dim})" if kind == "gidx" else f"get_local_id({dim})"
+
+    def render_deref(self, ptr: str, dt: DType) -> str:
+        if dt.scalar() == dtypes.float16 and not self.fp16:
+            if dt.count == 1:
+                return f"vload_half(0, {ptr})"
+            return f"vload_half{dt.count}(0, {ptr})"
+        return f"*{ptr}" if dt.count == 1 else f"vload{dt.count}(0, {ptr})"
+
+    def render_vectorize(self, lanes: list[str], dt: DType) -> str:
+        return f"(({self.render_dtype(dt)})({','.join(lanes)}))"
+
+    def render_store(self, ptr: str, value: str, dt: DType) -> str:
+        if dt.scalar() == dtypes.float16 and not self.fp16:
+            return f"vstore_half{'' if dt.count == 1 else dt.count}({value}, 0, {ptr});"
+        return f"*{ptr} = {value};" if dt.count == 1 else f"vstore{dt.count}({value}, 0, {ptr});"
+
+    def render_gep(self, x: str, i: int) -> str:
+        return f"{x}.s{i:x}"

@@ -1,0 +1,117 @@
+"""Pack the lanes of one upcast axis into vector UOps (for renderers with vector types).
+
+The lowerer expands an upcast axis into one scalar STORE per value ("lane"). `pack_stores` takes the
+stores of all lanes of one axis and builds them again with vector dtypes where the lanes line up:
+  - loads of consecutive addresses (same buffer, same gate) become one wide LOAD;
+  - lanes that are the same scalar become a broadcast (VECTORIZE of one value);
+  - the same ALU op on every lane becomes one vector op on packed sources;
+  - anything else is a VECTORIZE of the scalar lanes;
+  - REDUCEs with the same loops become one REDUCE into a vector accumulator;
+  - a store of consecutive addresses becomes one wide STORE, else one store per lane (GEP).
+
+>>> from tg_codegen.vectorize import pack_stores  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from tg_uop import DType, GroupOp, Ops, UOp, dtypes
+
+VECTOR_WIDTHS = (2, 4, 8, 16)
+
+
+class _Packer:
+    def __init__(self) -> None:
+        self.memo: dict[tuple[UOp, ...], UOp] = {}
+
+    def pack(self, lanes: tuple[UOp, ...]) -> UOp:
+        if (ret := self.memo.get(lanes)) is None:
+            ret = self.memo[lanes] = self._pack(lanes)
+        return ret
+
+    def _pack(self, lanes: tuple[UOp, ...]) -> UOp:
+        first, n = lanes[0], len(lanes)
+        vdt = _vec(first.dtype, n)
+        if vdt is None:
+            return UOp(Ops.VECTORIZE, first.dtype, lanes)  # never used: callers check _vec first
+        if all(u is first for u in lanes):
+            return UOp(Ops.VECTORIZE, vdt, lanes)
+        same = all(u.op is first.op and u.arg == first.arg and len(u.src) == len(first.src) for u in lanes)
+        if same and first.op is Ops.LOAD and (wide := self._wide_load(lanes, vdt)) is not None:
+            return wide
+        if same and first.op is Ops.REDUCE and all(u.src[1:] == first.src[1:] for u in lanes):
+            val = self._pack_or_gather(tuple(u.src[0] for u in lanes))
+            return UOp(Ops.REDUCE, vdt, (val, *first.src[1:]), first.arg)
+        if same and (first.op in GroupOp.ALU or first.op is Ops.CAST) and _all_vec(lanes, n):
+            srcs = tuple(self._pack_or_gather(tuple(u.src[i] for u in lanes)) for i in range(len(first.src)))
+            return UOp(first.op, vdt, srcs, first.arg)
+        return UOp(Ops.VECTORIZE, vdt, lanes)
+
+    def _pack_or_gather(self, lanes: tuple[UOp, ...]) -> UOp:
+        return self.pack(lanes)
+
+    def _wide_load(self, lanes: tuple[UOp, ...], vdt: DType) -> UOp | None:
+        idx0 = lanes[0].src[0]
+        gates = {u.src[1:] for u in lanes}
+        if len(gates) != 1 or not _consecutive([u.src[0] for u in lanes]):
+            return None
+        return UOp(Ops.LOAD, vdt, (idx0, *lanes[0].src[1:]))
+
+    def store(self, lanes: tuple[UOp, ...]) -> list[UOp]:
+        """Stores for one group of lanes: one wide store, or one per lane of a packed value."""
+        first = lanes[0]
+        values = tuple(u.src[1] for u in lanes)
+        if _vec(values[0].dtype, len(lanes)) is None or not _all_vec(values, len(lanes)):
+            return list(lanes)
+        val = self.pack(values)
+        if val.op is Ops.VECTORIZE:
+            return list(lanes)  # nothing lined up: scalar code is as good
+        gates = {u.src[2:] for u in lanes}
+        if len(gates) == 1 and _consecutive([u.src[0] for u in lanes]):
+            return [UOp(Ops.STORE, dtypes.void, (first.src[0], val, *first.src[2:]))]
+        return [UOp(Ops.STORE, dtypes.void, (u.src[0], val.gep(i), *u.src[2:])) for i, u in enumerate(lanes)]
+
+
+def _vec(dt: DType, n: int) -> DType | None:
+    if n not in VECTOR_WIDTHS or dt.count != 1 or dt == dtypes.bool or dt == dtypes.void:
+        return None
+    if not (dtypes.is_float(dt) or dtypes.is_int(dt)) or dt.itemsize not in (4, 8):
+        return None
+    return dt.vec(n)
+
+
+def _all_vec(lanes: tuple[UOp, ...], n: int) -> bool:
+    """Every lane's sources can be vectors of this width (no bools, no pointers)."""
+    return all(_vec(s.dtype, n) is not None for u in lanes for s in u.src) and _vec(lanes[0].dtype, n) is not None
+
+
+def _split_offset(x: UOp) -> tuple[UOp | None, int]:
+    """x as (base, constant offset); base None when x is a constant."""
+    if x.op is Ops.CONST:
+        return None, int(x.arg)
+    if x.op is Ops.ADD and x.src[1].op is Ops.CONST:
+        return x.src[0], int(x.src[1].arg)
+    if x.op is Ops.ADD and x.src[0].op is Ops.CONST:
+        return x.src[1], int(x.src[0].arg)
+    return x, 0
+
+
+def _consecutive(indexes: list[UOp]) -> bool:
+    """INDEX nodes of one buffer at addresses a, a+1, a+2, ..."""
+    buf = indexes[0].src[0]
+    base, off = _split_offset(indexes[0].src[1])
+    for i, idx in enumerate(indexes[1:], start=1):
+        if idx.op is not Ops.INDEX or idx.src[0] is not buf:
+            return False
+        b, o = _split_offset(idx.src[1])
+        if b is not base or o != off + i:
+            return False
+    return True
+
+
+def pack_stores(groups: list[list[UOp]]) -> list[UOp]:
+    """Each group holds the scalar stores of the lanes of one vector; returns the stores to emit."""
+    packer = _Packer()
+    ret: list[UOp] = []
+    for lanes in groups:
+        ret.extend(packer.store(tuple(lanes)) if len(lanes) > 1 else lanes)
+    return ret

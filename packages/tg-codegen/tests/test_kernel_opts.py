@@ -1,0 +1,80 @@
+"""Kernel optimizations at the codegen layer alone: how opts reshape a kernel and what the renderers emit."""
+
+from __future__ import annotations
+
+import pytest
+
+from tg_codegen import ClangRenderer, Kernel, KernelOptError, Opt, OptOps, get_program
+from tg_codegen.heuristic import hand_coded_optimizations
+from tg_codegen.renderer.opencl import OpenCLRenderer
+from tg_shape import ShapeTracker, View
+from tg_uop import Ops, UOp, dtypes
+from tg_uop.helpers import Context
+
+F32 = dtypes.float32
+
+
+def _matmul(n: int = 16, k: int = 32, m: int = 16) -> UOp:
+    def load(i: int, strides: tuple[int, ...]) -> UOp:
+        view = UOp(Ops.VIEW, dtypes.void, (), ShapeTracker((View.create((n, k, m), strides),)))
+        return UOp(Ops.LOAD, F32, (UOp(Ops.DEFINE_GLOBAL, F32.ptr(), (), i), view))
+
+    red = UOp(Ops.REDUCE_AXIS, F32, (load(1, (k, 1, 0)) * load(2, (0, m, 1)),), (Ops.ADD, (1,)))
+    out = UOp(Ops.VIEW, dtypes.void, (), ShapeTracker((View.create((n, 1, m)),)))
+    return UOp(
+        Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (UOp(Ops.DEFINE_GLOBAL, F32.ptr(), (), 0), out, red)),)
+    )
+
+
+def test_kernel_puts_reduce_axes_last() -> None:
+    k = Kernel(_matmul(), ClangRenderer())
+    assert k.full_shape == (16, 16, 32) and k.axis_types == ["global", "global", "reduce"]
+
+
+def test_upcast_and_unroll_split_axes() -> None:
+    k = Kernel(_matmul(), ClangRenderer()).apply_opts([Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UNROLL, 0, 4)])
+    assert k.full_shape == (16, 2, 8, 8, 4)
+    assert k.axis_types == ["global", "global", "reduce", "upcast", "unroll"]
+    assert k.upcast_size == 32
+
+
+def test_thread_axis_goes_first() -> None:
+    k = Kernel(_matmul(), ClangRenderer(threads=2)).apply_opts([Opt(OptOps.THREAD, 1, 4)])
+    assert k.axis_types[0] == "thread" and k.full_shape[0] == 4
+
+
+def test_failed_opt_leaves_the_kernel_unchanged() -> None:
+    k = Kernel(_matmul(), ClangRenderer())
+    with pytest.raises(KernelOptError):
+        k.apply_opt(Opt(OptOps.UPCAST, 0, 5))
+    assert k.full_shape == (16, 16, 32) and k.applied_opts == []
+
+
+@pytest.mark.parametrize("op", [OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP, OptOps.TC])
+def test_cpu_renderer_has_no_locals(op: OptOps) -> None:
+    with pytest.raises(KernelOptError):
+        Kernel(_matmul(), ClangRenderer()).apply_opt(Opt(op, 0, 2))
+
+
+def test_upcast_renders_vector_loads_on_cpu() -> None:
+    src = get_program(_matmul(), ClangRenderer(), opts=[Opt(OptOps.UPCAST, 1, 8)]).src
+    assert "tg_float8" in src and "*((tg_float8*)(data2+" in src and "*((tg_float8*)(data0+" in src
+
+
+def test_thread_renders_an_openmp_loop() -> None:
+    src = get_program(_matmul(), ClangRenderer(threads=2), opts=[Opt(OptOps.THREAD, 0, 2)]).src
+    assert "#pragma omp parallel for" in src
+
+
+def test_group_renders_local_memory_and_a_barrier() -> None:
+    spec = get_program(_matmul(), OpenCLRenderer(), opts=[Opt(OptOps.GROUP, 0, 8), Opt(OptOps.LOCAL, 0, 2)])
+    assert "__local float temp0[16];" in spec.src and "barrier(CLK_LOCAL_MEM_FENCE);" in spec.src
+    assert spec.local_size == (8, 2) and spec.global_size == (16, 8)
+
+
+def test_heuristics_on_by_default_and_off_with_noopt() -> None:
+    k = Kernel(_matmul(), ClangRenderer(threads=2))
+    assert hand_coded_optimizations(k), "a matmul gets a register tile"
+    assert get_program(_matmul(), ClangRenderer()).applied_opts
+    with Context(NOOPT=1):
+        assert get_program(_matmul(), ClangRenderer()).applied_opts == ()

@@ -1,0 +1,254 @@
+"""Every OptOp, alone and combined, computes what NOOPT computes (and what numpy computes).
+
+Kernel ASTs are built by hand (elementwise, reduce, matmul, conv) so these tests need only codegen and
+the runtime. `FUZZ=1` runs 5,000 random opt sequences instead of 200.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+import numpy as np
+import pytest
+
+from tg_codegen import KernelOptError, Opt, OptOps
+from tg_codegen.program import get_program
+from tg_runtime import Buffer, CompiledRunner, Device
+from tg_shape import ShapeTracker, View
+from tg_uop import Ops, UOp, dtypes
+
+DEVICES = [d for d in ("PYTHON", "CPU", "CL") if d in Device.known()]
+
+F32 = dtypes.float32
+
+
+def _view(shape: tuple[int, ...], strides: tuple[int, ...] | None = None) -> UOp:
+    return UOp(Ops.VIEW, dtypes.void, (), ShapeTracker((View.create(shape, strides),)))
+
+
+def _load(i: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> UOp:
+    return UOp(Ops.LOAD, F32, (UOp(Ops.DEFINE_GLOBAL, F32.ptr(), (), i), _view(shape, strides)))
+
+
+def _sink(out_shape: tuple[int, ...], value: UOp) -> UOp:
+    store = UOp(Ops.STORE, dtypes.void, (UOp(Ops.DEFINE_GLOBAL, F32.ptr(), (), 0), _view(out_shape), value))
+    return UOp(Ops.SINK, dtypes.void, (store,))
+
+
+Case = tuple[UOp, list[np.ndarray], np.ndarray]
+
+
+def elementwise(n: int, m: int) -> Case:
+    a, b = np.random.rand(n, m).astype(np.float32), np.random.rand(m, n).astype(np.float32)
+    val = _load(1, (n, m), (m, 1)) * _load(2, (n, m), (1, n)) + UOp.const(F32, 0.5)
+    return _sink((n, m), val.maximum(UOp.const(F32, 0.6))), [a, b], np.maximum(a * b.T + 0.5, 0.6)
+
+
+def reduce_sum(n: int, m: int, op: Ops = Ops.ADD) -> Case:
+    a = np.random.rand(n, m).astype(np.float32)
+    red = UOp(Ops.REDUCE_AXIS, F32, (_load(1, (n, m), (m, 1)),), (op, (1,)))
+    want = a.sum(1, keepdims=True) if op is Ops.ADD else a.max(1, keepdims=True)
+    return _sink((n, 1), red), [a], want
+
+
+def matmul(n: int, k: int, m: int) -> Case:
+    a, b = np.random.rand(n, k).astype(np.float32), np.random.rand(k, m).astype(np.float32)
+    prod_ = _load(1, (n, k, m), (k, 1, 0)) * _load(2, (n, k, m), (0, m, 1))
+    red = UOp(Ops.REDUCE_AXIS, F32, (prod_,), (Ops.ADD, (1,)))
+    return _sink((n, 1, m), red), [a, b], a @ b
+
+
+def conv(n: int, c: int, o: int, h: int, w: int) -> Case:
+    """A valid 3x3 convolution: out[n,o,y,x] = sum_{c,i,j} x[n,c,y+i,x+j] * w[o,c,i,j]."""
+    x, wt = np.random.rand(n, c, h, w).astype(np.float32), np.random.rand(o, c, 3, 3).astype(np.float32)
+    oh, ow = h - 2, w - 2
+    full = (n, o, oh, ow, c, 3, 3)
+    xv = _load(1, full, (c * h * w, 0, w, 1, h * w, w, 1))
+    wv = _load(2, full, (0, c * 9, 0, 0, 9, 3, 1))
+    red = UOp(Ops.REDUCE_AXIS, F32, (xv * wv,), (Ops.ADD, (4, 5, 6)))
+    want = np.zeros((n, o, oh, ow), np.float32)
+    for i in range(3):
+        for j in range(3):
+            want += np.einsum("nchw,oc->nohw", x[:, :, i : i + oh, j : j + ow], wt[:, :, i, j])
+    return _sink((n, o, oh, ow, 1, 1, 1), red), [x, wt], want
+
+
+def run(case: Case, device: str, opts: list[Opt] | None) -> np.ndarray:
+    ast, inputs, want = case
+    spec = get_program(ast, Device[device].renderer, opts=opts)
+    out = Buffer(device, want.size, F32)
+    bufs = [out] + [Buffer(device, a.size, F32).copyin(memoryview(np.ascontiguousarray(a))) for a in inputs]
+    CompiledRunner(spec)(bufs)
+    return np.frombuffer(out.as_bytes(), np.float32).reshape(want.shape)
+
+
+def small_cases() -> dict[str, Case]:
+    np.random.seed(0)
+    return {
+        "elementwise": elementwise(4, 6),
+        "reduce": reduce_sum(4, 8),
+        "max": reduce_sum(6, 4, Ops.MAX),
+        "matmul": matmul(4, 6, 8),
+        "conv": conv(1, 2, 4, 6, 6),
+    }
+
+
+SINGLE = [
+    [Opt(OptOps.UPCAST, 0, 2)],
+    [Opt(OptOps.UPCAST, 0, 0)],
+    [Opt(OptOps.UNROLL, 0, 2)],
+    [Opt(OptOps.UNROLL, 0, 0)],
+    [Opt(OptOps.THREAD, 0, 2)],
+    [Opt(OptOps.PADTO, 0, 5)],
+    [Opt(OptOps.SWAP, 0, 1)],
+    [Opt(OptOps.NOLOCALS)],
+]
+COMBOS = [
+    [Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UNROLL, 0, 2)],
+    [Opt(OptOps.THREAD, 0, 2), Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UNROLL, 0, 2)],
+    [Opt(OptOps.PADTO, 0, 3), Opt(OptOps.UPCAST, 0, 3), Opt(OptOps.THREAD, 0, 2)],
+    [Opt(OptOps.SWAP, 0, 1), Opt(OptOps.UPCAST, 1, 2), Opt(OptOps.NOLOCALS)],
+    [Opt(OptOps.UPCAST, 1, 2), Opt(OptOps.PADTO, 0, 3), Opt(OptOps.UNROLL, 0, 2)],
+]
+LOCAL_OPTS = [Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.GROUP, 0, 2), Opt(OptOps.GROUPTOP, 0, 2)]
+
+
+LOCAL_COMBOS = [
+    [Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.UPCAST, 0, 2)],
+    [Opt(OptOps.GROUP, 0, 2), Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UNROLL, 0, 2)],
+    [Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.GROUPTOP, 0, 2), Opt(OptOps.UPCAST, 0, 2)],
+    [Opt(OptOps.LOCAL, 1, 2), Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.GROUP, 0, 2)],
+    [Opt(OptOps.PADTO, 0, 3), Opt(OptOps.LOCAL, 0, 3), Opt(OptOps.SWAP, 0, 1)],
+    [Opt(OptOps.NOLOCALS), Opt(OptOps.UPCAST, 0, 2)],
+]
+
+
+def _apply_or_none(case: Case, device: str, opts: list[Opt]) -> np.ndarray | None:
+    try:
+        return run(case, device, opts)
+    except KernelOptError:
+        return None
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("opts", SINGLE + COMBOS, ids=lambda o: "+".join(f"{x.op.name}{x.axis}:{x.arg}" for x in o))
+def test_opts_match_noopt(device: str, opts: list[Opt]) -> None:
+    applied = 0
+    for name, case in small_cases().items():
+        base = run(case, device, [])
+        np.testing.assert_allclose(base, case[2], rtol=1e-5, err_msg=name)
+        got = _apply_or_none(case, device, opts)
+        if got is not None:
+            applied += 1
+            np.testing.assert_allclose(got, base, rtol=1e-5, err_msg=f"{name} {opts}")
+    if any(o.op is OptOps.THREAD for o in opts) and not Device[device].renderer.has_threads:
+        assert applied == 0, f"{device} has no CPU threads: THREAD must raise KernelOptError"
+    else:
+        assert applied >= 1, f"{opts} applied to none of the kernels"
+
+
+@pytest.mark.parametrize(
+    "opts", [[o] for o in LOCAL_OPTS] + LOCAL_COMBOS, ids=lambda o: "+".join(f"{x.op.name}{x.axis}:{x.arg}" for x in o)
+)
+def test_local_opts_match_noopt_on_cl(opts: list[Opt]) -> None:
+    if "CL" not in DEVICES:
+        pytest.skip("no CL device here")
+    test_opts_match_noopt("CL", opts)
+
+
+def test_nolocals_blocks_locals() -> None:
+    if "CL" not in DEVICES:
+        pytest.skip("no CL device here")
+    with pytest.raises(KernelOptError, match="NOLOCALS"):
+        run(matmul(4, 4, 4), "CL", [Opt(OptOps.NOLOCALS), Opt(OptOps.LOCAL, 0, 2)])
+
+
+@pytest.mark.parametrize("opt", LOCAL_OPTS + [Opt(OptOps.TC, 0, 0)], ids=lambda o: o.op.name)
+def test_local_opts_need_a_device_with_locals(opt: Opt) -> None:
+    for device in ("PYTHON", "CPU"):
+        with pytest.raises(KernelOptError, match="local|tensor cores"):
+            run(matmul(4, 4, 4), device, [opt])
+
+
+@pytest.mark.parametrize(
+    "opts, match",
+    [
+        ([Opt(OptOps.UPCAST, 0, 3)], "cannot split"),
+        ([Opt(OptOps.UPCAST, 7, 2)], "does not exist"),
+        ([Opt(OptOps.UNROLL, 1, 2)], "does not exist"),
+        ([Opt(OptOps.THREAD, 0, 2), Opt(OptOps.THREAD, 0, 2)], "already split"),
+        ([Opt(OptOps.PADTO, 0, 4)], "multiple already"),
+        ([Opt(OptOps.SWAP, 1, 0)], "axis < arg"),
+        ([Opt(OptOps.NOLOCALS), Opt(OptOps.NOLOCALS)], "already"),
+    ],
+)
+def test_invalid_opts_raise(opts: list[Opt], match: str) -> None:
+    with pytest.raises(KernelOptError, match=match):
+        run(matmul(4, 4, 4), "CPU", opts)
+
+
+def test_padto_refuses_a_max_reduce() -> None:
+    with pytest.raises(KernelOptError, match="ADD reduction"):
+        run(reduce_sum(4, 6, Ops.MAX), "CPU", [Opt(OptOps.PADTO, 1, 4)])
+
+
+def test_bad_opt_values() -> None:
+    with pytest.raises(TypeError, match="OptOps"):
+        Opt("UPCAST", 0, 2)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="non-negative"):
+        Opt(OptOps.UPCAST, -1, 2)
+
+
+def _random_case(rng: random.Random) -> Case:
+    kind = rng.choice(["elementwise", "reduce", "matmul", "conv"])
+    pick = lambda: rng.choice([1, 2, 3, 4, 6, 8, 12])
+    if kind == "elementwise":
+        return elementwise(pick(), pick())
+    if kind == "reduce":
+        return reduce_sum(pick(), pick(), rng.choice([Ops.ADD, Ops.MAX]))
+    if kind == "matmul":
+        return matmul(pick(), pick(), pick())
+    return conv(rng.choice([1, 2]), rng.choice([1, 3]), rng.choice([2, 4]), rng.choice([3, 5, 6]), rng.choice([4, 6]))
+
+
+ACTIONS = [Opt(OptOps.UPCAST, a, n) for a in range(3) for n in (0, 2, 3, 4)]
+ACTIONS += [Opt(OptOps.UNROLL, a, n) for a in range(3) for n in (0, 2, 3, 4)]
+ACTIONS += [Opt(OptOps.THREAD, a, n) for a in range(2) for n in (2, 3, 4)]
+ACTIONS += [Opt(OptOps.PADTO, a, n) for a in range(3) for n in (4, 5)]
+ACTIONS += [Opt(OptOps.SWAP, 0, n) for n in (1, 2)] + [Opt(OptOps.NOLOCALS)]
+
+
+def _random_opts(case: Case, rng: random.Random, device: str) -> list[Opt]:
+    from tg_codegen.kernel import Kernel
+
+    k = Kernel(case[0], Device[device].renderer)
+    want = rng.randint(1, 5)
+    for _ in range(40):
+        if len(k.applied_opts) >= want:
+            break
+        try:
+            k.apply_opt(rng.choice(ACTIONS))
+        except KernelOptError:
+            pass
+    return list(k.applied_opts)
+
+
+FUZZ_CASES = 5000 if os.getenv("FUZZ", "0") not in ("", "0") else 200
+SHARDS = 8
+
+
+@pytest.mark.parametrize("shard", range(SHARDS))
+def test_fuzz_random_opts_vs_numpy(shard: int) -> None:
+    """Random valid opt sequences on random kernels, compared with numpy (CPU; every 10th case also PYTHON)."""
+    rng = random.Random(1234 + shard)
+    np.random.seed(shard)
+    applied = 0
+    for i in range(FUZZ_CASES // SHARDS):
+        case = _random_case(rng)
+        device = "PYTHON" if i % 10 == 0 else "CPU"
+        opts = _random_opts(case, rng, device)
+        applied += bool(opts)
+        got = run(case, device, opts)
+        np.testing.assert_allclose(got, case[2], rtol=1e-4, atol=1e-5, err_msg=f"{device} {opts}")
+    assert applied > FUZZ_CASES // SHARDS * 3 // 4  # most cases really are optimized
