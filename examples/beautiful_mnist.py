@@ -1,11 +1,13 @@
 """Train a small convnet on MNIST with a jitted Adam step; prints a progress bar and the final test accuracy.
 
 Run with `uv run examples/beautiful_mnist.py` (STEPS=, BS=, LR=, EVAL_EVERY= to change the defaults).
-The data is read from MNIST_DIR (or the user cache dir; see tg.nn.datasets.mnist).
+The data is read from MNIST_DIR, else from ../shared/datasets/mnist beside the repository when that
+folder exists (as on the project's machines), else as tg.nn.datasets.mnist() finds it (user cache, download).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -34,8 +36,13 @@ def progress(step: int, total: int, started: float, text: str) -> None:
     sys.stdout.flush()
 
 
+def data_dir() -> str | None:
+    shared = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "datasets", "mnist")
+    return os.getenv("MNIST_DIR") or (shared if os.path.isdir(shared) else None)
+
+
 def main() -> None:
-    X_train, Y_train, X_test, Y_test = (t.numpy() for t in nn.datasets.mnist())
+    X_train, Y_train, X_test, Y_test = nn.datasets.mnist_numpy(data_dir())
     X_train_f = X_train.astype(np.float32) / 255.0
     X_test_f, Y_test_i = X_test.astype(np.float32) / 255.0, Y_test.astype(np.int32)
 
