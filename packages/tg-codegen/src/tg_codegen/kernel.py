@@ -75,19 +75,21 @@ class Kernel:
         return [u.arg for u in self.ast.toposort if u.op is Ops.VIEW]
 
     def _permute_ast(self, ast: UOp, order: tuple[int, ...]) -> UOp:
+        """Permute every view and renumber reduce axes in one bottom-up pass.
+
+        (A fixed-point substitute would loop when two views are each other's permutation.)
+        """
         inv = {old: new for new, old in enumerate(order)}
-        mapping: dict[UOp, UOp] = {}
-        for u in ast.toposort:
+        memo: dict[UOp, UOp] = {}
+        for u in ast.toposort:  # sources come first
+            src = tuple(memo[s] for s in u.src)
             if u.op is Ops.VIEW:
-                mapping[u] = u.replace(arg=u.arg.permute(order))
+                memo[u] = u.replace(arg=u.arg.permute(order))
             elif u.op is Ops.REDUCE_AXIS:
-                pass
-        ret = ast.substitute(mapping)
-        remap: dict[UOp, UOp] = {}
-        for u in ret.toposort:
-            if u.op is Ops.REDUCE_AXIS:
-                remap[u] = u.replace(arg=(u.arg[0], tuple(sorted(inv[a] for a in u.arg[1]))))
-        return ret.substitute(remap) if remap else ret
+                memo[u] = u.replace(src=src, arg=(u.arg[0], tuple(sorted(inv[a] for a in u.arg[1]))))
+            else:
+                memo[u] = u.replace(src=src)
+        return memo[ast]
 
     def _merge_axes(self, ast: UOp) -> UOp:
         """Merge neighbouring axes that every view can merge (fewer, longer loops)."""

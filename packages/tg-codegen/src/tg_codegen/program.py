@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from tg_codegen.gpudims import add_gpudims
 from tg_codegen.kernel import Kernel
 from tg_codegen.linearize import linearize
 from tg_codegen.lowerer import lower
@@ -19,7 +20,7 @@ def get_program(ast: UOp, renderer: Renderer, name_override: str | None = None) 
     if DEBUG >= 3:
         print(f"{k.name}: full_shape={k.full_shape} first_reduce={k.first_reduce}")
         print(k.ast)
-    lowered = lower(k)
+    lowered, launch = add_gpudims(lower(k), renderer)
     uops = linearize(lowered)
     if DEBUG >= 5:
         for i, u in enumerate(uops):
@@ -41,6 +42,8 @@ def get_program(ast: UOp, renderer: Renderer, name_override: str | None = None) 
         uops=tuple(uops),
         globals=tuple(b.arg for b in bufs),
         outs=outs,
+        global_size=launch[0] if launch else None,
+        local_size=launch[1] if launch else None,
         vars=tuple(u for u in uops if u.op is Ops.DEFINE_VAR),
         estimated_ops=ops,
         estimated_mem=mem,

@@ -29,6 +29,19 @@ def strides_for_shape(shape: tuple[sint, ...]) -> tuple[sint, ...]:
     return tuple(0 if s == 1 else st for s, st in zip(shape, strides))
 
 
+def unravel(shape: tuple[sint, ...], flat: UOp) -> list[UOp]:
+    """The row-major position in `shape` of the flat index `flat` (size-1 dims give 0)."""
+    out: list[UOp] = []
+    acc: sint = 1
+    for s in reversed(shape):
+        if isinstance(s, int) and s == 1:
+            out.append(UOp.const(flat.dtype, 0))
+        else:
+            out.append((flat // _const_index(acc)) % _const_index(s))
+        acc = acc * s
+    return out[::-1]
+
+
 def _const_index(x: sint) -> UOp:
     return x if isinstance(x, UOp) else UOp.const(dtypes.int32, x)
 
@@ -153,32 +166,36 @@ class View:
         if self.contiguous:
             return View.create(new_shape)
         if not (all_int(self.shape) and all_int(new_shape)):
-            return None
-        if self.mask is not None:
-            return self._reshape_masked(new_shape)
-        strides = _reshape_strides(self.shape, self.strides, new_shape)
-        return None if strides is None else View.create(new_shape, strides, self.offset)
+            return self._reshape_ones(new_shape)
+        if self.mask is None and (strides := _reshape_strides(self.shape, self.strides, new_shape)) is not None:
+            return View.create(new_shape, strides, self.offset)
+        if self.mask is not None and (masked := self._reshape_ones(new_shape)) is not None:
+            return masked
+        from tg_shape.merge import merge_views  # the general case, by symbolic algebra
 
-    def _reshape_masked(self, new_shape: tuple[sint, ...]) -> View | None:
-        """Reshapes that only add or remove size-1 dims keep the mask."""
-        assert self.mask is not None
-        old = [(s, st, m) for s, st, m in zip(self.shape, self.strides, self.mask) if s != 1 or m != (0, 1)]
-        if any(s == 1 for s, _, _ in old):
+        return merge_views(self, View.create(new_shape))
+
+    def _reshape_ones(self, new_shape: tuple[sint, ...]) -> View | None:
+        """Reshapes that only add or remove size-1 dims keep strides and mask (symbolic dims too)."""
+        mask = self.mask if self.mask is not None else tuple((0, s) for s in self.shape)
+        old = [(s, st, m) for s, st, m in zip(self.shape, self.strides, mask) if not _is_one(s) or m != (0, 1)]
+        if any(_is_one(s) for s, _, _ in old):
             return None  # a masked-out size-1 dim: let a second view handle it
-        if [s for s, _, _ in old] != [s for s in new_shape if s != 1]:
+        kept = [s for s in new_shape if not _is_one(s)]
+        if len(kept) != len(old) or any(a is not b and a != b for (a, _, _), b in zip(old, kept)):
             return None
         it = iter(old)
         strides: list[sint] = []
-        mask: list[tuple[sint, sint]] = []
+        new_mask: list[tuple[sint, sint]] = []
         for s in new_shape:
-            if s == 1:
+            if _is_one(s):
                 strides.append(0)
-                mask.append((0, 1))
+                new_mask.append((0, 1))
             else:
                 _, st, m = next(it)
                 strides.append(st)
-                mask.append(m)
-        return View.create(new_shape, tuple(strides), self.offset, tuple(mask))
+                new_mask.append(m)
+        return View.create(new_shape, tuple(strides), self.offset, tuple(new_mask) if self.mask else None)
 
     # ---- indexing ----
     def to_indexed_uops(self, idxs: list[UOp], valid: UOp | None = None) -> tuple[UOp, UOp]:
@@ -196,6 +213,17 @@ class View:
                     ok = ok & (i < _const_index(e))
         return index, ok
 
+    def substitute(self, mapping: dict[UOp, UOp]) -> View:
+        """This view with symbolic nodes replaced (e.g. bound variables by their variables)."""
+
+        def sub(x: sint) -> sint:
+            return x.substitute(mapping) if isinstance(x, UOp) else x
+
+        mask = tuple((sub(b), sub(e)) for b, e in self.mask) if self.mask is not None else None
+        return View.create(
+            tuple(sub(s) for s in self.shape), tuple(sub(st) for st in self.strides), sub(self.offset), mask
+        )
+
     def minify(self) -> View:
         """Merge dims that are contiguous with each other (fewer loops, same elements)."""
         if self.mask is not None or not all_int(self.shape):
@@ -210,6 +238,10 @@ class View:
                 shape.append(s)
                 strides.append(st)
         return View.create(tuple(shape), tuple(strides), self.offset)
+
+
+def _is_one(s: sint) -> bool:
+    return isinstance(s, int) and s == 1
 
 
 def _reshape_strides(

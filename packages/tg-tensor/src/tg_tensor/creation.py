@@ -50,6 +50,7 @@ class CreationMixin:
     ) -> Tensor:
         """A tensor of `shape` filled with `fill_value` (lazy: no memory until realized).
 
+        >>> from tg_tensor import Tensor
         >>> Tensor.full((2,), 7).tolist()
         [7, 7]
         """
@@ -112,6 +113,7 @@ class CreationMixin:
     ) -> Tensor:
         """Evenly spaced values in [start, stop). One argument means [0, start).
 
+        >>> from tg_tensor import Tensor
         >>> Tensor.arange(1, 7, 2).tolist()
         [1, 3, 5]
         """
@@ -137,6 +139,7 @@ class CreationMixin:
     ) -> Tensor:
         """`steps` evenly spaced values from start to stop inclusive.
 
+        >>> from tg_tensor import Tensor
         >>> Tensor.linspace(0, 1, 3).tolist()
         [0.0, 0.5, 1.0]
         """
@@ -157,6 +160,7 @@ class CreationMixin:
     ) -> Tensor:
         """The identity matrix (n x m).
 
+        >>> from tg_tensor import Tensor
         >>> Tensor.eye(2).tolist()
         [[1.0, 0.0], [0.0, 1.0]]
         """

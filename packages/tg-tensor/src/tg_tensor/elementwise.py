@@ -190,6 +190,7 @@ class ElementwiseMixin:
     def where(self: Tensor, x: TensorLike, y: TensorLike) -> Tensor:
         """Elementwise `x if self else y` (self is the condition).
 
+        >>> from tg_tensor import Tensor
         >>> Tensor([True, False]).where(1, 2).tolist()
         [1, 2]
         """

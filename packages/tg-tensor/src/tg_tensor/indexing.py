@@ -161,6 +161,7 @@ class IndexingMixin:
     def one_hot(self: Tensor, num_classes: int = -1) -> Tensor:
         """An int tensor with a trailing axis of size num_classes holding 1 at each index.
 
+        >>> from tg_tensor import Tensor
         >>> Tensor([0, 2]).one_hot(3).tolist()
         [[1, 0, 0], [0, 0, 1]]
         """

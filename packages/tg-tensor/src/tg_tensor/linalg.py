@@ -57,33 +57,56 @@ class LinalgMixin:
     def einsum(formula: str, *operands: Any) -> Tensor:
         """Einstein summation over letters, e.g. "ij,jk->ik"; an implicit output lists the letters used once.
 
-        Repeated letters in one operand take the diagonal ("ii->i"); "..." is not supported.
+        Repeated letters in one operand take the diagonal ("ii->i"); "..." stands for broadcast leading dims.
         """
         ops = list(operands[0]) if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else list(operands)
-        lhs, rhs = _parse_einsum(formula.replace(" ", ""), len(ops))
+        formula = _expand_ellipsis(formula.replace(" ", ""), [t.ndim for t in ops])
+        lhs, rhs = _parse_einsum(formula, len(ops))
         sizes: dict[str, int] = {}
         prepared = []
         for letters, t in zip(lhs, ops):
             letters, t = _take_diagonals(letters, t)
             for ch, n in zip(letters, t.shape):
-                if sizes.setdefault(ch, int(n)) != n:
+                if n != 1 and sizes.setdefault(ch, int(n)) not in (1, n):
                     raise ValueError(f"einsum: index {ch!r} has sizes {sizes[ch]} and {n} in {formula!r}")
+                sizes[ch] = max(sizes.get(ch, 1), int(n))
             prepared.append((letters, t))
         order = list(rhs) + sorted(set(sizes) - set(rhs))
         total = None
         for letters, t in prepared:
+            own = dict(zip(letters, t.shape))
             perm = sorted(range(len(letters)), key=lambda i: order.index(letters[i]))
             t = t.permute(tuple(perm)) if perm else t
-            t = t.reshape(tuple(sizes[ch] if ch in letters else 1 for ch in order))
+            t = t.reshape(tuple(own.get(ch, 1) for ch in order))
             total = t if total is None else total * t
         assert total is not None
         summed = tuple(range(len(rhs), len(order)))
         return total.sum(summed) if summed else total
 
 
+def _expand_ellipsis(formula: str, ndims: list[int]) -> str:
+    """Replace each "..." by capital letters for the dims it covers (right-aligned, so they broadcast)."""
+    if "..." not in formula:
+        return formula
+    lhs, arrow, rhs = formula.partition("->")
+    inputs = lhs.split(",")
+    if len(inputs) != len(ndims):
+        raise ValueError(f"einsum: {formula!r} names {len(inputs)} operands, got {len(ndims)}")
+    counts = [nd - len(part.replace("...", "")) if "..." in part else 0 for part, nd in zip(inputs, ndims)]
+    if any(c < 0 for c in counts):
+        raise ValueError(f"einsum: operands of {ndims} dims do not fit {formula!r}")
+    pool = "".join(ch for ch in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if ch not in formula)[: max(counts)]
+    inputs = [p.replace("...", pool[len(pool) - c :] if c else "") for p, c in zip(inputs, counts)]
+    if arrow:
+        return ",".join(inputs) + "->" + rhs.replace("...", pool)
+    letters = "".join(inputs)
+    singles = "".join(sorted(ch for ch in set(letters) if letters.count(ch) == 1 and ch.islower()))
+    return ",".join(inputs) + "->" + pool + singles
+
+
 def _parse_einsum(formula: str, n_operands: int) -> tuple[list[str], str]:
     if "." in formula:
-        raise ValueError(f"einsum: '...' is not supported in {formula!r}")
+        raise ValueError(f"einsum: a '.' outside '...' in {formula!r}")
     lhs, _, rhs = formula.partition("->")
     inputs = lhs.split(",")
     if len(inputs) != n_operands:

@@ -35,6 +35,7 @@ class MovementMixin:
     def reshape(self: Tensor, shape: Any, *args: Any) -> Tensor:
         """Same data, new shape; one dim may be -1.
 
+        >>> from tg_tensor import Tensor
         >>> Tensor.arange(6).reshape(2, -1).shape
         (2, 3)
         """
@@ -117,6 +118,7 @@ class MovementMixin:
         """Pad with `value` ("constant"), mirrored values ("reflect") or edge values ("replicate").
 
         Negative padding removes elements.
+        >>> from tg_tensor import Tensor
         >>> Tensor([1, 2]).pad(((1, 2),)).tolist()
         [0, 1, 2, 0, 0]
         """
@@ -148,14 +150,14 @@ class MovementMixin:
         parts = []
         if before:
             left = self._slice(ax, 1, before + 1).flip(ax) if mode == "reflect" else self._slice(ax, 0, 1)
-            parts.append(left if mode == "reflect" else left.repeat_axis(ax, before))
+            parts.append(left if mode == "reflect" else left._expand_axis(ax, before))
         parts.append(self)
         if after:
             right = self._slice(ax, n - after - 1, n - 1).flip(ax) if mode == "reflect" else self._slice(ax, n - 1, n)
-            parts.append(right if mode == "reflect" else right.repeat_axis(ax, after))
+            parts.append(right if mode == "reflect" else right._expand_axis(ax, after))
         return parts[0].cat(*parts[1:], dim=ax) if len(parts) > 1 else self
 
-    def repeat_axis(self: Tensor, ax: int, times: int) -> Tensor:
+    def _expand_axis(self: Tensor, ax: int, times: int) -> Tensor:
         """Expand a size-1 axis `ax` to `times`."""
         shape = list(self.shape)
         shape[ax] = times
@@ -214,17 +216,14 @@ class MovementMixin:
         assert ret is not None
         return ret
 
-    @classmethod
-    def stack(cls: type[Tensor], *tensors: Tensor, dim: int = 0) -> Tensor:
-        """Join tensors along a new dim (also callable as `t.stack(u)`)."""
-        if not tensors:
-            raise ValueError("stack: needs at least one tensor")
-        first = tensors[0]
-        d = normalize_axis(dim, first.ndim + 1)
-        for t in tensors:
-            if t.shape != first.shape:
+    def stack(self: Tensor, *others: Tensor, dim: int = 0) -> Tensor:
+        """Join tensors along a new dim: `Tensor.stack(a, b)` or `a.stack(b)`."""
+        tensors = (self, *others)
+        d = normalize_axis(dim, self.ndim + 1)
+        for t in others:
+            if t.shape != self.shape:
                 raise ValueError(f"stack: shapes {[x.shape for x in tensors]} differ")
-        return first.unsqueeze(d).cat(*(t.unsqueeze(d) for t in tensors[1:]), dim=d)
+        return self.unsqueeze(d).cat(*(t.unsqueeze(d) for t in others), dim=d)
 
     def split(self: Tensor, sizes: int | list[int] | tuple[int, ...], dim: int = 0) -> list[Tensor]:
         """Pieces of `sizes` along `dim` (an int: equal pieces, the last maybe smaller)."""

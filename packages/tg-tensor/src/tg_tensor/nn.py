@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -36,6 +37,13 @@ class NNMixin(ConvMixin):
     """layernorm, batchnorm, dropout, scaled_dot_product_attention, interpolate and the losses."""
 
     __slots__ = ()
+
+    def sequential(self: Tensor, layers: list[Callable[[Tensor], Tensor]]) -> Tensor:
+        """Apply each callable in turn: `x.sequential([conv, Tensor.relu, lambda t: t.flatten(1)])`."""
+        x = self
+        for layer in layers:
+            x = layer(x)
+        return x
 
     def layernorm(self: Tensor, axis: int | tuple[int, ...] = -1, eps: float = 1e-5) -> Tensor:
         """(x - mean) / sqrt(var + eps) over `axis` (population variance)."""
@@ -89,9 +97,9 @@ class NNMixin(ConvMixin):
         return scores.softmax(-1).dropout(dropout_p) @ value
 
     def interpolate(self: Tensor, size: tuple[int, ...], mode: str = "linear", align_corners: bool = False) -> Tensor:
-        """Resize the last len(size) dims ("nearest" or "linear", one dim at a time)."""
-        if mode not in ("nearest", "linear"):
-            raise ValueError(f"interpolate: mode must be 'nearest' or 'linear', got {mode!r}")
+        """Resize the last len(size) dims ("nearest", "nearest-exact" or "linear", one dim at a time)."""
+        if mode not in ("nearest", "nearest-exact", "linear"):
+            raise ValueError(f"interpolate: mode must be 'nearest', 'nearest-exact' or 'linear', got {mode!r}")
         if len(size) > self.ndim:
             raise ValueError(f"interpolate: size {size} has more dims than the input shape {self.shape}")
         x = self
@@ -103,8 +111,9 @@ class NNMixin(ConvMixin):
     def _resize_axis(self: Tensor, ax: int, out: int, mode: str, align_corners: bool) -> Tensor:
         n = int(self.shape[ax])
         dst = np.arange(out, dtype=np.float64)
-        if mode == "nearest":
-            src = np.minimum(np.floor(dst * n / out), n - 1).astype(int)
+        if mode.startswith("nearest"):
+            offset = 0.5 if mode == "nearest-exact" else 0.0
+            src = np.minimum(np.floor((dst + offset) * n / out), n - 1).astype(int)
             return self[(slice(None),) * ax + (src.tolist(),)]
         if align_corners:
             pos = dst * ((n - 1) / (out - 1)) if out > 1 else np.zeros(out)

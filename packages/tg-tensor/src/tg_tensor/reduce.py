@@ -36,14 +36,19 @@ class ReduceMixin:
         axes = resolve_axes(axis if axis is None or isinstance(axis, int) else tuple(axis), self.ndim)
         if self.ndim == 0:
             return self
-        if op is Ops.MAX and any(self.shape[a] == 0 for a in axes):
-            raise ValueError(f"max/min: cannot reduce over a size-0 axis of shape {self.shape}")
-        ret = type(self)(self.uop.r(op, axes))
+        kept = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
+        if any(self.shape[a] == 0 for a in axes):  # an empty reduction is its identity (max has none)
+            if op is Ops.MAX:
+                raise ValueError(f"max/min: cannot reduce over a size-0 axis of shape {self.shape}")
+            ret = type(self).full(kept, 0 if op is Ops.ADD else 1, self.dtype, self.device)
+        else:
+            ret = type(self)(self.uop.r(op, axes))
         return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
     def sum(self: Tensor, axis: Axis = None, keepdim: bool = False, dtype: DType | None = None) -> Tensor:
         """Sum over `axis`. Small ints and bools accumulate in int32, halfs in float32 (and come back as half).
 
+        >>> from tg_tensor import Tensor
         >>> Tensor([[1.0, 2.0]]).sum(-1, keepdim=True).tolist()
         [[3.0]]
         """
@@ -113,6 +118,7 @@ class ReduceMixin:
     def argmax(self: Tensor, axis: int | None = None, keepdim: bool = False) -> Tensor:
         """The index of the first maximum along `axis` (of the flattened tensor when None).
 
+        >>> from tg_tensor import Tensor
         >>> Tensor([[1, 5], [7, 2]]).argmax(axis=1).tolist()
         [1, 0]
         """
@@ -174,6 +180,7 @@ class ReduceMixin:
     def cumsum(self: Tensor, axis: int = 0) -> Tensor:
         """Running sum along `axis`.
 
+        >>> from tg_tensor import Tensor
         >>> Tensor([1, 2, 3]).cumsum().tolist()
         [1, 3, 6]
         """

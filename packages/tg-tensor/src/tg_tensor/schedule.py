@@ -224,7 +224,11 @@ class Scheduler:
         src_buf = self.buffer_for(src)
         out = self._new_output(node)
         self.items.append(
-            ScheduleItem(UOp(Ops.COPY, node.dtype, (src_buf,), None), [buffer_of(out), buffer_of(src_buf)])
+            ScheduleItem(
+                UOp(Ops.COPY, node.dtype, (src_buf,), None),
+                [buffer_of(out), buffer_of(src_buf)],
+                metadata={"writes": out, "reads": (src_buf,)},
+            )
         )
         realized[node] = out.reshape(tuple(node.shape or ()))
 
@@ -249,7 +253,7 @@ class Scheduler:
                 self.schedule_node(f.node)
                 continue
             bufs = [buffer_of(out)] + [buffer_of(b) for b in builder.inputs]
-            self.items.append(ScheduleItem(ast, bufs))
+            self.items.append(ScheduleItem(ast, bufs, metadata={"writes": out, "reads": tuple(builder.inputs)}))
             realized[node] = out.reshape(tuple(node.shape or ()))
             return
         raise RuntimeError("scheduler did not converge")

@@ -13,6 +13,7 @@ indexing, linalg, nn); this module holds the core: construction, realization, as
 from __future__ import annotations
 
 import contextlib
+import itertools
 import sys
 import weakref
 from collections.abc import Iterator
@@ -29,6 +30,7 @@ from tg_tensor.indexing import IndexingMixin
 from tg_tensor.linalg import LinalgMixin
 from tg_tensor.movement import MovementMixin
 from tg_tensor.nn import NNMixin
+from tg_tensor.ordering import order_items
 from tg_tensor.realize import run_pending
 from tg_tensor.reduce import ReduceMixin
 from tg_tensor.schedule import ScheduleItem, buffer_of, buffers, create_schedule, pending
@@ -43,6 +45,7 @@ TensorLike = Any  # Tensor | ConstType | nested lists | numpy arrays | bytes
 
 # every live tensor that asked for gradients: backward() finds its targets here
 _grad_tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
+_unique_ids = itertools.count()
 
 
 def _from_numpy(arr: np.ndarray[Any, Any], dtype: DType | None, device: str) -> UOp:
@@ -89,7 +92,7 @@ class Tensor(
     training: ClassVar[bool] = False
     no_grad: ClassVar[bool] = False
 
-    __slots__ = ("uop", "_requires_grad", "grad", "__weakref__")
+    __slots__ = ("uop", "_requires_grad", "grad", "_lazy", "__weakref__")
 
     def __init__(
         self, data: TensorLike, device: str | None = None, dtype: DType | None = None, requires_grad: bool | None = None
@@ -99,6 +102,7 @@ class Tensor(
             raise TypeError(f"Tensor: dtype must be a tg DType, got {dtype!r}")
         self._requires_grad: bool | None = None
         self.grad: Tensor | None = None
+        self._lazy: UOp | None = None  # the graph this tensor had before it was realized (for autograd)
         self.uop: UOp = self._make_uop(data, dtype, dev)
         if self.uop.device is None:
             raise ValueError("Tensor: the data has no device")
@@ -135,6 +139,9 @@ class Tensor(
     def requires_grad(self, value: bool | None) -> None:
         self._requires_grad = value
         if value:
+            if self.uop.base.op is not Ops.BUFFER:
+                # hash-consing makes equal lazy tensors (two Tensor.zeros(3)) one node: give this one its own
+                self.uop = UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,), next(_unique_ids))
             _grad_tensors.add(self)
         else:
             _grad_tensors.discard(self)
@@ -161,6 +168,18 @@ class Tensor(
 
     def numel(self) -> sint:
         return prod(self.shape)
+
+    def size(self, dim: int | None = None) -> sint | tuple[sint, ...]:
+        """The shape, or the size of one dim (torch's spelling)."""
+        return self.shape if dim is None else self.shape[self._axis(dim)]
+
+    def is_floating_point(self) -> bool:
+        return dtypes.is_float(self.dtype)
+
+    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        """Set requires_grad in place and return the tensor."""
+        self.requires_grad = requires_grad
+        return self
 
     def element_size(self) -> int:
         return self.dtype.itemsize
@@ -192,7 +211,16 @@ class Tensor(
         tensors = [self, *others]
         roots = [_strip_reshapes(t.uop) for t in tensors]
         items, becomes = create_schedule([r for r, _ in roots])
+        items = order_items(items)
+        grad_nodes: set[UOp] = set()
+        if not Tensor.no_grad:
+            for g in list(_grad_tensors):
+                grad_nodes.update(n for n in (g.uop, g._lazy) if n is not None)
         for t, (root, shape) in zip(tensors, roots):
+            # keep the pre-realize graph only where autograd may still need it: it keeps every
+            # intermediate buffer of that graph alive (and so out of TinyJit's memory planner)
+            if root.op is not Ops.ASSIGN and not is_contiguous_buffer(t.uop) and _reads_any(t.uop, grad_nodes):
+                t._lazy = t.uop
             t.uop = becomes[root].reshape(shape)
         pending.extend(items)
         return items
@@ -220,8 +248,8 @@ class Tensor(
         from tg_tensor.jit import check_host_read  # (jit imports this module)
 
         check_host_read("reading values (.numpy()/.item()/.tolist())")
-        t = self if is_contiguous_buffer(self.uop) else self.contiguous()
-        t.realize()
+        self.realize()  # a lazy tensor gets its own buffer; a view of a buffer stays a view
+        t = self if is_contiguous_buffer(self.uop) else self.contiguous().realize()
         base = t.uop.base
         raw = buffer_of(base).as_bytes()
         if self.dtype == dtypes.bfloat16:
@@ -269,6 +297,7 @@ class Tensor(
     def assign(self, value: TensorLike) -> Tensor:
         """Overwrite this tensor's values with `value` (lazily; its buffer is reused once realized).
 
+        >>> from tg_tensor import Tensor
         >>> w = Tensor([1.0, 2.0]).realize()
         >>> w.assign(w * 2).realize().tolist()
         [2.0, 4.0]
@@ -296,6 +325,7 @@ class Tensor(
     def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
         """d(self)/d(target) for each target; `self` must be a scalar unless `gradient` is given.
 
+        >>> from tg_tensor import Tensor
         >>> x = Tensor([2.0], requires_grad=True)
         >>> (x**2 + 3*x + 1).sum().gradient(x)[0].tolist()
         [7.0]
@@ -303,10 +333,12 @@ class Tensor(
         if Tensor.no_grad:
             raise RuntimeError("gradient: gradients are disabled (Tensor.no_grad is set)")
         seed = self._seed_gradient(gradient)
-        grads = autograd.compute_gradient(self.uop, seed.uop, [t.uop for t in targets])
+        graph = self._graph().toposort
+        nodes = [t._node_in(graph) for t in targets]
+        grads = autograd.compute_gradient(self._graph(), seed.uop, [n for n in nodes if n is not None])
         out = []
-        for t in targets:
-            g = grads.get(t.uop)
+        for t, n in zip(targets, nodes):
+            g = grads.get(n) if n is not None else None
             if g is None:
                 raise ValueError(f"gradient: target {t!r} is not part of the graph of this tensor")
             out.append(Tensor(g))
@@ -317,16 +349,26 @@ class Tensor(
         if Tensor.no_grad:
             raise RuntimeError("backward: gradients are disabled (Tensor.no_grad is set)")
         seed = self._seed_gradient(gradient)
-        graph = self.uop.toposort
-        targets = [t for t in list(_grad_tensors) if t.uop in graph]
-        grads = autograd.compute_gradient(self.uop, seed.uop, [t.uop for t in targets])
-        for t in targets:
-            g = grads.get(t.uop)
+        graph = self._graph().toposort
+        targets = [(t, n) for t in list(_grad_tensors) if (n := t._node_in(graph)) is not None]
+        grads = autograd.compute_gradient(self._graph(), seed.uop, [n for _, n in targets])
+        for t, n in targets:
+            g = grads.get(n)
             if g is None:
                 continue
             g_t = Tensor(g)
             t.grad = g_t if t.grad is None else t.grad + g_t
         return self
+
+    def _graph(self) -> UOp:
+        """The lazy graph behind this tensor, even after it was realized."""
+        return self._lazy if self._lazy is not None and is_contiguous_buffer(self.uop) else self.uop
+
+    def _node_in(self, graph: dict[UOp, None]) -> UOp | None:
+        """The node that stands for this tensor in `graph` (its current or its pre-realize graph)."""
+        if self.uop in graph:
+            return self.uop
+        return self._lazy if self._lazy is not None and self._lazy in graph else None
 
     def _seed_gradient(self, gradient: Tensor | None) -> Tensor:
         if gradient is None:
@@ -376,12 +418,22 @@ def _strip_reshapes(u: UOp) -> tuple[UOp, tuple[sint, ...]]:
 
 
 def _reads_shifted(value: UOp, target: UOp) -> bool:
-    """Does `value` read `target` other than element for element (so writing in place would race)?"""
+    """Does `value` read `target`'s memory other than element for element (so writing in place would race)?
+
+    Any BUFFER node sharing target's runtime buffer counts (an older version of an assigned tensor).
+    """
+    memory = buffer_of(target)
     reaches: set[UOp] = set()
     for node in value.toposort:  # sources come first
-        if node is target or any(s in reaches for s in node.src):
+        same_memory = node.op is Ops.BUFFER and buffer_of(node) is memory
+        if same_memory or any(s in reaches for s in node.src):
             reaches.add(node)
             moved = node.op in GroupOp.Movement and node.op is not Ops.RESHAPE
             if moved or node.op is Ops.REDUCE_AXIS:
                 return True
     return False
+
+
+def _reads_any(graph: UOp, nodes: set[UOp]) -> bool:
+    """Does `graph` contain one of `nodes`?"""
+    return bool(nodes) and any(n in nodes for n in graph.toposort)

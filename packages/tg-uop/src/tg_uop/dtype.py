@@ -10,6 +10,7 @@ dtypes.half
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import functools
 import math
 import struct
@@ -29,6 +30,20 @@ class DType:
     fmt: str | None  # struct format character, None for types struct cannot pack
     count: int = 1  # vector width
     _scalar: DType | None = None
+
+    def __post_init__(self) -> None:
+        # equality and hashing are on every hot path of the rewriter: compute the key once
+        key = tuple(getattr(self, f.name) for f in dataclasses.fields(self))
+        object.__setattr__(self, "_key", (type(self), key))
+        object.__setattr__(self, "_hash", hash((type(self), key)))
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        return isinstance(other, DType) and self._key == other._key  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[attr-defined,no-any-return]
 
     def __repr__(self) -> str:
         if self.count > 1:
@@ -151,15 +166,15 @@ class dtypes:  # noqa: N801  (tinygrad's public spelling)
 
     @staticmethod
     def is_float(x: DType) -> builtins.bool:
-        return x.scalar() in dtypes.floats
+        return x.scalar() in _FLOAT_SET
 
     @staticmethod
     def is_int(x: DType) -> builtins.bool:
-        return x.scalar() in dtypes.ints
+        return x.scalar() in _INT_SET
 
     @staticmethod
     def is_unsigned(x: DType) -> builtins.bool:
-        return x.scalar() in dtypes.uints
+        return x.scalar() in _UINT_SET
 
     @staticmethod
     def is_bool(x: DType) -> builtins.bool:
@@ -220,7 +235,10 @@ class dtypes:  # noqa: N801  (tinygrad's public spelling)
     @staticmethod
     def from_np(np_dtype: Any) -> DType:
         """The tg dtype for a numpy dtype (or its name)."""
-        name = str(getattr(np_dtype, "name", np_dtype))
+        if isinstance(np_dtype, type):  # np.float32, or a Python type as numpy reads it
+            name = {"bool_": "bool", "float": "float64", "int": "int64"}.get(np_dtype.__name__, np_dtype.__name__)
+        else:
+            name = str(getattr(np_dtype, "name", np_dtype))
         if name not in NP_NAMES:
             raise TypeError(f"numpy dtype {name!r} has no tg equivalent; supported: {sorted(NP_NAMES)}")
         return NP_NAMES[name]
@@ -235,6 +253,12 @@ class dtypes:  # noqa: N801  (tinygrad's public spelling)
             return "float32"
         raise TypeError(f"dtype {dtype} has no numpy equivalent")
 
+
+_FLOAT_SET = frozenset(dtypes.floats)
+_INT_SET = frozenset(dtypes.ints)
+_UINT_SET = frozenset(dtypes.uints)
+
+_INT_RANGES: dict[DType, tuple[int, int]] = {d: (int(dtypes.min(d)), int(dtypes.max(d))) for d in dtypes.ints}
 
 DTYPES_BY_NAME: dict[str, DType] = {
     k: v for k, v in vars(dtypes).items() if isinstance(v, DType) and not k.startswith("default")
@@ -302,11 +326,26 @@ def _parents(d: DType) -> set[DType]:
 
 
 def _round_bf16(x: float) -> float:
-    if math.isnan(x) or math.isinf(x):
+    """Round a double straight to bfloat16 (8 significant bits, float32's exponent range), ties to even.
+
+    Rounding through float32 first would round twice and can land on the wrong neighbour.
+    """
+    if x == 0 or math.isnan(x) or math.isinf(x):
         return x
-    bits = struct.unpack("<I", struct.pack("<f", x))[0]
-    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000  # round to nearest even
-    return float(struct.unpack("<f", struct.pack("<I", bits))[0])
+    _, e = math.frexp(abs(x))  # abs(x) = m * 2**e with 0.5 <= m < 1
+    ulp = 2.0 ** (max(e - 1, -126) - 7)  # subnormals share the smallest exponent
+    y = round(abs(x) / ulp) * ulp  # exact: dividing by a power of two; round() ties to even
+    return math.copysign(math.inf if y > _BF16_MAX else y, x)
+
+
+_BF16_MAX = (2 - 2**-7) * 2.0**127
+
+
+def _to_float(val: Any) -> float:
+    try:
+        return float(val)
+    except OverflowError:  # an int beyond the double range
+        return math.inf if val > 0 else -math.inf
 
 
 def _round_float(x: float, fmt: str) -> float:
@@ -319,6 +358,8 @@ def _round_float(x: float, fmt: str) -> float:
 def truncate_const(val: Any, dtype: DType) -> ConstType:
     """Represent `val` exactly as `dtype` would hold it (C wrap-around for ints, IEEE rounding for floats)."""
     d = dtype.scalar()
+    if type(val) is int and (rng := _INT_RANGES.get(d)) is not None and rng[0] <= val <= rng[1]:
+        return val  # the common case: an int that fits
     if d == dtypes.bool:
         return bool(val)
     if dtypes.is_int(d):
@@ -332,13 +373,13 @@ def truncate_const(val: Any, dtype: DType) -> ConstType:
             v -= 1 << bits
         return v
     if d == dtypes.float64:
-        return float(val)
+        return _to_float(val)
     if d == dtypes.float32:
-        return _round_float(float(val), "<f")
+        return _round_float(_to_float(val), "<f")
     if d == dtypes.float16:
-        return _round_float(float(val), "<e")
+        return _round_float(_to_float(val), "<e")
     if d == dtypes.bfloat16:
-        return _round_bf16(_round_float(float(val), "<f"))
+        return _round_bf16(_to_float(val))
     if d == dtypes.void:
         return val  # type: ignore[no-any-return]
     raise TypeError(f"no constants of dtype {dtype}")

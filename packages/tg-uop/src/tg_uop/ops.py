@@ -92,6 +92,9 @@ class Ops(Enum):
     def __repr__(self) -> str:
         return f"Ops.{self.name}"
 
+    # members are singletons: hash by identity (Enum's default hashes the name in Python, on every dict lookup)
+    __hash__ = object.__hash__
+
 
 class GroupOp:
     """Sets of ops that rewrite rules match on."""

@@ -82,6 +82,21 @@ class UPat:
     def __sub__(self, x: UPat | Any) -> UPat:
         return self.alu(Ops.SUB, _to_pat(x))
 
+    def __rsub__(self, x: UPat | Any) -> UPat:
+        return _to_pat(x).alu(Ops.SUB, self)
+
+    def __truediv__(self, x: UPat | Any) -> UPat:
+        return self.alu(Ops.FDIV, _to_pat(x))
+
+    def __and__(self, x: UPat | Any) -> UPat:
+        return self.alu(Ops.AND, _to_pat(x))
+
+    def __or__(self, x: UPat | Any) -> UPat:
+        return self.alu(Ops.OR, _to_pat(x))
+
+    def __xor__(self, x: UPat | Any) -> UPat:
+        return self.alu(Ops.XOR, _to_pat(x))
+
     def __mul__(self, x: UPat | Any) -> UPat:
         return self.alu(Ops.MUL, _to_pat(x))
 
@@ -134,6 +149,9 @@ class UPat:
             return []
         if not self._any_order:
             return _match_seq(self.src, uop.src[: len(self.src)], store)
+        if len(self.src) == 2:  # the common case (commutative binary ops): no permutation objects
+            first = _match_seq(self.src, uop.src, store)
+            return first if first else _match_seq((self.src[1], self.src[0]), uop.src, store)
         results: list[Store] = []
         for perm in itertools.permutations(self.src):
             results.extend(_match_seq(perm, uop.src, store))
@@ -155,9 +173,12 @@ def _arg_equal(pattern_arg: Any, arg: Any) -> bool:
 
 
 def _match_seq(pats: Sequence[UPat], srcs: Sequence[UOp], store: Store) -> list[Store]:
+    for p, s in zip(pats, srcs):  # cheap op check first: most candidate rules fail here
+        if p.op is not None and s.op not in p.op:
+            return []
     stores = [store]
     for p, s in zip(pats, srcs):
-        stores = [m for st in stores for m in p.match(s, st)]
+        stores = p.match(s, stores[0]) if len(stores) == 1 else [m for st in stores for m in p.match(s, st)]
         if not stores:
             return []
     return stores

@@ -1,17 +1,33 @@
-"""Symbolic algebra as rewrite rules: constant folding, identities, and div/mod folding from bounds.
+"""Symbolic algebra as rewrite rules: constant folding, identities, like terms, div/mod and comparisons.
+
+Integer rules keep C semantics: division truncates toward zero and the sign of `%` follows the dividend,
+so rules that only hold for floor division check that the operands are non-negative.
 
 >>> from tg_uop import UOp
 >>> x, y = UOp.variable("x", 0, 100), UOp.variable("y", 0, 3)
 >>> ((x * 4 + y) // 4).simplify().render(), ((x * 4 + y) % 4).simplify().render()
 ('x', 'y')
+>>> ((x + 8) % 4).simplify().render()
+'(x%4)'
 """
 
 from __future__ import annotations
 
+from tg_uop.alu import exec_alu
 from tg_uop.dtype import dtypes
 from tg_uop.ops import GroupOp, Ops
 from tg_uop.rewrite import PatternMatcher, UPat
-from tg_uop.uop import UOp, exec_alu
+from tg_uop.symbolic_terms import (
+    and_chain,
+    combine_terms,
+    fold_divmod,
+    lt_sum,
+    split_add,
+    sum_terms,
+)
+from tg_uop.uop import UOp
+
+__all__ = ["split_add", "sum_terms", "symbolic", "symbolic_simple"]
 
 
 def fold_constants(x: UOp) -> UOp | None:
@@ -32,56 +48,9 @@ def fold_by_bounds(x: UOp) -> UOp | None:
     return None
 
 
-def split_add(x: UOp) -> list[UOp]:
-    """The terms of a chain of ADDs."""
-    if x.op is Ops.ADD:
-        return split_add(x.src[0]) + split_add(x.src[1])
-    return [x]
-
-
-def sum_terms(terms: list[UOp], like: UOp) -> UOp:
-    if not terms:
-        return like.const_like(0)
-    ret = terms[0]
-    for t in terms[1:]:
-        ret = ret + t
-    return ret
-
-
-def fold_divmod(x: UOp, c: UOp, op: Ops) -> UOp | None:
-    """(q*k + r) // k -> q and (q*k + r) % k -> r, when 0 <= r < k and the sum is non-negative."""
-    k = c.arg
-    if k <= 0 or x.vmin < 0:
-        return None
-    if x.vmax < k:
-        return x if op is Ops.MOD else x.const_like(0)
-    quotient, rest = [], []
-    const_total = 0
-    for t in split_add(x):
-        if t.op is Ops.CONST:
-            const_total += t.arg
-        elif (q := t.divides(k)) is not None:
-            quotient.append(q)
-        else:
-            rest.append(t)
-    q_const, r_const = divmod(const_total, k)
-    if r_const:
-        rest.append(x.const_like(r_const))
-    remainder = sum_terms(rest, x)
-    if not quotient and not q_const:
-        return None
-    if remainder.vmin < 0:
-        return None
-    qsum = sum_terms(quotient, x)
-    qsum = qsum + q_const if q_const else qsum
-    if remainder.vmax >= k:  # keep the part that is not a multiple of k: (q*k + r) % k -> r % k
-        return remainder % int(k) if op is Ops.MOD else qsum + remainder // int(k)
-    return remainder if op is Ops.MOD else qsum
-
-
 def nested_div(x: UOp, c1: UOp, c2: UOp) -> UOp | None:
-    """(x // a) // b -> x // (a*b) for non-negative x and positive a, b."""
-    if x.vmin < 0 or c1.arg <= 0 or c2.arg <= 0:
+    """(x // a) // b -> x // (a*b) for positive a, b (true for truncating division of any sign)."""
+    if c1.arg <= 0 or c2.arg <= 0:
         return None
     return x // int(c1.arg * c2.arg)
 
@@ -100,35 +69,24 @@ def mod_of_div_mul(x: UOp, c1: UOp, c2: UOp) -> UOp | None:
     return (x // int(c2.arg)) % int(c1.arg // c2.arg)
 
 
-def combine_terms(x: UOp) -> UOp | None:
-    """Collect like integer terms of an ADD chain: x*2 + x*3 -> x*5, x + x -> x*2, c1 + c2 folded."""
-    if not dtypes.is_int(x.dtype):
+def div_lt(x: UOp, d: UOp, c: UOp) -> UOp | None:
+    """x // d < c -> x < c*d for non-negative x and positive d, c."""
+    if x.vmin < 0 or d.arg <= 0 or c.arg <= 0:
         return None
-    terms = split_add(x)
-    coeffs: dict[UOp, int] = {}
-    consts = [t.arg for t in terms if t.op is Ops.CONST]
-    for t in terms:
-        if t.op is Ops.CONST:
-            continue
-        base, k = (t.src[0], t.src[1].arg) if t.op is Ops.MUL and t.src[1].op is Ops.CONST else (t, 1)
-        coeffs[base] = coeffs.get(base, 0) + k
-    if len(coeffs) == len(terms) - len(consts) and len(consts) <= 1 and all(coeffs.values()):
-        return None  # nothing to combine
-    new_terms = [b if k == 1 else b * k for b, k in coeffs.items() if k != 0]
-    if sum(consts):
-        new_terms.append(x.const_like(sum(consts)))
-    return sum_terms(new_terms, x)
+    return x < int(c.arg * d.arg)
 
 
-def lt_fold(x: UOp, c: UOp) -> UOp | None:
-    """x*k < c -> x < ceil(c/k) for positive k (integers)."""
-    if x.op is not Ops.MUL or x.src[1].op is not Ops.CONST or not dtypes.is_int(x.dtype):
-        return None
-    k = x.src[1].arg
-    if k <= 0:
-        return None
-    return x.src[0] < int(-(-c.arg // k))
+def max_by_bounds(x: UOp, y: UOp) -> UOp | None:
+    """max(x, y) is x when x is never below y."""
+    if x.vmin >= y.vmax:
+        return x
+    if y.vmin >= x.vmax:
+        return y
+    return None
 
+
+_INTS = dtypes.ints
+_B = dtypes.bool
 
 symbolic_simple = PatternMatcher(
     [
@@ -141,14 +99,15 @@ symbolic_simple = PatternMatcher(
         (UPat(GroupOp.ALU, name="x"), fold_constants),
         (
             UPat((Ops.CAST,), src=(UPat.cvar("c"),), name="x"),
-            lambda x, c: x.const_like(exec_alu(Ops.CAST, x.dtype, [c.arg])),
+            lambda x, c: x.const_like(exec_alu(Ops.CAST, x.dtype, [c.arg])) if x.dtype.count == 1 else None,
         ),
         # identities
         (UPat.var("x") + 0, lambda x: x),
         (UPat.var("x") - 0, lambda x: x),
         (UPat.var("x") * 1, lambda x: x),
         (UPat.var("x") // 1, lambda x: x),
-        (UPat.var("x", dtype=dtypes.ints) * 0, lambda x: x.const_like(0)),
+        (UPat.var("x", dtype=_INTS) % 1, lambda x: x.const_like(0)),
+        (UPat.var("x", dtype=_INTS) * 0, lambda x: x.const_like(0)),
         (UPat.var("x") - UPat.var("x"), lambda x: x.const_like(0) if dtypes.is_int(x.dtype) else None),
         (UPat(Ops.NEG, src=(UPat(Ops.NEG, src=(UPat.var("x"),)),)), lambda x: x),
         (UPat(Ops.MAX, src=(UPat.var("x"), UPat.var("x"))), lambda x: x),
@@ -156,13 +115,19 @@ symbolic_simple = PatternMatcher(
         (UPat(Ops.OR, src=(UPat.var("x"), UPat.var("x"))), lambda x: x),
         (UPat(Ops.WHERE, src=(UPat.var(), UPat.var("a"), UPat.var("a"))), lambda a: a),
         (UPat(Ops.WHERE, src=(UPat.cvar("c"), UPat.var("a"), UPat.var("b"))), lambda c, a, b: a if c.arg else b),
+        (UPat(Ops.WHERE, _B, src=(UPat.var("c"), UPat.const(_B, True), UPat.const(_B, False))), lambda c: c),
+        (UPat(Ops.WHERE, _B, src=(UPat.var("c"), UPat.const(_B, False), UPat.const(_B, True))), lambda c: c.ne(True)),
         (UPat(Ops.CAST, name="x"), lambda x: x.src[0] if x.src[0].dtype == x.dtype else None),
-        (UPat(Ops.AND, src=(UPat.var("x", dtype=dtypes.bool), UPat.const(dtypes.bool, True))), lambda x: x),
-        (
-            UPat(Ops.AND, src=(UPat.var("x", dtype=dtypes.bool), UPat.const(dtypes.bool, False))),
-            lambda x: x.const_like(False),
-        ),
-        (UPat(Ops.OR, src=(UPat.var("x", dtype=dtypes.bool), UPat.const(dtypes.bool, False))), lambda x: x),
+        # bool logic
+        (UPat(Ops.AND, src=(UPat.var("x", dtype=_B), UPat.const(_B, True))), lambda x: x),
+        (UPat(Ops.AND, src=(UPat.var("x", dtype=_B), UPat.const(_B, False))), lambda x: x.const_like(False)),
+        (UPat(Ops.OR, src=(UPat.var("x", dtype=_B), UPat.const(_B, False))), lambda x: x),
+        (UPat(Ops.OR, src=(UPat.var("x", dtype=_B), UPat.const(_B, True))), lambda x: x.const_like(True)),
+        (UPat.var("x", dtype=_B).ne(False), lambda x: x),
+        (UPat.var("x", dtype=_B).ne(True).ne(True), lambda x: x),
+        # an integer compared with itself
+        (UPat.var("x", dtype=_INTS) < UPat.var("x"), lambda x: UOp.const(dtypes.bool, False)),
+        (UPat.var("x", dtype=_INTS).ne(UPat.var("x")), lambda x: UOp.const(dtypes.bool, False)),
     ]
 )
 
@@ -170,21 +135,28 @@ symbolic = symbolic_simple + PatternMatcher(
     [
         # ranges that pin a value
         (UPat(GroupOp.ALU, name="x"), fold_by_bounds),
+        # integer subtraction and negation become sums, so like terms combine
+        (UPat.var("x", dtype=_INTS) - UPat.var("y"), lambda x, y: x + y * -1),
+        (-UPat.var("x", dtype=_INTS), lambda x: x * -1),
         # regroup constants: (x + c1) + c2 -> x + (c1 + c2), (x * c1) * c2 -> x * (c1 * c2)
         ((UPat.var("x") + UPat.cvar("c1")) + UPat.cvar("c2"), lambda x, c1, c2: x + (c1.arg + c2.arg)),
         ((UPat.var("x") * UPat.cvar("c1")) * UPat.cvar("c2"), lambda x, c1, c2: x * (c1.arg * c2.arg)),
         # move constants outward: (x + c) + y -> (x + y) + c
         ((UPat.var("x") + UPat.cvar("c")) + UPat.var("y"), lambda x, c, y: None if y.op is Ops.CONST else (x + y) + c),
         # distribute constants: (x + y) * c -> x*c + y*c for ints (index maths)
-        ((UPat.var("x", dtype=dtypes.ints) + UPat.var("y")) * UPat.cvar("c"), lambda x, y, c: x * c + y * c),
-        (UPat(Ops.ADD, name="x"), combine_terms),
-        # div and mod from bounds
-        (UPat.var("x", dtype=dtypes.ints) // UPat.cvar("c"), lambda x, c: fold_divmod(x, c, Ops.IDIV)),
-        (UPat.var("x", dtype=dtypes.ints) % UPat.cvar("c"), lambda x, c: fold_divmod(x, c, Ops.MOD)),
+        ((UPat.var("x", dtype=_INTS) + UPat.var("y")) * UPat.cvar("c"), lambda x, y, c: x * c + y * c),
+        (UPat(Ops.ADD, dtype=_INTS, name="x"), combine_terms),
+        # div and mod
+        (UPat.var("x", dtype=_INTS) // UPat.cvar("c"), lambda x, c: fold_divmod(x, c, Ops.IDIV)),
+        (UPat.var("x", dtype=_INTS) % UPat.cvar("c"), lambda x, c: fold_divmod(x, c, Ops.MOD)),
         ((UPat.var("x") // UPat.cvar("c1")) // UPat.cvar("c2"), nested_div),
         ((UPat.var("x") % UPat.cvar("c1")) % UPat.cvar("c2"), nested_mod),
         ((UPat.var("x") % UPat.cvar("c1")) // UPat.cvar("c2"), mod_of_div_mul),
         # comparisons
-        (UPat.var("x", dtype=dtypes.ints) < UPat.cvar("c"), lt_fold),
+        (UPat.var("x", dtype=_INTS) < UPat.cvar("c"), lt_sum),
+        ((UPat.var("x", dtype=_INTS) // UPat.cvar("d")) < UPat.cvar("c"), div_lt),
+        (UPat(Ops.MAX, src=(UPat.var("x"), UPat.var("y"))), max_by_bounds),
+        # validity chains: drop duplicated and implied clauses
+        (UPat(Ops.AND, dtype=_B, name="x"), and_chain),
     ]
 )

@@ -15,12 +15,17 @@ import itertools
 import math
 import struct
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
+from tg_uop.alu import PYTHON_ALU, bitcast_const, cast_const, exec_alu
+from tg_uop.bounds import bounds
 from tg_uop.dtype import ConstType, DType, PtrDType, dtypes, truncate_const
-from tg_uop.helpers import all_int, cdiv, cmod, prod
+from tg_uop.helpers import all_int, prod
 from tg_uop.ops import GroupOp, Ops
+from tg_uop.shapes import uop_shape
+
+__all__ = ["PYTHON_ALU", "UOp", "bitcast_const", "cast_const", "exec_alu", "pretty", "sint"]
 
 sint = int | Any  # an int or a symbolic UOp (Any keeps mypy from demanding casts everywhere)
 
@@ -40,7 +45,8 @@ class UOpMetaClass(type):
     ucache: ClassVar[dict[tuple[Any, ...], weakref.ReferenceType[UOp]]] = {}
 
     def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
-        key = (op, dtype, src, _arg_key(arg))
+        t = type(arg)
+        key = (op, dtype, src, (t, arg) if t is int or t is str or t is bool or arg is None else _arg_key(arg))
         ref = UOpMetaClass.ucache.get(key)
         if ref is not None and (live := ref()) is not None:
             return live
@@ -65,9 +71,25 @@ class UOp(metaclass=UOpMetaClass):
     """
 
     __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "__dict__")
+    op: Ops
+    dtype: DType
+    src: tuple[UOp, ...]
+    arg: Any
 
     def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> None:
-        self.op, self.dtype, self.src, self.arg = op, dtype, src, arg
+        if not isinstance(src, tuple):
+            raise TypeError(f"UOp src must be a tuple of UOps, got {type(src).__name__}")
+        setter = object.__setattr__  # the only writes a UOp ever gets
+        setter(self, "op", op)
+        setter(self, "dtype", dtype)
+        setter(self, "src", src)
+        setter(self, "arg", arg)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"UOp is immutable (hash-consed and shared): cannot set {name!r}; use .replace()")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"UOp is immutable: cannot delete {name!r}")
 
     def __reduce__(self) -> tuple[Any, ...]:
         return UOp, (self.op, self.dtype, self.src, self.arg)
@@ -298,7 +320,7 @@ class UOp(metaclass=UOpMetaClass):
     # ---- range analysis ----
     @functools.cached_property
     def _min_max(self) -> tuple[ConstType, ConstType]:
-        return _bounds(self)
+        return bounds(self)
 
     @property
     def vmin(self) -> ConstType:
@@ -345,7 +367,7 @@ class UOp(metaclass=UOpMetaClass):
     @functools.cached_property
     def shape(self) -> tuple[sint, ...] | None:
         """The shape of a tensor-level or kernel-level node (None where shapes do not apply)."""
-        return _shape(self)
+        return uop_shape(self)
 
     @property
     def size(self) -> sint:
@@ -434,226 +456,6 @@ class UOp(metaclass=UOpMetaClass):
         if self.shape is None:
             raise TypeError(f"{what}: {self.op} has no shape")
         return self.shape
-
-
-# ---------------------------------------------------------------------------------------------
-# shapes
-
-
-def _shape(u: UOp) -> tuple[sint, ...] | None:
-    op = u.op
-    if op is Ops.VIEW:
-        return tuple(u.arg.shape)
-    if op is Ops.BUFFER:
-        return (u.arg[1],)
-    if op is Ops.CONST:
-        if not u.src:
-            return None
-        return () if u.src[0].op is Ops.DEVICE else u.src[0].shape
-    if op is Ops.RESHAPE or op is Ops.EXPAND:
-        return tuple(u.arg)
-    src_shape = u.src[0].shape if u.src else None
-    if op in (Ops.LOAD, Ops.STORE) and len(u.src) > 1 and u.src[1].op is Ops.VIEW:
-        return u.src[1].shape
-    if src_shape is None:
-        return None
-    if op is Ops.PERMUTE:
-        return tuple(src_shape[i] for i in u.arg)
-    if op is Ops.PAD:
-        return tuple(s + b + a for s, (b, a) in zip(src_shape, u.arg))
-    if op is Ops.SHRINK:
-        return tuple(e - b for b, e in u.arg)
-    if op is Ops.REDUCE_AXIS:
-        return tuple(1 if i in u.arg[1] else s for i, s in enumerate(src_shape))
-    if op in GroupOp.Elementwise and op is Ops.WHERE:
-        return u.src[1].shape
-    if op in GroupOp.Elementwise or op in (Ops.FLIP, Ops.COPY, Ops.CONTIGUOUS, Ops.DETACH, Ops.ASSIGN):
-        return src_shape
-    return None
-
-
-# ---------------------------------------------------------------------------------------------
-# range analysis
-
-
-def _bounds(u: UOp) -> tuple[ConstType, ConstType]:
-    dt = u.dtype.scalar()
-    lo, hi = dtypes.min(dt), dtypes.max(dt)
-    op, s = u.op, u.src
-    if op is Ops.CONST:
-        return u.arg, u.arg
-    if op is Ops.DEFINE_VAR:
-        return u.arg[1], u.arg[2]
-    if op is Ops.BIND:
-        return s[0].vmin, s[0].vmax
-    if op is Ops.RANGE:
-        return 0, s[0].vmax - 1
-    if op is Ops.SPECIAL:
-        return 0, s[0].vmax - 1
-    if op is Ops.VECTORIZE and s:
-        return min(x.vmin for x in s), max(x.vmax for x in s)
-    if op is Ops.GEP or op is Ops.CAST and dtypes.is_int(dt) and dtypes.is_int(s[0].dtype):
-        a, b = s[0].vmin, s[0].vmax
-        return (max(a, lo), min(b, hi)) if op is Ops.CAST else (a, b)
-    if op is Ops.ADD:
-        return _clip(s[0].vmin + s[1].vmin, s[0].vmax + s[1].vmax, lo, hi)
-    if op is Ops.SUB:
-        return _clip(s[0].vmin - s[1].vmax, s[0].vmax - s[1].vmin, lo, hi)
-    if op is Ops.NEG and not dtypes.is_unsigned(dt):
-        return _clip(-s[0].vmax, -s[0].vmin, lo, hi)
-    if op is Ops.MUL:
-        corners = [a * b for a in (s[0].vmin, s[0].vmax) for b in (s[1].vmin, s[1].vmax)]
-        if any(isinstance(c, float) and math.isnan(c) for c in corners):
-            return lo, hi
-        return _clip(min(corners), max(corners), lo, hi)
-    if op is Ops.MAX:
-        return max(s[0].vmin, s[1].vmin), max(s[0].vmax, s[1].vmax)
-    if op is Ops.IDIV and s[1].op is Ops.CONST and s[1].arg > 0:
-        return cdiv(int(s[0].vmin), s[1].arg), cdiv(int(s[0].vmax), s[1].arg)
-    if op is Ops.MOD and s[1].op is Ops.CONST and s[1].arg > 0:
-        c = s[1].arg
-        if s[0].vmin >= 0:
-            return (s[0].vmin, s[0].vmax) if s[0].vmax < c else (0, c - 1)
-        return -(c - 1), c - 1
-    if op is Ops.AND and dtypes.is_int(dt) and s[1].vmin >= 0 and s[0].vmin >= 0:
-        return 0, min(s[0].vmax, s[1].vmax)
-    if op is Ops.WHERE:
-        return min(s[1].vmin, s[2].vmin), max(s[1].vmax, s[2].vmax)
-    if op is Ops.CMPLT:
-        if s[0].vmax < s[1].vmin:
-            return True, True
-        if s[0].vmin >= s[1].vmax:
-            return False, False
-        return False, True
-    if op is Ops.CMPNE:
-        if s[0].vmax < s[1].vmin or s[0].vmin > s[1].vmax:
-            return True, True
-        if s[0].vmin == s[0].vmax == s[1].vmin == s[1].vmax:
-            return False, False
-        return False, True
-    return lo, hi
-
-
-def _clip(a: ConstType, b: ConstType, lo: ConstType, hi: ConstType) -> tuple[ConstType, ConstType]:
-    if a < lo or b > hi:  # possible overflow: give up precision rather than lie
-        return lo, hi
-    return a, b
-
-
-# ---------------------------------------------------------------------------------------------
-# Python semantics of every ALU op (constant folding and the PYTHON device)
-
-
-def _safe_div(x: float, y: float) -> float:
-    if y == 0:
-        if x == 0 or math.isnan(x):
-            return math.nan
-        return math.copysign(math.inf, x) * math.copysign(1.0, y)
-    return x / y
-
-
-def _exp2(x: float) -> float:
-    try:
-        return math.pow(2.0, x)
-    except OverflowError:
-        return math.inf
-
-
-def _log2(x: float) -> float:
-    if math.isnan(x) or x < 0:
-        return math.nan
-    return -math.inf if x == 0 else math.log2(x)
-
-
-def _sin(x: float) -> float:
-    return math.nan if math.isinf(x) or math.isnan(x) else math.sin(x)
-
-
-def _sqrt(x: float) -> float:
-    return math.nan if math.isnan(x) or x < 0 else math.sqrt(x)
-
-
-def _recip(x: float) -> float:
-    return _safe_div(1.0, x)
-
-
-def _trunc(x: Any) -> Any:
-    return x if isinstance(x, (int, bool)) or math.isinf(x) or math.isnan(x) else float(math.trunc(x))
-
-
-def _idiv(x: int, y: int) -> int:
-    return cdiv(int(x), int(y)) if y != 0 else 0
-
-
-def _mod(x: int, y: int) -> int:
-    return cmod(int(x), int(y)) if y != 0 else 0
-
-
-def _max(x: Any, y: Any) -> Any:
-    if isinstance(x, float) and math.isnan(x) or isinstance(y, float) and math.isnan(y):
-        return math.nan
-    return max(x, y)
-
-
-PYTHON_ALU: dict[Ops, Callable[..., Any]] = {
-    Ops.EXP2: _exp2,
-    Ops.LOG2: _log2,
-    Ops.SIN: _sin,
-    Ops.SQRT: _sqrt,
-    Ops.RECIP: _recip,
-    Ops.NEG: lambda x: (not x) if isinstance(x, bool) else -x,
-    Ops.TRUNC: _trunc,
-    Ops.ADD: lambda x, y: x + y,
-    Ops.SUB: lambda x, y: x - y,
-    Ops.MUL: lambda x, y: x * y,
-    Ops.FDIV: _safe_div,
-    Ops.IDIV: _idiv,
-    Ops.MOD: _mod,
-    Ops.MAX: _max,
-    Ops.CMPLT: lambda x, y: x < y,
-    Ops.CMPNE: lambda x, y: x != y,
-    Ops.XOR: lambda x, y: x ^ y,
-    Ops.OR: lambda x, y: x | y,
-    Ops.AND: lambda x, y: x & y,
-    Ops.SHL: lambda x, y: x << y,
-    Ops.SHR: lambda x, y: x >> y,
-    Ops.WHERE: lambda c, x, y: x if c else y,
-    Ops.MULACC: lambda x, y, z: x * y + z,
-}
-
-
-def exec_alu(op: Ops, dtype: DType, operands: Sequence[ConstType]) -> ConstType:
-    """Evaluate one ALU op on Python scalars with C semantics for `dtype` (wrap-around, truncation).
-
-    >>> exec_alu(Ops.IDIV, dtypes.int32, (-7, 2))
-    -3
-    """
-    if dtype.count > 1:
-        raise TypeError("exec_alu works on scalars")
-    if op is Ops.CAST:
-        return cast_const(operands[0], dtype)
-    if op in (Ops.SHL, Ops.SHR) and not 0 <= int(operands[1]) < 8 * dtype.itemsize:
-        return 0
-    ret = PYTHON_ALU[op](*operands)
-    if dtypes.is_int(dtype) and isinstance(ret, float):
-        ret = int(ret) if math.isfinite(ret) else 0
-    return truncate_const(ret, dtype)
-
-
-def cast_const(value: ConstType, dtype: DType) -> ConstType:
-    """C conversion of a scalar to `dtype` (float to int truncates; NaN/inf give the dtype minimum)."""
-    if dtypes.is_int(dtype) and isinstance(value, float):
-        if not math.isfinite(value):
-            return dtypes.min(dtype)
-        value = math.trunc(value)
-    return truncate_const(value, dtype)
-
-
-def bitcast_const(value: ConstType, src: DType, dst: DType) -> ConstType:
-    """Reinterpret the bytes of `value` (of dtype `src`) as `dst`."""
-    if src.fmt is None or dst.fmt is None:
-        raise TypeError(f"cannot bitcast {src} to {dst}")
-    return struct.unpack("<" + dst.fmt, struct.pack("<" + src.fmt, value))[0]  # type: ignore[no-any-return]
 
 
 # ---------------------------------------------------------------------------------------------

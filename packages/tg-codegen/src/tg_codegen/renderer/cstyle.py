@@ -196,6 +196,10 @@ class ClangRenderer(CStyleLanguage):
         Ops.TRUNC: lambda x, dt: f"trunc{_fsuffix(dt)}({x})",
     }
 
+    def render_bitcast(self, x: str, src: DType, dt: DType) -> str:
+        # a union compound literal: plain C99 that gcc accepts (gcc's C has no __builtin_bit_cast)
+        return f"((union {{ {self.render_dtype(src)} a; {self.render_dtype(dt)} b; }}){{ .a = ({x}) }}).b"
+
 
 def _fsuffix(dt: DType) -> str:
     return "" if dt == dtypes.float64 else "f"

@@ -1,0 +1,31 @@
+"""The examples in tg_tensor's docstrings run and print what they show."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = [
+    "activation",
+    "conv",
+    "creation",
+    "elementwise",
+    "gradient",
+    "indexing",
+    "linalg",
+    "movement",
+    "nn",
+    "ordering",
+    "reduce",
+    "tensor",
+    "util",
+]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name: str) -> None:
+    module = importlib.import_module(f"tg_tensor.{name}")
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0, f"{result.failed} of {result.attempted} examples in tg_tensor.{name} failed"
