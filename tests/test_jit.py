@@ -280,3 +280,13 @@ def test_host_random_dropout_inside_the_jit_is_refused() -> None:
         for _ in range(2):  # refused at the capture, and again on every later call
             with pytest.raises(JitError, match="use tg.nn.Dropout"):
                 f(Tensor(np.ones(64, np.float32)))
+
+
+def test_same_input_on_every_call_still_records_kernels() -> None:
+    @TinyJit
+    def f(x: Tensor) -> Tensor:
+        return (x + 1).contiguous() * 2
+
+    x = Tensor([1.0, 2.0])
+    assert [f(x).tolist() for _ in range(4)] == [[4.0, 6.0]] * 4
+    assert len(f.jit_cache) == 2

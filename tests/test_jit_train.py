@@ -102,3 +102,18 @@ def test_learning_rate_schedule_reaches_a_jitted_step() -> None:
         opt.lr.assign(Tensor([0.1])).realize()
         step(Tensor(x), Tensor(y))
         assert not np.array_equal(model.l1.weight.numpy(), before)
+
+
+def test_load_state_dict_writes_in_place_so_a_recording_sees_new_weights() -> None:
+    Tensor.manual_seed(2)
+    model, other = MLP(), MLP()
+
+    @TinyJit
+    def forward(x: Tensor) -> Tensor:
+        return model(x)
+
+    x = Tensor(np.ones((2, 6), np.float32))
+    for _ in range(3):
+        forward(x)
+    load_state_dict(model, get_state_dict(other))
+    np.testing.assert_allclose(forward(x).numpy(), other(x).numpy(), rtol=1e-6)

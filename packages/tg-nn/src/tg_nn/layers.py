@@ -2,6 +2,8 @@
 
 Weights of Linear and the convolutions are Kaiming-uniform with a=sqrt(5), i.e. uniform in
 +-1/sqrt(fan_in); biases are uniform in +-1/sqrt(fan_in). Seed them with `Tensor.manual_seed`.
+Every parameter is realized into a buffer of its own at construction, so optimizers, load_state_dict
+and TinyJit recordings all see (and update) the same memory.
 
 >>> from tg_tensor import Tensor
 >>> Linear(3, 2)(Tensor.ones(4, 3)).shape
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import math
 
+from tg_nn.util import own_buffer
 from tg_tensor import Tensor
 from tg_uop import dtypes
 from tg_uop.helpers import prod
@@ -36,7 +39,7 @@ def _tuple(name: str, v: IntOrTuple, n: int) -> tuple[int, ...]:
 
 def _uniform_bias(n: int, fan_in: int) -> Tensor:
     bound = 1 / math.sqrt(fan_in)
-    return Tensor.uniform(n, low=-bound, high=bound)
+    return own_buffer(Tensor.uniform(n, low=-bound, high=bound))
 
 
 class Linear:
@@ -45,7 +48,7 @@ class Linear:
     def __init__(self, in_features: int, out_features: int, bias: bool = True) -> None:
         _positive("Linear", in_features=in_features, out_features=out_features)
         self.in_features, self.out_features = in_features, out_features
-        self.weight = Tensor.kaiming_uniform(out_features, in_features, a=math.sqrt(5))
+        self.weight = own_buffer(Tensor.kaiming_uniform(out_features, in_features, a=math.sqrt(5)))
         self.bias = _uniform_bias(out_features, in_features) if bias else None
 
     def __call__(self, x: Tensor) -> Tensor:
@@ -77,7 +80,9 @@ class Conv2d:
             raise ValueError(f"Conv: groups={groups} must divide in_channels={in_channels} and out={out_channels}")
         self.kernel_size = _tuple("Conv", kernel_size, dims) if isinstance(kernel_size, int) else tuple(kernel_size)
         self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
-        self.weight = Tensor.kaiming_uniform(out_channels, in_channels // groups, *self.kernel_size, a=math.sqrt(5))
+        self.weight = own_buffer(
+            Tensor.kaiming_uniform(out_channels, in_channels // groups, *self.kernel_size, a=math.sqrt(5))
+        )
         fan_in = in_channels // groups * prod(self.kernel_size)
         self.bias = _uniform_bias(out_channels, fan_in) if bias else None
 
@@ -117,7 +122,9 @@ class ConvTranspose2d(Conv2d):
     ) -> None:
         super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias, dims)
         self.output_padding = output_padding
-        self.weight = Tensor.kaiming_uniform(in_channels, out_channels // groups, *self.kernel_size, a=math.sqrt(5))
+        self.weight = own_buffer(
+            Tensor.kaiming_uniform(in_channels, out_channels // groups, *self.kernel_size, a=math.sqrt(5))
+        )
         fan_in = out_channels // groups * prod(self.kernel_size)
         self.bias = _uniform_bias(out_channels, fan_in) if bias else None
 
@@ -150,7 +157,7 @@ class Embedding:
     def __init__(self, vocab_size: int, embed_size: int) -> None:
         _positive("Embedding", vocab_size=vocab_size, embed_size=embed_size)
         self.vocab_size, self.embed_size = vocab_size, embed_size
-        self.weight = Tensor.glorot_uniform(vocab_size, embed_size)
+        self.weight = own_buffer(Tensor.glorot_uniform(vocab_size, embed_size))
 
     def __call__(self, idx: Tensor) -> Tensor:
         if not (dtypes.is_int(idx.dtype) or dtypes.is_unsigned(idx.dtype)):
@@ -166,10 +173,10 @@ class LSTMCell:
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True) -> None:
         _positive("LSTMCell", input_size=input_size, hidden_size=hidden_size)
         bound = 1 / math.sqrt(hidden_size)
-        self.weight_ih = Tensor.uniform(hidden_size * 4, input_size, low=-bound, high=bound)
-        self.weight_hh = Tensor.uniform(hidden_size * 4, hidden_size, low=-bound, high=bound)
-        self.bias_ih = Tensor.uniform(hidden_size * 4, low=-bound, high=bound) if bias else None
-        self.bias_hh = Tensor.uniform(hidden_size * 4, low=-bound, high=bound) if bias else None
+        self.weight_ih = own_buffer(Tensor.uniform(hidden_size * 4, input_size, low=-bound, high=bound))
+        self.weight_hh = own_buffer(Tensor.uniform(hidden_size * 4, hidden_size, low=-bound, high=bound))
+        self.bias_ih = own_buffer(Tensor.uniform(hidden_size * 4, low=-bound, high=bound)) if bias else None
+        self.bias_hh = own_buffer(Tensor.uniform(hidden_size * 4, low=-bound, high=bound)) if bias else None
 
     def __call__(self, x: Tensor, hc: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
         hidden = self.weight_hh.shape[1]

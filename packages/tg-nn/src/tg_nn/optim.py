@@ -33,6 +33,11 @@ def _state_like(t: Tensor, value: float = 0.0) -> Tensor:
     return _state(Tensor.full(t.shape, value, dtype=t.dtype, device=t.device))
 
 
+def _once(g: Tensor) -> Tensor:
+    """A gradient that several updates read, computed by one kernel (a reduction read twice would run twice)."""
+    return g.detach().contiguous()
+
+
 def _as_buffer(t: Tensor) -> None:
     """Give a lazy tensor a buffer of its own (keeping the Tensor object) so later assigns write in place."""
     if not (t.uop.op is Ops.BUFFER or (t.uop.op is Ops.RESHAPE and t.uop.src[0].op is Ops.BUFFER)):
@@ -135,7 +140,7 @@ class SGD(Optimizer):
     def _updates(self, grads: list[Tensor]) -> list[Tensor]:
         out = []
         for i, (p, g) in enumerate(zip(self.params, grads)):
-            g = g.detach() + self.weight_decay * p.detach() if self.weight_decay else g.detach()
+            g = _once(g) + self.weight_decay * p.detach() if self.weight_decay else _once(g)
             if self.momentum:
                 self.b[i].assign(self.momentum * self.b[i] + g)
                 g = g + self.momentum * self.b[i] if self.nesterov else self.b[i]
@@ -171,7 +176,7 @@ class LAMB(Optimizer):
         self.b1_t.assign(self.b1_t * self.b1)
         self.b2_t.assign(self.b2_t * self.b2)
         for p, g, m, v in zip(self.params, grads, self.m, self.v):
-            g = g.detach()
+            g = _once(g)
             m.assign(self.b1 * m + (1 - self.b1) * g)
             v.assign(self.b2 * v + (1 - self.b2) * (g * g))
             up = (m / (1 - self.b1_t)) / ((v / (1 - self.b2_t)).sqrt() + self.eps)

@@ -107,8 +107,9 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
     if problems:
         raise ValueError("load_state_dict: " + "; ".join(problems))
     loaded = [k for k in targets if k in state_dict]
-    for k in loaded:
-        targets[k].uop = state_dict[k].to(targets[k].device).cast(targets[k].dtype).contiguous().uop
+    for k in loaded:  # in place: optimizers and TinyJit recordings that hold these buffers see the new values
+        target = targets[k]
+        target.assign(state_dict[k].to(target.device).cast(target.dtype))
     if loaded:
         Tensor.realize(*[targets[k] for k in loaded])
 

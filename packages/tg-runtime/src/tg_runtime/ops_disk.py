@@ -37,8 +37,8 @@ class DiskAllocator(Allocator):
 
     def _alloc(self, nbytes: int) -> Any:
         raise DiskError(
-            f"{self.device}: DISK buffers are windows into an existing file; "
-            "open them with tg_nn.state.safe_load (or tg_runtime.ops_disk.disk_buffers), not by allocating"
+            f"{self.device}: DISK buffers are windows into an existing file, opened with tg_nn.state.safe_load "
+            "(or tg_runtime.ops_disk.disk_buffers), not by allocating; DISK runs no kernels: .to('CPU') first"
         )
 
     def _free(self, opaque: Any, nbytes: int) -> None:

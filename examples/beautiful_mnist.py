@@ -1,0 +1,89 @@
+"""Train a small convnet on MNIST with a jitted Adam step; prints a progress bar and the final test accuracy.
+
+Run with `uv run examples/beautiful_mnist.py` (STEPS=, BS=, LR=, EVAL_EVERY= to change the defaults).
+The data is read from MNIST_DIR, else from ../shared/datasets/mnist beside the repository when that
+folder exists (as on the project's machines), else as tg.nn.datasets.mnist() finds it (user cache, download).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import numpy as np
+
+from tg import GlobalCounters, Tensor, TinyJit, getenv, nn
+
+
+class Model:
+    def __init__(self) -> None:
+        self.c1 = nn.Conv2d(1, 32, 3)
+        self.c2 = nn.Conv2d(32, 64, 3)
+        self.drop = nn.Dropout(0.5)  # makes its mask on the device: a new one on every jitted step
+        self.l1 = nn.Linear(1600, 10)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        x = self.c1(x).relu().max_pool2d((2, 2))
+        x = self.c2(x).relu().max_pool2d((2, 2))
+        return self.l1(self.drop(x.flatten(1)))
+
+
+def progress(step: int, total: int, started: float, text: str) -> None:
+    done = int(30 * step / total)
+    rate = step / max(time.perf_counter() - started, 1e-9)
+    sys.stdout.write(f"\r{step:5d}/{total} [{'=' * done}{' ' * (30 - done)}] {rate:5.2f} steps/s  {text}")
+    sys.stdout.flush()
+
+
+def data_dir() -> str | None:
+    shared = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "datasets", "mnist")
+    return os.getenv("MNIST_DIR") or (shared if os.path.isdir(shared) else None)
+
+
+def main() -> None:
+    X_train, Y_train, X_test, Y_test = nn.datasets.mnist_numpy(data_dir())
+    X_train_f = X_train.astype(np.float32) / 255.0
+    X_test_f, Y_test_i = X_test.astype(np.float32) / 255.0, Y_test.astype(np.int32)
+
+    Tensor.manual_seed(getenv("SEED", 42))
+    model = Model()
+    opt = nn.optim.Adam(nn.state.get_parameters(model), lr=getenv("LR", 0.001))
+
+    @TinyJit
+    def train_step(x: Tensor, y: Tensor) -> Tensor:
+        with Tensor.train():
+            opt.zero_grad()
+            loss = model(x).sparse_categorical_crossentropy(y).backward()
+            Tensor.realize(loss, *opt.schedule_step())
+            return loss
+
+    @TinyJit
+    def correct(x: Tensor, y: Tensor) -> Tensor:
+        return (model(x).argmax(axis=1) == y).sum()
+
+    def test_accuracy() -> float:
+        n, bs = len(X_test_f), 1000
+        hits = sum(
+            int(correct(Tensor(X_test_f[i : i + bs]), Tensor(Y_test_i[i : i + bs])).item()) for i in range(0, n, bs)
+        )
+        return 100.0 * hits / n
+
+    steps, bs, every = getenv("STEPS", 1500), getenv("BS", 128), getenv("EVAL_EVERY", 250)
+    rng = np.random.default_rng(getenv("SEED", 42))
+    acc, started = float("nan"), time.perf_counter()
+    GlobalCounters.reset()
+    for step in range(1, steps + 1):
+        idx = rng.integers(0, len(X_train_f), bs)
+        loss = train_step(Tensor(X_train_f[idx]), Tensor(Y_train[idx].astype(np.int32)))
+        if step % every == 0 or step == steps:
+            acc = test_accuracy()
+        if step % 10 == 0 or step == steps:
+            progress(step, steps, started, f"loss {loss.item():6.3f}  test accuracy {acc:5.2f}%")
+    elapsed = time.perf_counter() - started
+    print(f"\ntrained {steps} steps of batch {bs} in {elapsed:.1f} s ({steps / elapsed:.2f} steps/s)")
+    print(f"test accuracy: {acc:.2f}%")
+
+
+if __name__ == "__main__":
+    main()
