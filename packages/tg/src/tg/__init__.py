@@ -5,7 +5,7 @@
 [5, 7, 9]
 """
 
-import tg_nn as nn
+from tg import nn
 from tg_runtime import Device
 from tg_tensor import JitError, Tensor, TinyJit
 from tg_uop import Context, GlobalCounters, UOp, Variable, dtypes, getenv

@@ -40,6 +40,7 @@ class OpenCLRenderer(CStyleLanguage):
             (("#pragma OPENCL EXTENSION cl_khr_fp64 : enable",) if fp64 else ())
             + (("#pragma OPENCL EXTENSION cl_khr_fp16 : enable",) if fp16 else ())
             + ("#define tg_max(a,b) ((a)!=(a)||(b)!=(b) ? (a)+(b) : ((a)>(b)?(a):(b)))",)
+            + (() if fp16 else (_ROUND_HALF,))
         )
 
     def render_dtype(self, dt: DType) -> str:
@@ -65,6 +66,11 @@ class OpenCLRenderer(CStyleLanguage):
             return super().render_const(x, dtypes.float32)
         return super().render_const(x, dt)
 
+    def render_cast(self, x: str, dt: DType) -> str:
+        if dt == dtypes.float16 and not self.fp16:  # half lives in a float register: round it like a store would
+            return f"tg_round_half((float)({x}))"
+        return super().render_cast(x, dt)
+
     def render_special(self, u: UOp) -> str:
         kind, dim = u.arg[0][:4], u.arg[0][4:]
         return f"get_group_id({dim})" if kind == "gidx" else f"get_local_id({dim})"
@@ -86,3 +92,10 @@ class OpenCLRenderer(CStyleLanguage):
 
     def render_gep(self, x: str, i: int) -> str:
         return f"{x}.s{i:x}"
+
+
+# a cast to half on a device without cl_khr_fp16: round through a half in private memory
+_ROUND_HALF = (
+    "inline float tg_round_half(float x) { ushort h; vstore_half(x, 0, (__private half*)&h); "
+    "return vload_half(0, (__private half*)&h); }"
+)
