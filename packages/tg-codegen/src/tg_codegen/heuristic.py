@@ -24,18 +24,24 @@ THREAD_MIN_WORK = 1 << 15  # below this many loop iterations, threads cost more 
 def hand_coded_optimizations(k: Kernel) -> list[Opt]:
     """The opts the rules choose for `k` (applied to a copy; `k` is left unchanged)."""
     work = k.copy()
-    if all(isinstance(s, int) for s in work.full_shape) and work.uniform_reduce and work.opts.has_local:
+    if not (all(isinstance(s, int) for s in work.full_shape) and work.uniform_reduce):
+        return []
+    if work.opts.has_local:
         _gpu(work)
-    elif all(isinstance(s, int) for s in work.full_shape) and work.uniform_reduce:
-        if work.reduceops and _broadcast_axes(work):
-            _tile(work)
-        elif work.reduceops:
-            _upcast_unit_stride(work)
-            _try(work, [Opt(OptOps.UNROLL, len(work.axes_of("reduce")) - 1, a) for a in (8, 4, 2)])
-        else:
-            _upcast_inner(work)
-        _threads(work)
+    else:
+        _cpu(work)
     return list(work.applied_opts)
+
+
+def _cpu(k: Kernel) -> None:
+    if k.reduceops and _broadcast_axes(k):
+        _tile(k)
+    elif k.reduceops:
+        _upcast_unit_stride(k)
+        _try(k, [Opt(OptOps.UNROLL, len(k.axes_of("reduce")) - 1, a) for a in (8, 4, 2)])
+    else:
+        _upcast_inner(k)
+    _threads(k)
 
 
 def _try(k: Kernel, choices: list[Opt]) -> bool:
