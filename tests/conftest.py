@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import pathlib
 
 import pytest
 
+from tg_nn.datasets import MNIST_FILES
 from tg_runtime import Device
+from tg_tensor.schedule import pending
 
 
 def _available(name: str) -> str | None:
@@ -30,3 +33,21 @@ def device(request: pytest.FixtureRequest) -> str:
     if (reason := _available(name)) is not None:
         pytest.skip(reason)
     return name
+
+
+@pytest.fixture(autouse=True)
+def _no_stale_schedule() -> None:
+    """Kernels another test scheduled and never ran must not run inside the next test (it counts kernels)."""
+    pending.clear()
+
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def mnist_dir() -> str:
+    """MNIST_DIR, else ../shared/datasets/mnist beside the repository (as .ci/run sets it); skips when absent."""
+    for candidate in (os.getenv("MNIST_DIR"), str(ROOT.parent / "shared" / "datasets" / "mnist")):
+        if candidate and all(os.path.exists(os.path.join(candidate, n + ".gz")) for n in MNIST_FILES):
+            return candidate
+    pytest.skip("MNIST files not found: set MNIST_DIR (CI sets it to ../shared/datasets/mnist)")

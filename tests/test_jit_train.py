@@ -10,13 +10,6 @@ import pytest
 from tg import Tensor, TinyJit, nn
 from tg_nn.optim import SGD, Adam, Optimizer
 from tg_nn.state import get_parameters, get_state_dict, load_state_dict
-from tg_tensor.schedule import pending
-
-
-@pytest.fixture(autouse=True)
-def _no_stale_schedule() -> None:
-    """Kernels another test scheduled and never ran (tests/test_cuda_compile.py leaves some) must not run here."""
-    pending.clear()
 
 
 class ConvNet:

@@ -11,28 +11,10 @@ import pytest
 
 from tg import dtypes
 from tg_nn.datasets import MNIST_FILES, DatasetError, mnist, mnist_numpy, read_idx
-from tg_tensor.schedule import pending
 
 
-@pytest.fixture(autouse=True)
-def _no_stale_schedule() -> None:
-    """Kernels another test scheduled and never ran (tests/test_cuda_compile.py leaves some) must not run here."""
-    pending.clear()
-
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-
-
-def mnist_dir() -> str:
-    """MNIST_DIR, else ../shared/datasets/mnist beside the repository (as .ci/run sets it)."""
-    for candidate in (os.getenv("MNIST_DIR"), str(ROOT.parent / "shared" / "datasets" / "mnist")):
-        if candidate and all(os.path.exists(os.path.join(candidate, n + ".gz")) for n in MNIST_FILES):
-            return candidate
-    pytest.skip("MNIST files not found: set MNIST_DIR (CI sets it to ../shared/datasets/mnist)")
-
-
-def test_mnist_shapes_dtypes_and_values() -> None:
-    X_train, Y_train, X_test, Y_test = mnist(mnist_dir())
+def test_mnist_shapes_dtypes_and_values(mnist_dir: str) -> None:
+    X_train, Y_train, X_test, Y_test = mnist(mnist_dir)
     assert X_train.shape == (60000, 1, 28, 28) and X_test.shape == (10000, 1, 28, 28)
     assert Y_train.shape == (60000,) and Y_test.shape == (10000,)
     assert X_train.dtype == dtypes.uint8 and Y_train.dtype == dtypes.uint8
@@ -41,8 +23,8 @@ def test_mnist_shapes_dtypes_and_values() -> None:
     assert Y_train.numpy()[:10].tolist() == [5, 0, 4, 1, 9, 2, 1, 3, 1, 4]  # the well-known first labels
 
 
-def test_mnist_reads_the_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MNIST_DIR", mnist_dir())
+def test_mnist_reads_the_environment_variable(mnist_dir: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MNIST_DIR", mnist_dir)
     X_train, Y_train, X_test, Y_test = mnist_numpy()
     assert X_train.shape == (60000, 1, 28, 28) and Y_test.shape == (10000,)
 
@@ -56,14 +38,14 @@ def _copy_dir(src: str, dst: pathlib.Path, raw: bool = False) -> None:
             (dst / (name + ".gz")).write_bytes(data)
 
 
-def test_raw_uncompressed_files_are_accepted(tmp_path: pathlib.Path) -> None:
-    src = mnist_dir()
+def test_raw_uncompressed_files_are_accepted(mnist_dir: str, tmp_path: pathlib.Path) -> None:
+    src = mnist_dir
     _copy_dir(src, tmp_path, raw=True)
     np.testing.assert_array_equal(read_idx(str(tmp_path), "t10k-labels-idx1-ubyte"), mnist_numpy(src)[3])
 
 
-def test_corrupt_file_is_rejected_by_checksum(tmp_path: pathlib.Path) -> None:
-    _copy_dir(mnist_dir(), tmp_path)
+def test_corrupt_file_is_rejected_by_checksum(mnist_dir: str, tmp_path: pathlib.Path) -> None:
+    _copy_dir(mnist_dir, tmp_path)
     labels = gzip.decompress((tmp_path / "t10k-labels-idx1-ubyte.gz").read_bytes())
     flipped = labels[:100] + bytes([labels[100] ^ 1]) + labels[101:]
     (tmp_path / "t10k-labels-idx1-ubyte.gz").write_bytes(gzip.compress(flipped))

@@ -5,31 +5,10 @@ Asserts accuracy, never time (it takes well under a minute on CPU with two cores
 
 from __future__ import annotations
 
-import os
-import pathlib
-
 import numpy as np
-import pytest
 
 from tg import Tensor, TinyJit, nn
-from tg_nn.datasets import MNIST_FILES, mnist_numpy
-from tg_tensor.schedule import pending
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-
-
-def mnist_dir() -> str:
-    """MNIST_DIR, else ../shared/datasets/mnist beside the repository (as .ci/run sets it)."""
-    for candidate in (os.getenv("MNIST_DIR"), str(ROOT.parent / "shared" / "datasets" / "mnist")):
-        if candidate and all(os.path.exists(os.path.join(candidate, n + ".gz")) for n in MNIST_FILES):
-            return candidate
-    pytest.skip("MNIST files not found: set MNIST_DIR (CI sets it to ../shared/datasets/mnist)")
-
-
-@pytest.fixture(autouse=True)
-def _no_stale_schedule() -> None:
-    """Kernels another test scheduled and never ran (tests/test_cuda_compile.py leaves some) must not run here."""
-    pending.clear()
+from tg_nn.datasets import mnist_numpy
 
 
 class SmallNet:
@@ -44,8 +23,8 @@ class SmallNet:
         return self.l1(x.flatten(1))
 
 
-def test_small_convnet_reaches_90_percent_on_a_2000_image_subset() -> None:
-    X_train, Y_train, X_test, Y_test = mnist_numpy(mnist_dir())
+def test_small_convnet_reaches_90_percent_on_a_2000_image_subset(mnist_dir: str) -> None:
+    X_train, Y_train, X_test, Y_test = mnist_numpy(mnist_dir)
     x_tr, y_tr = X_train[:2000].astype(np.float32) / 255.0, Y_train[:2000].astype(np.int32)
     x_te, y_te = X_test.astype(np.float32) / 255.0, Y_test.astype(np.int32)
 

@@ -258,20 +258,21 @@ _RANK = {"thread": 0, "global": 1, "local": 2, "reduce": 3, "group": 4, "upcast"
 MAX_UPCAST = 1024  # copies of the body that upcast x unroll may make
 
 
-def _upcast(k: Kernel, opt: Opt) -> None:
-    axis = k._pick(opt, "global")
+def _expand_axis(k: Kernel, opt: Opt, from_type: str, to_type: str) -> None:
+    """Split an axis of `from_type` so its inner part becomes straight-line copies (`to_type`)."""
+    axis = k._pick(opt, from_type)
     amt = k._amount(axis, opt.arg)
     if k.upcast_size * amt > MAX_UPCAST:
         raise KernelOptError(f"{opt}: upcast x unroll would be {k.upcast_size * amt} > {MAX_UPCAST}")
-    k._split(axis, amt, "upcast", inner=True)
+    k._split(axis, amt, to_type, inner=True)
+
+
+def _upcast(k: Kernel, opt: Opt) -> None:
+    _expand_axis(k, opt, "global", "upcast")
 
 
 def _unroll(k: Kernel, opt: Opt) -> None:
-    axis = k._pick(opt, "reduce")
-    amt = k._amount(axis, opt.arg)
-    if k.upcast_size * amt > MAX_UPCAST:
-        raise KernelOptError(f"{opt}: upcast x unroll would be {k.upcast_size * amt} > {MAX_UPCAST}")
-    k._split(axis, amt, "unroll", inner=True)
+    _expand_axis(k, opt, "reduce", "unroll")
 
 
 def _thread(k: Kernel, opt: Opt) -> None:
