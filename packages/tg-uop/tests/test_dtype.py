@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import math
+import os
+import pickle
 import random
 import struct
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -129,3 +133,17 @@ def test_int_wraparound() -> None:
     assert truncate_const(-1, dtypes.uint16) == 65535
     assert truncate_const(3.9, dtypes.int8) == 3 and truncate_const(-3.9, dtypes.int8) == -3
     assert truncate_const(2, dtypes.bool) is True
+
+
+def test_pickle_from_another_process_keeps_hash_and_membership() -> None:
+    # string hashes are salted per process: a DType unpickled here must hash like the ones made here
+    code = (
+        "import pickle,sys; from tg_uop import dtypes; "
+        "sys.stdout.buffer.write(pickle.dumps([dtypes.float, dtypes.half.vec(4), dtypes.int.ptr()]))"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    blob = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True, env=env).stdout
+    f, h4, p = pickle.loads(blob)
+    assert f == dtypes.float and hash(f) == hash(dtypes.float) and dtypes.is_float(f)
+    assert h4 == dtypes.half.vec(4) and hash(h4) == hash(dtypes.half.vec(4)) and h4.scalar() == dtypes.half
+    assert p == dtypes.int.ptr() and hash(p) == hash(dtypes.int.ptr())

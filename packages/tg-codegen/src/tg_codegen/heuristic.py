@@ -36,6 +36,8 @@ def hand_coded_optimizations(k: Kernel) -> list[Opt]:
 def _cpu(k: Kernel) -> None:
     if k.reduceops and _broadcast_axes(k):
         _tile(k)
+        if k.upcast_size < 16:
+            _try(k, [Opt(OptOps.UNROLL, len(k.axes_of("reduce")) - 1, a) for a in (4, 2)])
     elif k.reduceops:
         _upcast_unit_stride(k)
         _try(k, [Opt(OptOps.UNROLL, len(k.axes_of("reduce")) - 1, a) for a in (8, 4, 2)])
@@ -71,15 +73,59 @@ def _broadcast_axes(k: Kernel) -> list[int]:
 
 
 def _tile(k: Kernel) -> None:
-    """A register tile: the innermost broadcast axis by 16 (two AVX vectors), another by 4, then unroll 2."""
-    axes = _broadcast_axes(k)
-    inner = axes[-1]
-    _try(k, [Opt(OptOps.UPCAST, inner, a) for a in (16, 8, 4, 2)])
-    for other in reversed(axes[:-1]):
-        if _try(k, [Opt(OptOps.UPCAST, other, a) for a in (4, 3, 2)]):
-            break
-    if k.upcast_size < 64:
-        _try(k, [Opt(OptOps.UNROLL, len(k.axes_of("reduce")) - 1, a) for a in (4, 2)])
+    """A register tile for a matmul/conv-like kernel: an outer product of two output axes.
+
+    One axis (V) is packed into vectors: the last upcast, so the lowerer makes it the vector lanes. The
+    other (O) is unrolled into TILE_OTHER copies. The loads that move along V must be broadcast along O
+    and the other way round, so each loaded value is used by a whole row or column of the tile. V is
+    preferably an axis every moving load walks with stride 1 (its lanes load as one vector).
+    """
+    strides, globals_ = _load_strides(k), k.axes_of("global")
+    pair = _tile_pair(k, strides, globals_)
+    if pair is None:
+        _try(k, [Opt(OptOps.UPCAST, len(globals_) - 1, a) for a in (8, 4, 2)])
+        return
+    (v, v_amt), (o, o_amt) = pair
+    # O first, V second: V stays the last upcast axis and becomes the vector lanes
+    if _try(k, [Opt(OptOps.UPCAST, o, o_amt)]):
+        _try(k, [Opt(OptOps.UPCAST, v, v_amt)])
+
+
+TILE_VECTOR = (8, 4)  # lanes of V: 8 when V's loads are contiguous (one wide load), else 4 (gathered)
+TILE_OTHER = (8, 9, 6, 4, 3, 2)  # copies of O; the tile holds about 32 accumulators
+
+
+def _tile_pair(
+    k: Kernel, strides: list[tuple[int | None, ...]], globals_: list[int]
+) -> tuple[tuple[int, int], tuple[int, int]] | None:
+    """((V, lanes), (O, copies)) as Opt axis numbers, or None when no two axes form an outer product."""
+
+    def moving(a: int) -> frozenset[int]:
+        return frozenset(i for i, st in enumerate(strides) if st[a] != 0)
+
+    def size(n: int) -> int:
+        return int(k.full_shape[globals_[n]])
+
+    best: tuple[tuple[int, ...], tuple[tuple[int, int], tuple[int, int]]] | None = None
+    for v in range(len(globals_)):
+        mv = moving(globals_[v])
+        contiguous = bool(mv) and all(strides[i][globals_[v]] == 1 for i in mv)
+        v_amt = next((w for w in TILE_VECTOR if size(v) % w == 0 and (w == 4 or contiguous)), None)
+        if v_amt is None or not mv:
+            continue
+        for o in range(len(globals_)):
+            mo = moving(globals_[o])
+            if o == v or not mo or mo & mv:
+                continue
+            o_amt = next((c for c in TILE_OTHER if size(o) % c == 0 and c * v_amt <= 36), None)
+            if o_amt is None:
+                continue
+            # rank: contiguous vectors, a full tile, then the O axis whose loads are closest together
+            o_stride = min(abs(strides[i][globals_[o]] or 0) for i in mo)
+            score = (int(contiguous), o_amt * v_amt, -o_stride, size(v))
+            if best is None or score > best[0]:
+                best = (score, ((v, v_amt), (o, o_amt)))
+    return None if best is None else best[1]
 
 
 def _upcast_unit_stride(k: Kernel) -> None:

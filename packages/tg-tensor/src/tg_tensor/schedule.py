@@ -5,7 +5,10 @@ asked for (a root, CONTIGUOUS, COPY) or when fusing it would be wrong or wastefu
   - a movement op other than a reshape-into-the-output sits on top of a reduction
     (e.g. the `expand` in softmax: fusing would recompute the reduction per element);
   - two reductions of different shapes would share one kernel;
-  - a padded view sits on an op with f(0) != 0 (exp, log, reciprocal, division...).
+  - a padded view sits on an op with f(0) != 0 (exp, log, reciprocal, division...);
+  - an elementwise node that is costly to recompute is read through a view that repeats each of its
+    elements many times (the output gradient of a conv or matmul, expanded across its reduction):
+    computing it once and loading it is cheaper than recomputing it per use.
 Each of these is discovered while building the kernel; the offending node is then realized first.
 
 >>> from tg_tensor.schedule import create_schedule  # doctest: +SKIP
@@ -160,6 +163,8 @@ class _KernelBuilder:
         if op in GroupOp.Elementwise:
             if ops and op not in GroupOp.PadSafe and _has_mask(_movement_st(tuple(node.shape or ()), ops)):
                 raise _Fail(node)
+            if ops and node is not self.root and self._costly_to_repeat(node, ops):
+                raise _Fail(node)
             return UOp(op, node.dtype, tuple(self._build(s, ops) for s in node.src), node.arg)
         if op is Ops.REDUCE_AXIS:
             shape = tuple(node.shape or ())
@@ -173,6 +178,22 @@ class _KernelBuilder:
             return UOp(Ops.REDUCE_AXIS, node.dtype, (self._build(node.src[0], ()),), node.arg)
         raise NotImplementedError(f"the scheduler cannot put {op} in a kernel")
 
+    def _costly_to_repeat(self, node: UOp, ops: Movement) -> bool:
+        shape = tuple(node.shape or ())
+        if not all(isinstance(s, int) for s in shape):
+            return False
+        uses = prod(_movement_st(shape, ops).shape) // max(1, prod(shape))
+        if uses < REPEAT_MIN_USES:
+            return False
+        alus, bufs = self.sched.elementwise_cost(node, self.root)
+        return alus >= REPEAT_MAX_ALUS or bufs >= REPEAT_MAX_BUFFERS
+
+
+# an elementwise node read at least REPEAT_MIN_USES times per element gets its own kernel when it costs
+# REPEAT_MAX_ALUS ALU ops or reads REPEAT_MAX_BUFFERS buffers (cheap ones, like a relu, stay fused)
+REPEAT_MIN_USES = 8
+REPEAT_MAX_ALUS = 4
+REPEAT_MAX_BUFFERS = 3
 
 SPLIT_REDUCE_MIN = 1 << 15  # reductions at least this long into at most SPLIT_REDUCE_OUT outputs are split
 SPLIT_REDUCE_OUT = 16
@@ -233,6 +254,25 @@ class Scheduler:
     def is_boundary(self, node: UOp, current_root: UOp) -> bool:
         """Is `node` computed by a kernel of its own (so the current kernel loads it)?"""
         return node in self.forced or node.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN) or node in realized
+
+    def elementwise_cost(self, node: UOp, current_root: UOp) -> tuple[int, int]:
+        """(ALU ops, distinct buffers) of the elementwise graph under `node`, down to loads and constants."""
+        alus, bufs, stack, seen = 0, set[UOp](), [node], set[UOp]()
+        while stack:
+            n = _resolve(stack.pop())
+            if n in seen:
+                continue
+            seen.add(n)
+            if n.op is Ops.BUFFER or (n is not node and self.is_boundary(n, current_root)):
+                bufs.add(n)
+            elif n.op in GroupOp.Elementwise:
+                alus += 1
+                stack.extend(n.src)
+            elif n.op in GroupOp.Movement or n.op in (Ops.DETACH, Ops.CONTIGUOUS):
+                stack.extend(n.src)
+            elif n.op is Ops.REDUCE_AXIS:
+                bufs.add(n)  # realized on its own when repeated (a view over a reduction)
+        return alus, len(bufs)
 
     def realize_first(self, node: UOp) -> UOp:
         """Schedule `node`'s kernel (if not done yet) and return the BUFFER holding it."""

@@ -45,6 +45,10 @@ class DType:
     def __hash__(self) -> int:
         return self._hash  # type: ignore[attr-defined,no-any-return]
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # rebuilt from its fields, so the cached hash is the unpickling process's (string hashes are salted)
+        return (type(self), tuple(getattr(self, f.name) for f in dataclasses.fields(self)))
+
     def __repr__(self) -> str:
         if self.count > 1:
             return f"dtypes.{self.scalar().name}.vec({self.count})"
