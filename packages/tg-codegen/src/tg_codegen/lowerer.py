@@ -16,6 +16,7 @@ import itertools
 from tg_codegen.gpudims import special_indexes
 from tg_codegen.kernel import Kernel
 from tg_codegen.vectorize import VECTOR_WIDTHS, pack_stores
+from tg_shape import ShapeTracker
 from tg_uop import Ops, UOp, dtypes, graph_rewrite
 from tg_uop.helpers import prod
 from tg_uop.symbolic import symbolic
@@ -61,6 +62,7 @@ class Lowerer:
         if k.opts.has_local:
             self._launch_ids()
         self.memo: dict[tuple[UOp, tuple[UOp, ...]], UOp] = {}
+        self.indexed: dict[tuple[ShapeTracker, tuple[UOp, ...]], tuple[UOp, UOp]] = {}
         self.n_locals = 0
 
     def _launch_ids(self) -> None:
@@ -131,7 +133,7 @@ class Lowerer:
             ret = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, buf.dtype, (buf, index)), val) + gate)
         elif op is Ops.LOAD:
             buf, view = u.src
-            index, valid = view.arg.to_indexed_uops(list(idxs))
+            index, valid = self._indexed(view.arg, idxs)
             ret = UOp(Ops.LOAD, u.dtype, (UOp(Ops.INDEX, buf.dtype, (buf, index)),) + _gate(valid))
         elif op is Ops.CONST and u.src:
             _, valid = u.src[0].arg.to_indexed_uops(list(idxs))
@@ -143,6 +145,23 @@ class Lowerer:
         else:
             ret = u.replace(src=tuple(self._lower(s, idxs, fixed) for s in u.src))
         self.memo[key] = ret
+        return ret
+
+    def _indexed(self, st: ShapeTracker, idxs: tuple[UOp, ...]) -> tuple[UOp, UOp]:
+        """st.to_indexed_uops(idxs), shared by the lanes that differ only on axes `st` ignores.
+
+        The lanes of a register tile repeat a load along the axes it is broadcast over; simplifying
+        its index once per distinct address instead of once per lane keeps lowering fast.
+        """
+        last = st.views[-1]
+        zero = UOp.const(dtypes.int32, 0)
+        key_idxs = tuple(
+            zero if last.strides[i] == 0 and (last.mask is None or last.mask[i] == (0, last.shape[i])) else x
+            for i, x in enumerate(idxs)
+        )
+        key = (st, key_idxs)
+        if (ret := self.indexed.get(key)) is None:
+            ret = self.indexed[key] = st.to_indexed_uops(list(key_idxs))
         return ret
 
     def _lower_reduce(self, u: UOp, fixed: dict[int, int]) -> UOp:
