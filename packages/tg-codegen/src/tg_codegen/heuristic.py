@@ -91,8 +91,11 @@ def _tile(k: Kernel) -> None:
         _try(k, [Opt(OptOps.UPCAST, v, v_amt)])
 
 
-TILE_VECTOR = (8, 4)  # lanes of V: 8 when V's loads are contiguous (one wide load), else 4 (gathered)
-TILE_OTHER = (8, 9, 6, 4, 3, 2)  # copies of O; the tile holds about 32 accumulators
+# lanes of V and the most accumulators of a tile: contiguous loads along V (wide loads) take 16 lanes and
+# up to 128 accumulators (16 AVX registers); lanes gathered from scattered addresses take 4 and up to 64
+TILE_CONTIGUOUS, TILE_CONTIGUOUS_MAX = (16, 8), 128
+TILE_GATHERED, TILE_GATHERED_MAX = (4,), 64
+TILE_OTHER = (16, 8, 9, 6, 4, 3, 2)  # copies of O, the first that divides it and fits
 
 
 def _tile_pair(
@@ -107,22 +110,26 @@ def _tile_pair(
         return int(k.full_shape[globals_[n]])
 
     best: tuple[tuple[int, ...], tuple[tuple[int, int], tuple[int, int]]] | None = None
+    outer = next((n for n in range(len(globals_)) if size(n) > 1), None)
     for v in range(len(globals_)):
         mv = moving(globals_[v])
         contiguous = bool(mv) and all(strides[i][globals_[v]] == 1 for i in mv)
-        v_amt = next((w for w in TILE_VECTOR if size(v) % w == 0 and (w == 4 or contiguous)), None)
-        if v_amt is None or not mv:
-            continue
+        lanes, most = (TILE_CONTIGUOUS, TILE_CONTIGUOUS_MAX) if contiguous else (TILE_GATHERED, TILE_GATHERED_MAX)
+        v_amt = next((w for w in lanes if size(v) % w == 0), None)
+        if v_amt is None or not mv or (v == outer and size(v) // v_amt < 4 * k.opts.threads):
+            continue  # (the outermost axis must keep enough iterations to share among the threads)
         for o in range(len(globals_)):
             mo = moving(globals_[o])
             if o == v or not mo or mo & mv:
                 continue
-            o_amt = next((c for c in TILE_OTHER if size(o) % c == 0 and c * v_amt <= 36), None)
+            o_amt = next((c for c in TILE_OTHER if size(o) % c == 0 and c * v_amt <= most), None)
             if o_amt is None:
                 continue
-            # rank: contiguous vectors, a full tile, then the O axis whose loads are closest together
+            # rank (measured on conv and matmul kernels): contiguous vector loads; else gather the lanes
+            # from the farthest-apart addresses and keep the O copies' loads close together; then a big tile
             o_stride = min(abs(strides[i][globals_[o]] or 0) for i in mo)
-            score = (int(contiguous), o_amt * v_amt, -o_stride, size(v))
+            v_stride = max(abs(strides[i][globals_[v]] or 0) for i in mv)
+            score = (int(contiguous), v_stride, -o_stride, o_amt * v_amt)
             if best is None or score > best[0]:
                 best = (score, ((v, v_amt), (o, o_amt)))
     return None if best is None else best[1]
