@@ -1,6 +1,7 @@
 """Train a small convnet on MNIST with a jitted Adam step; prints a progress bar and the final test accuracy.
 
-Run with `uv run examples/beautiful_mnist.py` (STEPS=, BS=, LR=, EVAL_EVERY= to change the defaults).
+Run with `uv run examples/beautiful_mnist.py` (STEPS=, BS=, LR=, EVAL_EVERY= to change the defaults;
+EVAL_EVERY=0 tests only at the end).
 The data is read from MNIST_DIR, else from ../shared/datasets/mnist beside the repository when that
 folder exists (as on the project's machines), else as tg.nn.datasets.mnist() finds it (user cache, download).
 """
@@ -76,7 +77,7 @@ def main() -> None:
     for step in range(1, steps + 1):
         idx = rng.integers(0, len(X_train_f), bs)
         loss = train_step(Tensor(X_train_f[idx]), Tensor(Y_train[idx].astype(np.int32)))
-        if step % every == 0 or step == steps:
+        if (every > 0 and step % every == 0) or step == steps:  # EVAL_EVERY=0: only at the end
             acc = test_accuracy()
         if step % 10 == 0 or step == steps:
             progress(step, steps, started, f"loss {loss.item():6.3f}  test accuracy {acc:5.2f}%")
