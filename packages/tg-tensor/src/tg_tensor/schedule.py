@@ -13,6 +13,7 @@ Each of these is discovered while building the kernel; the offending node is the
 
 from __future__ import annotations
 
+import itertools
 import weakref
 from dataclasses import dataclass, field
 
@@ -27,6 +28,22 @@ Movement = tuple[tuple[Ops, object], ...]
 realized: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
 # BUFFER node -> runtime Buffer
 buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
+# BUFFER nodes whose memory an in-place write overwrote while nothing live read them (see inplace.py)
+stale: weakref.WeakSet[UOp] = weakref.WeakSet()
+
+
+class StaleReadError(RuntimeError):
+    """A graph reads a tensor version that an in-place assign has overwritten."""
+
+
+def check_not_stale(buf: UOp) -> None:
+    """Raise when `buf` is an overwritten version (its values are gone)."""
+    if buf in stale:
+        raise StaleReadError(
+            f"this graph reads a buffer (BUFFER {buf.arg[0]}, {buf.arg[1]} x {buf.dtype}) whose values an in-place "
+            "assign overwrote after the graph was built, while no live tensor held the graph; realize it before "
+            "the assign (or keep a tensor of it alive)"
+        )
 
 
 def buffer_of(u: UOp) -> Buffer:
@@ -58,6 +75,14 @@ class _Fail(Exception):
 
     def __init__(self, node: UOp) -> None:
         super().__init__(node.op.name)
+        self.node = node
+
+
+class _TwoVersions(Exception):
+    """A kernel reads two versions of one memory (before and after an assign): `node`, the older, needs a copy."""
+
+    def __init__(self, node: UOp) -> None:
+        super().__init__(f"BUFFER {node.arg[0]}")
         self.node = node
 
 
@@ -130,7 +155,13 @@ class _KernelBuilder:
         return shape
 
     def _load(self, buf: UOp, st: ShapeTracker) -> UOp:
+        buf = self.sched.copies.get(buf, buf)
         if buf not in self.inputs:
+            check_not_stale(buf)
+            memory = buffer_of(buf)
+            other = next((i for i in self.inputs if buffer_of(i) is memory), None)
+            if other is not None:
+                raise _TwoVersions(min(other, buf, key=lambda b: b.arg[0]))
             self.inputs.append(buf)
         g = UOp(Ops.DEFINE_GLOBAL, buf.dtype.ptr(), (), self.inputs.index(buf) + 1)
         return UOp(Ops.LOAD, buf.dtype, (g, UOp(Ops.VIEW, dtypes.void, (), st)))
@@ -229,6 +260,7 @@ class Scheduler:
         self.items: list[ScheduleItem] = []
         self.forced: set[UOp] = set()  # nodes that must get their own kernel
         self.in_progress: set[UOp] = set()
+        self.copies: dict[UOp, UOp] = {}  # an older version of a memory that a kernel reads with a newer one -> copy
 
     def is_boundary(self, node: UOp, current_root: UOp) -> bool:
         """Is `node` computed by a kernel of its own (so the current kernel loads it)?"""
@@ -287,6 +319,8 @@ class Scheduler:
         return self.realize_first(node)
 
     def _schedule_kernel(self, node: UOp) -> None:
+        if node.op is Ops.ASSIGN and len(node.src) > 2:
+            self.realize_first(node.src[2])  # the assign this one follows writes the memory first
         for _ in range(10_000):
             builder = _KernelBuilder(self, node)
             out = node.src[0].base if node.op is Ops.ASSIGN else self._new_output(node)  # ASSIGN writes in place
@@ -296,8 +330,12 @@ class Scheduler:
                 self.forced.add(f.node)
                 self.schedule_node(f.node)
                 continue
+            except _TwoVersions as v:
+                self.copies[v.node] = self.realize_first(UOp(Ops.CONTIGUOUS, v.node.dtype, (v.node,), _copy_arg()))
+                continue
             bufs = [buffer_of(out)] + [buffer_of(b) for b in builder.inputs]
-            self.items.append(ScheduleItem(ast, bufs, metadata={"writes": out, "reads": tuple(builder.inputs)}))
+            meta = {"writes": out, "reads": tuple(builder.inputs), "in_place": node.op is Ops.ASSIGN}
+            self.items.append(ScheduleItem(ast, bufs, metadata=meta))
             realized[node] = out.reshape(tuple(node.shape or ()))
             return
         raise RuntimeError("scheduler did not converge")
@@ -338,6 +376,7 @@ def _structure(roots: list[UOp]) -> tuple[tuple[object, ...], list[UOp]]:
             if node in ids:
                 continue
             if r.op is Ops.BUFFER:  # the same buffer reached twice gets one leaf: aliasing is part of the key
+                check_not_stale(r)
                 ids[node] = len(key)
                 if r not in leaf_of:
                     leaf_of[r] = len(leaves)
@@ -362,6 +401,8 @@ def _record(items: list[ScheduleItem], leaves: list[UOp], becomes: list[UOp]) ->
     for item in items:
         if item.ast.op is not Ops.SINK:
             return None  # a COPY's AST names its source BUFFER: caching it would keep that buffer alive
+        if item.metadata.get("in_place"):
+            return None  # an assign's result is a new version of a memory, not a new buffer
         refs: list[tuple[bool, int]] = []
         for b in item.bufs:
             if id(b) in inputs:
@@ -409,6 +450,21 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
     if recipe is not None and len(_recipes) < SCHEDULE_CACHE_MAX:
         _recipes[key] = recipe
     return items, becomes
+
+
+_copy_ids = itertools.count()
+
+
+def _copy_arg() -> tuple[str, int]:
+    """A unique arg: a copy of a buffer is a new node every time (the buffer's contents change)."""
+    return ("copy", next(_copy_ids))
+
+
+def create_copy_kernel(buf: UOp) -> tuple[ScheduleItem, UOp]:
+    """One kernel copying BUFFER `buf` into a fresh buffer, and that buffer's node."""
+    items, becomes = _create_schedule([UOp(Ops.CONTIGUOUS, buf.dtype, (buf,), ("copy", next(_copy_ids)))])
+    (item,) = items
+    return item, next(iter(becomes.values())).base
 
 
 def _create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:

@@ -27,6 +27,7 @@ from tg_tensor.activation import ActivationMixin
 from tg_tensor.creation import CreationMixin
 from tg_tensor.elementwise import ElementwiseMixin
 from tg_tensor.indexing import IndexingMixin
+from tg_tensor.inplace import live_tensors, previous, protect_old_values
 from tg_tensor.linalg import LinalgMixin
 from tg_tensor.movement import MovementMixin
 from tg_tensor.nn import NNMixin
@@ -107,6 +108,7 @@ class Tensor(
         if self.uop.device is None:
             raise ValueError("Tensor: the data has no device")
         self.requires_grad = requires_grad
+        live_tensors.add(self)
 
     @staticmethod
     def _make_uop(data: TensorLike, dtype: DType | None, dev: str) -> UOp:
@@ -211,7 +213,6 @@ class Tensor(
         tensors = [self, *others]
         roots = [_strip_reshapes(t.uop) for t in tensors]
         items, becomes = create_schedule([r for r, _ in roots])
-        items = order_items(items)
         grad_nodes: set[UOp] = set()
         if not Tensor.no_grad:
             for g in list(_grad_tensors):
@@ -222,6 +223,9 @@ class Tensor(
             if root.op is not Ops.ASSIGN and not is_contiguous_buffer(t.uop) and _reads_any(t.uop, grad_nodes):
                 t._lazy = t.uop
             t.uop = becomes[root].reshape(shape)
+        items, finish = protect_old_values(items)
+        items = order_items(items)
+        finish()
         pending.extend(items)
         return items
 
@@ -310,15 +314,19 @@ class Tensor(
             raise TypeError(f"assign: value of dtype {value.dtype} does not match the tensor's dtype {self.dtype}")
         if value.device != self.device:
             raise ValueError(f"assign: value is on {value.device}, the tensor on {self.device}")
-        if not is_contiguous_buffer(self.uop):
+        follows: tuple[UOp, ...] = ()
+        if self.uop.op is Ops.ASSIGN:  # an assign not realized yet: this one writes after it
+            follows = (self.uop,)
+        elif not is_contiguous_buffer(self.uop):
             self.uop = value.uop  # a lazy tensor has no buffer to reuse
             return self
-        target = self.uop.base
+        target = self.uop.src[0].base if follows else self.uop.base
         if _reads_shifted(value.uop, target):
             value = value.contiguous()
         alias = UOp.new_buffer(self.device, target.arg[1], self.dtype)
         buffers[alias] = buffer_of(target)
-        self.uop = UOp(Ops.ASSIGN, self.dtype, (alias.reshape(self.shape), value.uop))
+        previous[alias] = weakref.ref(target)
+        self.uop = UOp(Ops.ASSIGN, self.dtype, (alias.reshape(self.shape), value.uop, *follows))
         return self
 
     # ---- autograd ----
@@ -421,12 +429,23 @@ def _reads_shifted(value: UOp, target: UOp) -> bool:
     """Does `value` read `target`'s memory other than element for element (so writing in place would race)?
 
     Any BUFFER node sharing target's runtime buffer counts (an older version of an assigned tensor).
+    An assign inside `value` is computed by a kernel of its own: only its result is read here.
     """
     memory = buffer_of(target)
+    nodes: set[UOp] = set()
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if node not in nodes:
+            nodes.add(node)
+            stack.extend(node.src[:1] if node.op is Ops.ASSIGN else node.src)
     reaches: set[UOp] = set()
     for node in value.toposort:  # sources come first
+        if node not in nodes:
+            continue
+        srcs = node.src[:1] if node.op is Ops.ASSIGN else node.src
         same_memory = node.op is Ops.BUFFER and buffer_of(node) is memory
-        if same_memory or any(s in reaches for s in node.src):
+        if same_memory or any(s in reaches for s in srcs):
             reaches.add(node)
             moved = node.op in GroupOp.Movement and node.op is not Ops.RESHAPE
             if moved or node.op is Ops.REDUCE_AXIS:
