@@ -81,6 +81,8 @@ class _Scan:
         return new if new is not None and new.arg[0] > node.arg[0] else None
 
     def visit(self, t: Any) -> None:
+        if t.uop.op is Ops.ASSIGN and (done := realized.get(t.uop)) is not None:
+            t.uop = done  # an assign that ran: its tensor is the buffer now (and drops the assign's graph)
         chain = _view_chain(t.uop)
         if chain is not None:
             base, ops = chain
