@@ -41,22 +41,31 @@ def _const(value: int, shape: tuple[int, ...], device: str) -> UOp:
     return _broadcast(const_uop(value, U32, device), shape)
 
 
-def _rotl(x: UOp, r: int, shape: tuple[int, ...], device: str) -> UOp:
-    return x.alu(Ops.SHL, _const(r, shape, device)).alu(Ops.OR, x.alu(Ops.SHR, _const(32 - r, shape, device)))
-
-
 def threefry2x32(x: tuple[UOp, UOp], key: tuple[UOp, UOp], shape: tuple[int, ...], device: str) -> tuple[UOp, UOp]:
-    """Threefry-2x32-20 of the counter pair `x` under `key` (uint32 UOps of `shape`), elementwise."""
+    """Threefry-2x32-20 of the counter pair `x` (uint32 UOps of `shape`) under `key`, elementwise.
+
+    The key may be 0-d (one key for all elements): its schedule is then computed once, not per element.
+    """
+    consts: dict[int, UOp] = {}
+
+    def const(v: int) -> UOp:
+        if v not in consts:
+            consts[v] = _const(v, shape, device)
+        return consts[v]
+
+    def wide(u: UOp) -> UOp:
+        return _broadcast(u, shape) if u.shape == () else u
+
     k0, k1 = key
-    ks = (k0, k1, k0.alu(Ops.XOR, k1).alu(Ops.XOR, _const(PARITY, shape, device)))
-    x0, x1 = x[0].alu(Ops.ADD, k0), x[1].alu(Ops.ADD, k1)
+    ks = (k0, k1, k0.alu(Ops.XOR, k1).alu(Ops.XOR, _const(PARITY, tuple(k0.shape or ()), device)))
+    x0, x1 = x[0].alu(Ops.ADD, wide(k0)), x[1].alu(Ops.ADD, wide(k1))
     for group in range(5):  # 5 groups of 4 rounds, a key injection after each
         for r in ROTATIONS[4 * (group % 2) : 4 * (group % 2) + 4]:
             x0 = x0.alu(Ops.ADD, x1)
-            x1 = _rotl(x1, r, shape, device).alu(Ops.XOR, x0)
+            x1 = x1.alu(Ops.SHL, const(r)).alu(Ops.OR, x1.alu(Ops.SHR, const(32 - r))).alu(Ops.XOR, x0)
         s = group + 1
-        x0 = x0.alu(Ops.ADD, ks[s % 3])
-        x1 = x1.alu(Ops.ADD, ks[(s + 1) % 3]).alu(Ops.ADD, _const(s, shape, device))
+        inject1 = ks[(s + 1) % 3].alu(Ops.ADD, _const(s, tuple(k0.shape or ()), device))
+        x0, x1 = x0.alu(Ops.ADD, wide(ks[s % 3])), x1.alu(Ops.ADD, wide(inject1))
     return x0, x1
 
 
@@ -94,8 +103,7 @@ class RandomState:
         counter.assign(counter + 1)
         call = (counter - 1).reshape(()).uop  # reads the assign: realizing the bits runs the increment
         k0, k1 = key.uop.shrink(((0, 1),)).reshape(()), key.uop.shrink(((1, 2),)).reshape(())
-        wide = [_broadcast(u, shape) for u in (call, k0, k1)]
-        return threefry2x32((element_index(shape, device), wide[0]), (wide[1], wide[2]), shape, device)
+        return threefry2x32((element_index(shape, device), _broadcast(call, shape)), (k0, k1), shape, device)
 
 
 _ranges: dict[tuple[int, str], Tensor] = {}
