@@ -165,3 +165,28 @@ def test_lazy_chain_of_assigns_runs_in_version_order(device: str) -> None:
     outs = Tensor.realize(*reads)  # the four versions, one realize
     assert [r.item() for r in reads] == [1.0, 2.0, 3.0, 4.0] and outs is reads[0]
     assert w.item() == 4.0
+
+
+def test_assign_through_a_slice_writes_the_base(device: str) -> None:
+    w = Tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], device=device).realize()
+    before = w * 1
+    w[1:3].assign(Tensor([20.0, 30.0], device=device)).realize()
+    assert w.tolist() == [1.0, 20.0, 30.0, 4.0, 5.0, 6.0]
+    m = w.reshape(2, 3)
+    m[:, 2].assign(m[:, 0] * 100).realize()  # a strided column, from another column of the same memory
+    assert w.tolist() == [1.0, 20.0, 100.0, 4.0, 5.0, 400.0]
+    w.reshape(3, 2).T.flip(1)[0].assign(Tensor([7.0, 8.0, 9.0], device=device)).realize()
+    assert w.tolist() == [9.0, 20.0, 8.0, 4.0, 7.0, 400.0]
+    assert before.tolist() == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    with pytest.raises(ValueError, match="cannot write through this view"):
+        w.reshape(6, 1).expand(6, 2).assign(Tensor.ones(6, 2, device=device))
+    with pytest.raises(ValueError, match="cannot write through this view"):
+        w.pad(((1, 0),)).assign(Tensor.ones(7, device=device))
+
+
+def test_assign_to_an_equal_lazy_graph_does_not_write_the_other_tensor(device: str) -> None:
+    a = Tensor.zeros(3, device=device).contiguous()
+    b = Tensor.zeros(3, device=device).contiguous()  # the same node as a (hash-consing)
+    a.realize()
+    b.assign(Tensor.ones(3, device=device)).realize()
+    assert a.tolist() == [0.0, 0.0, 0.0] and b.tolist() == [1.0, 1.0, 1.0]

@@ -61,3 +61,29 @@ def test_mask_index_inside_the_jit_is_refused() -> None:
 
     with pytest.raises(JitError, match="reading values"):
         f(Tensor([1.0, -1.0]))
+
+
+def test_basic_setitem_writes_through_a_view(device: str) -> None:
+    a = np.arange(20, dtype=np.float32).reshape(4, 5)
+    x = Tensor(a.copy(), device=device).realize()
+    kept = x * 1  # built before the writes: keeps the old values
+    expected = a.copy()
+    for index, value in [
+        ((1,), 7.0),
+        ((slice(None), 2), -1.0),
+        ((slice(None, None, 2), slice(1, 4)), 3.0),
+        ((slice(None, None, -1), 0), np.arange(4, dtype=np.float32)),
+        ((..., -1), 9.0),
+        ((slice(1, None), slice(None, None, 3)), 5.0),
+    ]:
+        x[index] = Tensor(value, device=device) if isinstance(value, np.ndarray) else value
+        expected[index] = value
+        np.testing.assert_array_equal(x.numpy(), expected, err_msg=str(index))
+    x[1:, :] = x[:-1, :]  # reads what it writes: computed first
+    expected[1:, :] = expected[:-1, :].copy()
+    np.testing.assert_array_equal(x.numpy(), expected)
+    np.testing.assert_array_equal(kept.numpy(), a)
+    GlobalCounters.reset()
+    x[2] = 0.0
+    x.realize()
+    assert GlobalCounters.kernel_count == 1  # one small kernel writing the row, no scatter over the tensor

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tg_tensor.inplace import view_chain
 from tg_tensor.util import broadcast_shape
 from tg_uop import dtypes
 
@@ -152,6 +153,8 @@ class IndexingMixin:
         if _is_mask(index) and hasattr(index, "uop") and _is_scalar(value):
             self._set_masked(index, value)  # a mask and one value: a lazy where, nothing read to the host
             return
+        if _is_basic(index) and self._set_view(index, value):
+            return
         positions = type(self).arange(int(self.numel()), device=self.device).reshape(self.shape)[index]
         val = self._to_tensor(value).cast(self.dtype)._broadcast_to(positions.shape)
         flat_pos, flat_val = positions.flatten(), val.flatten()
@@ -161,6 +164,19 @@ class IndexingMixin:
         written = onehot.where(flat_val.reshape(-1, 1), 0).sum(0, dtype=_sum_dtype(self.dtype)).cast(self.dtype)
         new = hit.reshape(self.shape).where(written.reshape(self.shape), self)
         self.assign(new.contiguous())
+
+    def _set_view(self: Tensor, index: Index, value: Any) -> bool:
+        """Write through the view `self[index]` of a buffer (O(selected), no scatter); False if it is not one."""
+        if view_chain(self.uop, resolve=False) is None:
+            return False
+        view = self[index]
+        val = self._to_tensor(value).cast(self.dtype)._broadcast_to(view.shape)
+        try:
+            view.assign(val)
+        except ValueError:
+            return False  # not one strided window (a strided slice padded past the end, say)
+        view.kernelize()  # runs at the next realize; self, a view of the old version, is re-pointed to the new
+        return True
 
     def _set_masked(self: Tensor, mask: Tensor, value: Any) -> None:
         k = mask.ndim
@@ -252,6 +268,12 @@ def _is_mask(it: Any) -> bool:
     if hasattr(it, "uop"):
         return bool(it.dtype == dtypes.bool)
     return isinstance(it, np.ndarray) and it.dtype == np.bool_
+
+
+def _is_basic(index: Index) -> bool:
+    """Ints, slices, None and Ellipsis only: the selection is a view."""
+    items = index if isinstance(index, tuple) else (index,)
+    return all(it is None or it is Ellipsis or isinstance(it, (int, slice)) for it in items)
 
 
 def _is_scalar(v: Any) -> bool:

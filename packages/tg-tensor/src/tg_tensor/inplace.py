@@ -44,25 +44,33 @@ def _resolve(u: UOp) -> UOp:
     return realized.get(u, u)
 
 
-def _written(items: list[ScheduleItem]) -> dict[int, UOp]:
-    """id(runtime Buffer) -> the newest version node that an in-place write of this schedule produces."""
+def _written(items: list[ScheduleItem]) -> list[UOp]:
+    """The version nodes that the in-place writes of this schedule produce."""
+    nodes = [it.metadata.get("writes") for it in items if it.metadata.get("in_place")]
+    return [n for n in nodes if isinstance(n, UOp)]
+
+
+def _newest(written: list[UOp]) -> dict[int, UOp]:
+    """id(runtime Buffer) -> the newest version written."""
     out: dict[int, UOp] = {}
-    for it in items:
-        node = it.metadata.get("writes")
-        if it.metadata.get("in_place") and isinstance(node, UOp):
-            key = id(buffer_of(node))
-            if key not in out or out[key].arg[0] < node.arg[0]:
-                out[key] = node
+    for node in written:
+        key = id(buffer_of(node))
+        if key not in out or out[key].arg[0] < node.arg[0]:
+            out[key] = node
     return out
 
 
-def _view_chain(u: UOp) -> tuple[UOp, list[tuple[Ops, Any]]] | None:
-    """(BUFFER, movement ops from the top down) when `u` is only a view of a buffer, else None."""
+def view_chain(u: UOp, resolve: bool = True) -> tuple[UOp, list[tuple[Ops, Any]]] | None:
+    """(BUFFER, movement ops from the top down) when `u` is only a view of a buffer, else None.
+
+    With `resolve`, lazy nodes that were realized count as their buffers.
+    """
+    step = _resolve if resolve else (lambda n: n)
     ops: list[tuple[Ops, Any]] = []
-    node = _resolve(u)
+    node = step(u)
     while node.op in GroupOp.Movement:
         ops.append((node.op, node.arg))
-        node = _resolve(node.src[0])
+        node = step(node.src[0])
     return (node, ops) if node.op is Ops.BUFFER else None
 
 
@@ -83,11 +91,11 @@ class _Scan:
     def visit(self, t: Any) -> None:
         if t.uop.op is Ops.ASSIGN and (done := realized.get(t.uop)) is not None:
             t.uop = done  # an assign that ran: its tensor is the buffer now (and drops the assign's graph)
-        chain = _view_chain(t.uop)
+        chain = view_chain(t.uop)
         if chain is not None:
             base, ops = chain
             if (new := self.newer(base)) is not None:
-                t.uop = _rebuild(new, ops)  # a view shares the memory: it sees the write
+                t.uop = rebuild_view(new, ops)  # a view shares the memory: it sees the write
             return
         self.walk(t.uop)
 
@@ -108,7 +116,7 @@ class _Scan:
             stack.extend(node.src)
 
 
-def _rebuild(base: UOp, ops: list[tuple[Ops, Any]]) -> UOp:
+def rebuild_view(base: UOp, ops: list[tuple[Ops, Any]]) -> UOp:
     node = base
     for op, arg in reversed(ops):
         node = UOp(op, node.dtype, (node,), arg)
@@ -124,7 +132,7 @@ def protect_old_values(items: list[ScheduleItem]) -> tuple[list[ScheduleItem], C
     written = _written(items)
     if not written:
         return items, _nothing
-    scan = _Scan(written)
+    scan = _Scan(_newest(written))
     for t in list(live_tensors):
         scan.visit(t)
     copies: list[ScheduleItem] = []
@@ -133,7 +141,7 @@ def protect_old_values(items: list[ScheduleItem]) -> tuple[list[ScheduleItem], C
         item, copy = create_copy_kernel(old)
         copies.append(item)
         rebind.append((old, buffer_of(copy)))
-    unread = [p for new in written.values() if (ref := previous.get(new)) is not None and (p := ref()) is not None]
+    unread = [p for new in written if (ref := previous.get(new)) is not None and (p := ref()) is not None]
 
     def finish() -> None:
         for old, buf in rebind:

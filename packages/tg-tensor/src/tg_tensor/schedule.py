@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from tg_runtime.device import Buffer
 from tg_shape import ShapeTracker
+from tg_tensor.split_reduce import split_reduces
 from tg_uop import GroupOp, Ops, UOp, dtypes
 from tg_uop.helpers import prod
 
@@ -118,6 +119,36 @@ def _apply(st: ShapeTracker, op: Ops, arg: object) -> ShapeTracker:
     raise ValueError(f"not a movement op: {op}")
 
 
+def _store(out_buf: UOp, st: ShapeTracker, value: UOp) -> UOp:
+    g0 = UOp(Ops.DEFINE_GLOBAL, out_buf.dtype.ptr(), (), 0)
+    return UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (g0, UOp(Ops.VIEW, dtypes.void, (), st), value)),))
+
+
+def write_view(target: UOp) -> ShapeTracker | None:
+    """Where an assign to `target` (movement ops over a BUFFER) writes: None for the whole buffer in order.
+
+    Raises ValueError for views that cannot be written (expanded, padded, or not one strided window).
+    """
+    ops: list[tuple[Ops, object]] = []
+    node = target
+    while node.op in GroupOp.Movement:
+        ops.append((node.op, node.arg))
+        node = node.src[0]
+    if node.op is not Ops.BUFFER:
+        raise ValueError(f"assign: the target is not a view of a buffer ({node.op})")
+    if all(op is Ops.RESHAPE for op, _ in ops):
+        return None
+    st = _movement_st((node.arg[1],), tuple(reversed(ops)))
+    view = st.views[-1]
+    bad = len(st.views) > 1 or view.mask is not None or any(s == 0 and n > 1 for s, n in zip(view.strides, view.shape))
+    if bad:
+        raise ValueError(
+            f"assign: cannot write through this view of shape {tuple(target.shape or ())} (expanded, padded, or "
+            "not one strided window of the buffer); assign to the whole tensor instead"
+        )
+    return st
+
+
 class _KernelBuilder:
     """Builds the AST of one kernel whose output is `root`."""
 
@@ -130,13 +161,13 @@ class _KernelBuilder:
     def build(self, out_buf: UOp) -> UOp:
         root = self.root
         inner = root.src[0] if root.op is Ops.CONTIGUOUS else root.src[1] if root.op is Ops.ASSIGN else root
+        if root.op is Ops.ASSIGN and (view := write_view(root.src[0])) is not None:
+            value = self._build(inner, ())  # an assign through a view: stored where the view points
+            return _store(out_buf, view, value)
         space = self._output_space(inner)
         top: Movement = ((Ops.RESHAPE, space),) if space != tuple(root.shape or ()) else ()
         value = self._build(inner, top)
-        out_st = _movement_st((prod(root.shape or ()),), ((Ops.RESHAPE, space),))
-        g0 = UOp(Ops.DEFINE_GLOBAL, out_buf.dtype.ptr(), (), 0)
-        store = UOp(Ops.STORE, dtypes.void, (g0, UOp(Ops.VIEW, dtypes.void, (), out_st), value))
-        return UOp(Ops.SINK, dtypes.void, (store,))
+        return _store(out_buf, _movement_st((prod(root.shape or ()),), ((Ops.RESHAPE, space),)), value)
 
     def _output_space(self, node: UOp) -> tuple[int, ...]:
         """The shape the kernel computes in: a reduction's output shape when only reshapes lead up to it."""
@@ -203,50 +234,6 @@ class _KernelBuilder:
                 raise _Fail(node)
             return UOp(Ops.REDUCE_AXIS, node.dtype, (self._build(node.src[0], ()),), node.arg)
         raise NotImplementedError(f"the scheduler cannot put {op} in a kernel")
-
-
-SPLIT_REDUCE_MIN = 1 << 15  # reductions at least this long into at most SPLIT_REDUCE_OUT outputs are split
-SPLIT_REDUCE_OUT = 16
-SPLIT_CHUNKS = (64, 32, 16)
-SPLIT_LANES = 8
-
-
-def split_reduce(node: UOp) -> UOp | None:
-    """A long reduction to few outputs as two kernels: partials of G contiguous chunks, then their combination.
-
-    x of (..., R) reduced over R becomes x.reshape(..., G, R/(G*L), L) reduced over the middle axis
-    (G*L partials: chunks run in parallel, the L lanes are adjacent so they load as one vector),
-    then reduced over the G*L partials.
-    """
-    src = node.src[0]
-    shape, out = tuple(src.shape or ()), tuple(node.shape or ())
-    axes = node.arg[1]
-    if not all(isinstance(s, int) for s in shape) or prod(out) > SPLIT_REDUCE_OUT:
-        return None
-    red = prod(shape[a] for a in axes)
-    chunks = next((g for g in SPLIT_CHUNKS if red % (g * SPLIT_LANES) == 0), None)
-    if red < SPLIT_REDUCE_MIN or chunks is None:
-        return None
-    keep = [i for i in range(len(shape)) if i not in axes]
-    split = (chunks, red // (chunks * SPLIT_LANES), SPLIT_LANES)
-    flat = src.permute(tuple(keep + list(axes))).reshape(tuple(shape[i] for i in keep) + split)
-    stage1 = flat.r(node.arg[0], (len(keep) + 1,))
-    return stage1.r(node.arg[0], (len(keep), len(keep) + 2)).reshape(out)
-
-
-def split_reduces(root: UOp) -> UOp:
-    """`root` with every long reduction (not yet realized) replaced by its two-stage form."""
-    nodes = root.toposort
-    if not any(u.op is Ops.REDUCE_AXIS and u not in realized and split_reduce(u) is not None for u in nodes):
-        return root
-    done: dict[UOp, UOp] = {}
-    for u in nodes:
-        if u in realized or not u.src:
-            done[u] = u
-            continue
-        new = u.replace(src=tuple(done[s] for s in u.src))
-        done[u] = split_reduce(new) or new if new.op is Ops.REDUCE_AXIS else new
-    return done[root]
 
 
 def _has_mask(st: ShapeTracker) -> bool:
@@ -336,7 +323,7 @@ class Scheduler:
             bufs = [buffer_of(out)] + [buffer_of(b) for b in builder.inputs]
             meta = {"writes": out, "reads": tuple(builder.inputs), "in_place": node.op is Ops.ASSIGN}
             self.items.append(ScheduleItem(ast, bufs, metadata=meta))
-            realized[node] = out.reshape(tuple(node.shape or ()))
+            realized[node] = node.src[0] if node.op is Ops.ASSIGN else out.reshape(tuple(node.shape or ()))
             return
         raise RuntimeError("scheduler did not converge")
 
@@ -471,7 +458,7 @@ def _create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UO
     sched = Scheduler()
     becomes: dict[UOp, UOp] = {}
     for root in roots:
-        r = split_reduces(_resolve(root))
+        r = split_reduces(_resolve(root), realized)
         if r.op is Ops.BUFFER or (r.base.op is Ops.BUFFER and all(n.op in GroupOp.Movement for n in _chain(r))):
             becomes[root] = r
             continue

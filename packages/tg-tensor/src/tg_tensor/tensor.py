@@ -27,14 +27,14 @@ from tg_tensor.activation import ActivationMixin
 from tg_tensor.creation import CreationMixin
 from tg_tensor.elementwise import ElementwiseMixin
 from tg_tensor.indexing import IndexingMixin
-from tg_tensor.inplace import live_tensors, previous, protect_old_values
+from tg_tensor.inplace import live_tensors, previous, protect_old_values, rebuild_view, view_chain
 from tg_tensor.linalg import LinalgMixin
 from tg_tensor.movement import MovementMixin
 from tg_tensor.nn import NNMixin
 from tg_tensor.ordering import order_items
 from tg_tensor.realize import run_pending
 from tg_tensor.reduce import ReduceMixin
-from tg_tensor.schedule import ScheduleItem, buffer_of, buffers, create_schedule, pending
+from tg_tensor.schedule import ScheduleItem, buffer_of, buffers, create_schedule, pending, write_view
 from tg_tensor.util import const_uop, is_contiguous_buffer, np_dtype, shape_of_list
 from tg_uop import ConstType, DType, GroupOp, Ops, UOp, dtypes
 from tg_uop.helpers import all_int, prod
@@ -314,19 +314,22 @@ class Tensor(
             raise TypeError(f"assign: value of dtype {value.dtype} does not match the tensor's dtype {self.dtype}")
         if value.device != self.device:
             raise ValueError(f"assign: value is on {value.device}, the tensor on {self.device}")
-        follows: tuple[UOp, ...] = ()
-        if self.uop.op is Ops.ASSIGN:  # an assign not realized yet: this one writes after it
-            follows = (self.uop,)
-        elif not is_contiguous_buffer(self.uop):
-            self.uop = value.uop  # a lazy tensor has no buffer to reuse
+        follows = (self.uop,) if self.uop.op is Ops.ASSIGN else ()  # an assign not run yet: this one comes after
+        # (not through realized lazy nodes: equal lazy graphs are one node, so that memory may be another tensor's)
+        chain = view_chain(self.uop.src[0] if follows else self.uop, resolve=False)
+        if chain is None:
+            self.uop = value.uop  # a lazy tensor has no buffer to write
             return self
-        target = self.uop.src[0].base if follows else self.uop.base
-        if _reads_shifted(value.uop, target):
+        target, ops = chain
+        through_view = any(op is not Ops.RESHAPE for op, _ in ops)
+        if _reads_shifted(value.uop, target) or (through_view and _reads_memory(value.uop, target)):
             value = value.contiguous()
         alias = UOp.new_buffer(self.device, target.arg[1], self.dtype)
         buffers[alias] = buffer_of(target)
         previous[alias] = weakref.ref(target)
-        self.uop = UOp(Ops.ASSIGN, self.dtype, (alias.reshape(self.shape), value.uop, *follows))
+        view = rebuild_view(alias, ops)
+        write_view(view)  # raises for views that cannot be written
+        self.uop = UOp(Ops.ASSIGN, self.dtype, (view, value.uop, *follows))
         return self
 
     # ---- autograd ----
@@ -451,6 +454,12 @@ def _reads_shifted(value: UOp, target: UOp) -> bool:
             if moved or node.op is Ops.REDUCE_AXIS:
                 return True
     return False
+
+
+def _reads_memory(value: UOp, target: UOp) -> bool:
+    """Does `value` read `target`'s memory at all?"""
+    memory = buffer_of(target)
+    return any(n.op is Ops.BUFFER and buffer_of(n) is memory for n in value.toposort)
 
 
 def _reads_any(graph: UOp, nodes: set[UOp]) -> bool:
