@@ -41,18 +41,22 @@ def test_uniform_statistics() -> None:
     assert set(np.unique(r).tolist()) == set(range(-3, 4)) and abs(r.mean()) < 0.05
 
 
-def test_same_numbers_on_every_device() -> None:
-    got = {}
-    for dev in ("PYTHON", "CPU"):
-        Tensor.manual_seed(1234)
-        got[dev] = (
-            Tensor.rand(3, 5, device=dev).numpy(),
-            Tensor.randint(7, low=0, high=1000, device=dev).numpy(),
-            Tensor.randn(6, device=dev).numpy(),
-        )
-    np.testing.assert_array_equal(got["PYTHON"][0], got["CPU"][0])  # pure uint32 maths: bit for bit
-    np.testing.assert_array_equal(got["PYTHON"][1], got["CPU"][1])
-    np.testing.assert_allclose(got["PYTHON"][2], got["CPU"][2], rtol=1e-6)  # log/cos: libm may differ by 1 ulp
+def _draws(dev: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    Tensor.manual_seed(1234)
+    return (
+        Tensor.rand(3, 5, device=dev).numpy(),
+        Tensor.randint(7, low=0, high=1000, device=dev).numpy(),
+        Tensor.randn(6, device=dev).numpy(),
+    )
+
+
+def test_same_numbers_on_every_device(device: str) -> None:
+    if device == "PYTHON":
+        pytest.skip("PYTHON is the reference the other devices are compared with")
+    ref, got = _draws("PYTHON"), _draws(device)
+    np.testing.assert_array_equal(got[0], ref[0])  # pure uint32 maths: bit for bit
+    np.testing.assert_array_equal(got[1], ref[1])
+    np.testing.assert_allclose(got[2], ref[2], rtol=1e-6)  # log/cos: libm may differ by 1 ulp
 
 
 def test_manual_seed_reproduces_and_the_stream_moves_on(device: str) -> None:
@@ -124,3 +128,11 @@ def test_a_random_state_of_its_own() -> None:
     a = Tensor(s1.bits((6,), "CPU")[0]).tolist()
     assert a == Tensor(s2.bits((6,), "CPU")[0]).tolist()
     assert a != Tensor(s1.bits((6,), "CPU")[0]).tolist()
+
+
+def test_odd_shapes(device: str) -> None:
+    assert Tensor.rand(0, 3, device=device).numpy().shape == (0, 3)
+    scalar = Tensor.rand(device=device)
+    assert scalar.shape == () and 0 <= scalar.item() < 1
+    x = Tensor.rand(2, 1, 3, device=device).numpy()
+    assert x.shape == (2, 1, 3) and len(np.unique(x)) == 6  # every element its own index
