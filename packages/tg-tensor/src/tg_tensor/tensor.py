@@ -299,12 +299,16 @@ class Tensor(
 
     # ---- in-place update ----
     def assign(self, value: TensorLike) -> Tensor:
-        """Overwrite this tensor's values with `value` (lazily; its buffer is reused once realized).
+        """Overwrite this tensor's values with `value`, lazily, in place (its buffer is reused once realized).
+
+        A view of a buffer (`w[1:3]`, `w.T`) writes into that buffer. Lazy tensors built from the old
+        values keep them (inplace.py); views of the buffer see the write.
 
         >>> from tg_tensor import Tensor
-        >>> w = Tensor([1.0, 2.0]).realize()
-        >>> w.assign(w * 2).realize().tolist()
-        [2.0, 4.0]
+        >>> w = Tensor([1.0, 2.0, 3.0]).realize()
+        >>> old = w * 1
+        >>> w[1:].assign(w[1:] * 10).realize().tolist(), w.tolist(), old.tolist()
+        ([20.0, 30.0], [1.0, 20.0, 30.0], [1.0, 2.0, 3.0])
         """
         if not isinstance(value, Tensor):
             value = Tensor(value, device=self.device, dtype=self.dtype)
@@ -324,11 +328,11 @@ class Tensor(
         through_view = any(op is not Ops.RESHAPE for op, _ in ops)
         if _reads_shifted(value.uop, target) or (through_view and _reads_memory(value.uop, target)):
             value = value.contiguous()
-        alias = UOp.new_buffer(self.device, target.arg[1], self.dtype)
-        buffers[alias] = buffer_of(target)
-        previous[alias] = weakref.ref(target)
+        alias = UOp.new_buffer(self.device, target.arg[1], self.dtype)  # the new version of target's memory
         view = rebuild_view(alias, ops)
         write_view(view)  # raises for views that cannot be written
+        buffers[alias] = buffer_of(target)
+        previous[alias] = weakref.ref(target)
         self.uop = UOp(Ops.ASSIGN, self.dtype, (view, value.uop, *follows))
         return self
 
