@@ -337,3 +337,32 @@ def test_backward_after_realize(device: str) -> None:
     loss.backward()
     assert w.grad is not None and w.grad.tolist() == [2.0, 3.0]
     assert loss.gradient(w)[0].tolist() == [2.0, 3.0]
+
+
+@pytest.mark.parametrize(
+    "values",
+    [[[2.0, 0.0, 4.0], [1.5, -3.0, 0.5]], [[0.0, 3.0, 0.0], [0.0, 2.0, 1.0]], [[0.0, 0.0, 0.0], [1.0, 2.0, 3.0]]],
+)
+@pytest.mark.parametrize("axis", [None, 0, 1])
+def test_prod_gradient_with_zeros(device: str, values: list[list[float]], axis: int | None) -> None:
+    """d prod / d x_i is the product of the others (one zero: non-zero only at the zero; two: all zero)."""
+    a = np.array(values)
+    x = Tensor(a, device=device, requires_grad=True)
+    got = x.prod(axis).sum().gradient(x)[0].numpy()
+    expected = np.zeros_like(a)
+    for i in np.ndindex(a.shape):
+        others = a.copy()
+        others[i] = 1.0
+        expected[i] = others.prod()
+        if axis is not None:
+            line = others[:, i[1]] if axis == 0 else others[i[0], :]
+            expected[i] = line.prod()
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
+    eps = 1e-6
+    for i in np.ndindex(a.shape):  # central differences, one element at a time
+        plus, minus = a.copy(), a.copy()
+        plus[i] += eps
+        minus[i] -= eps
+        numeric = (np.prod(plus, axis=axis).sum() - np.prod(minus, axis=axis).sum()) / (2 * eps)
+        assert got[i] == pytest.approx(numeric, abs=1e-6)

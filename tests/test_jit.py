@@ -263,16 +263,30 @@ def test_nn_dropout_gets_a_new_mask_on_every_replay() -> None:
     assert all(not np.array_equal(masks[i], masks[j]) for i in range(5) for j in range(i))
 
 
-def test_host_random_dropout_inside_the_jit_is_refused() -> None:
+def test_tensor_dropout_gets_a_new_mask_on_every_replay() -> None:
     @TinyJit
     def f(x: Tensor) -> Tensor:
-        return x.dropout(0.5) * 1  # Tensor.dropout draws its mask on the host
+        return x.dropout(0.5) * 1  # the mask is made on the device from a counter the step increments
 
     with Tensor.train():
-        f(Tensor(np.ones(64, np.float32)))
-        for _ in range(2):  # refused at the capture, and again on every later call
-            with pytest.raises(JitError, match="use tg.nn.Dropout"):
-                f(Tensor(np.ones(64, np.float32)))
+        masks = [f(Tensor(np.ones(256, np.float32))).numpy() for _ in range(5)]
+    assert len(f.jit_cache) == 2  # the counter increment and the fused mask-and-scale kernel
+    for m in masks:
+        assert set(np.unique(m).tolist()) <= {0.0, 2.0} and 80 < int((m == 0).sum()) < 176
+    assert all(not np.array_equal(masks[i], masks[j]) for i in range(5) for j in range(i))
+
+
+def test_host_data_that_changes_inside_the_jit_is_refused() -> None:
+    rng = np.random.default_rng(0)
+
+    @TinyJit
+    def f(x: Tensor) -> Tensor:
+        return x * Tensor(rng.random(64).astype(np.float32))  # made on the host: a replay would freeze it
+
+    f(Tensor(np.ones(64, np.float32)))
+    for _ in range(2):  # refused at the capture, and again on every later call
+        with pytest.raises(JitError, match="creates tensor data on the host that changes between calls"):
+            f(Tensor(np.ones(64, np.float32)))
 
 
 def test_same_input_on_every_call_still_records_kernels() -> None:

@@ -59,7 +59,8 @@ def test_random_is_seeded_and_device_independent() -> None:
     for dev in ("PYTHON", "CPU"):
         Tensor.manual_seed(42)
         values[dev] = (Tensor.rand(4, device=dev).tolist(), Tensor.randn(3, device=dev).tolist())
-    assert values["PYTHON"] == values["CPU"]
+    assert values["PYTHON"][0] == values["CPU"][0]
+    np.testing.assert_allclose(values["PYTHON"][1], values["CPU"][1], rtol=1e-6)  # libm log/cos: 1 ulp
     Tensor.manual_seed(42)
     assert Tensor.rand(4).tolist() == values["CPU"][0]
     assert Tensor.rand(4).tolist() != values["CPU"][0]  # the stream moves on

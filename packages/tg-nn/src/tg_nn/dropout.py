@@ -1,8 +1,7 @@
-"""Dropout whose random numbers are made on the device, so it works inside TinyJit.
+"""Dropout as a layer: `Tensor.dropout` with its p (and, optionally, a random stream of its own).
 
-`Tensor.dropout` draws its mask on the host (numpy), and host data is frozen into a TinyJit
-recording (TinyJit refuses it). `Dropout` instead hashes element indices with a per-layer counter
-that a kernel increments in place on every call: each call, and each replay, gets a new mask.
+Its mask is made on the device (Threefry-2x32 of a seed and a call counter in device buffers), so
+it works inside TinyJit: every call, and every replay, gets a new mask.
 
 >>> from tg_tensor import Tensor
 >>> drop = Dropout(0.5, seed=1)
@@ -14,45 +13,27 @@ that a kernel increments in place on every call: each call, and each replay, get
 
 from __future__ import annotations
 
-from tg_nn.util import own_buffer
 from tg_tensor import Tensor
-from tg_uop import dtypes
-
-_GOLDEN = 0x9E3779B9  # spreads consecutive counters far apart in the index space
-
-
-def _hash32(x: Tensor) -> Tensor:
-    """A 32-bit integer hash with good avalanche (lowbias32); uint32 arithmetic wraps."""
-    x = x ^ (x >> 16)
-    x = x * 0x7FEB352D
-    x = x ^ (x >> 15)
-    x = x * 0x846CA68B
-    return x ^ (x >> 16)
-
-
-def random_bits(shape: tuple[int, ...], counter: Tensor) -> Tensor:
-    """uint32 pseudo-random bits of `shape`, a pure function of the counter's current value."""
-    n = 1
-    for s in shape:
-        n *= int(s)
-    idx = Tensor.arange(n, dtype=dtypes.uint32, device=counter.device)
-    return _hash32(idx + counter * _GOLDEN).reshape(shape)
+from tg_tensor.rng import RandomState, to_unit_float
 
 
 class Dropout:
-    """Zero each element with probability p in training (`Tensor.training`) and scale the rest by 1/(1-p)."""
+    """Zero each element with probability p in training (`Tensor.training`) and scale the rest by 1/(1-p).
 
-    def __init__(self, p: float = 0.5, seed: int = 0) -> None:
+    With `seed=None` (the default) the mask comes from the global stream (`Tensor.manual_seed`);
+    with a seed, from a stream of this layer's own (two layers with one seed drop the same elements).
+    """
+
+    def __init__(self, p: float = 0.5, seed: int | None = None) -> None:
         if not 0 <= p < 1:
             raise ValueError(f"Dropout: p must be in [0, 1), got {p}")
         self.p = p
-        self.counter = own_buffer(Tensor([seed * 2654435761 % 2**32], dtype=dtypes.uint32), requires_grad=False)
+        self.state = RandomState(seed) if seed is not None else None
 
     def __call__(self, x: Tensor) -> Tensor:
-        if not Tensor.training or self.p == 0:
-            return x
-        if x.device != self.counter.device:
-            self.counter = own_buffer(self.counter.to(x.device), requires_grad=False)
-        self.counter.assign(self.counter + 1).realize()
-        keep = random_bits(tuple(int(s) for s in x.shape), self.counter) >= int(self.p * 2**32)
+        if self.state is None or not Tensor.training or self.p == 0:
+            return x.dropout(self.p)
+        shape = tuple(int(s) for s in x.shape)
+        bits, _ = self.state.bits(shape, x.device)
+        keep = Tensor(to_unit_float(bits, shape, x.device)) >= self.p
         return keep.where(x, 0.0) * (1 / (1 - self.p))

@@ -85,8 +85,10 @@ class Optimizer:
         missing = [i for i, p in enumerate(self.params) if p.grad is None]
         if missing:
             raise RuntimeError(f"optimizer: parameters {missing} have no gradient; call loss.backward() first")
+        for p in self.params:  # each gradient computed once, and realized: a lazy p.grad would read the old weights
+            p.grad = _once(p.grad)  # type: ignore[arg-type]
         grads = [p.grad for p in self.params if p.grad is not None]
-        return self._updates(grads) + self.params + self.buffers
+        return self._updates(grads) + self.params + self.buffers + grads
 
     def _updates(self, grads: list[Tensor]) -> list[Tensor]:
         raise NotImplementedError(f"{type(self).__name__} must implement _updates")
@@ -140,7 +142,7 @@ class SGD(Optimizer):
     def _updates(self, grads: list[Tensor]) -> list[Tensor]:
         out = []
         for i, (p, g) in enumerate(zip(self.params, grads)):
-            g = _once(g) + self.weight_decay * p.detach() if self.weight_decay else _once(g)
+            g = g + self.weight_decay * p.detach() if self.weight_decay else g
             if self.momentum:
                 self.b[i].assign(self.momentum * self.b[i] + g)
                 g = g + self.momentum * self.b[i] if self.nesterov else self.b[i]
@@ -176,7 +178,6 @@ class LAMB(Optimizer):
         self.b1_t.assign(self.b1_t * self.b1)
         self.b2_t.assign(self.b2_t * self.b2)
         for p, g, m, v in zip(self.params, grads, self.m, self.v):
-            g = _once(g)
             m.assign(self.b1 * m + (1 - self.b1) * g)
             v.assign(self.b2 * v + (1 - self.b2) * (g * g))
             up = (m / (1 - self.b1_t)) / ((v / (1 - self.b2_t)).sqrt() + self.eps)

@@ -2,8 +2,9 @@
 # (mixin methods annotate `self: Tensor`, the class they are mixed into; mypy flags that as "misc")
 """Tensor creation: constants, ranges, eye, and seeded random numbers.
 
-Random numbers come from numpy's PCG64 keyed by (seed, call counter), so the same seed gives the
-same numbers on every device; they are uploaded like any other data (no kernel runs).
+Random numbers are made on the device from a seed and a call counter held in device buffers
+(Threefry-2x32, see rng.py): the same seed gives the same numbers on every device, and a TinyJit
+replay draws new ones.
 
 >>> from tg_tensor import Tensor
 >>> Tensor.manual_seed(0)
@@ -16,11 +17,12 @@ True
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tg_runtime.device import Device
+from tg_tensor.rng import RandomState, to_unit_float
 from tg_tensor.util import const_uop, norm_shape, np_dtype, varargs_shape
 from tg_uop import ConstType, DType, UOp, dtypes
 from tg_uop.helpers import prod
@@ -29,14 +31,13 @@ from tg_uop.uop import sint
 if TYPE_CHECKING:
     from tg_tensor.tensor import Tensor
 
+_default_state = RandomState(0)  # the stream Tensor.rand and friends draw from (Tensor.manual_seed resets it)
+
 
 class CreationMixin:
     """Constructors: full/zeros/ones/empty, arange/linspace/eye, rand/randn/randint/normal/uniform, inits."""
 
     __slots__ = ()
-
-    _seed: ClassVar[int] = 0
-    _rng_counter: ClassVar[int] = 0
 
     # ---- constants ----
     @classmethod
@@ -174,51 +175,65 @@ class CreationMixin:
     # ---- random ----
     @staticmethod
     def manual_seed(seed: int = 0) -> None:
-        """Restart the random stream: the same seed gives the same numbers on every device."""
-        from tg_tensor.tensor import Tensor
+        """Restart the random stream: the same seed gives the same numbers on every device.
 
-        Tensor._seed, Tensor._rng_counter = int(seed), 0
-
-    @staticmethod
-    def _generator() -> np.random.Generator:
-        from tg_tensor.tensor import Tensor
-
-        Tensor._rng_counter += 1
-        return np.random.Generator(np.random.PCG64([Tensor._seed, Tensor._rng_counter]))
+        The device state is rewritten in place, so a TinyJit recording that draws numbers restarts too.
+        """
+        _default_state.reseed(seed)
 
     @classmethod
-    def _random(
-        cls: type[Tensor], values: np.ndarray[Any, Any], dtype: DType | None, device: str | None, **kw: Any
-    ) -> Tensor:
-        dt = dtype or dtypes.default_float
-        return cls(values.astype(np.float32 if dt == dtypes.bfloat16 else np_dtype(dt)), device=device, dtype=dt, **kw)
+    def _random(cls: type[Tensor], values: UOp, dtype: DType | None, default: DType, **kw: Any) -> Tensor:
+        dt = dtype or default
+        return cls(values if values.dtype == dt else values.cast(dt), **kw)
+
+    @classmethod
+    def _bits(cls: type[Tensor], shape: tuple[Any, ...], device: str | None) -> tuple[tuple[int, ...], str, UOp, UOp]:
+        shp = norm_shape(varargs_shape(shape))
+        if not all(isinstance(s, int) for s in shp):
+            raise ValueError(f"random: shape {shp} must be made of ints")
+        dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
+        ishp = tuple(int(s) for s in shp)
+        return (ishp, dev, *_default_state.bits(ishp, dev))
 
     @classmethod
     def rand(
         cls: type[Tensor], *shape: Any, dtype: DType | None = None, device: str | None = None, **kw: Any
     ) -> Tensor:
-        """Uniform random numbers in [0, 1)."""
-        shp = norm_shape(varargs_shape(shape))
-        return cls._random(cls._generator().random(shp, dtype=np.float32), dtype, device, **kw)
+        """Uniform random numbers in [0, 1), made on the device (Threefry-2x32 of a seed and a counter).
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor.manual_seed(1)
+        >>> x = Tensor.rand(2, 3)
+        >>> x.shape, bool(((x >= 0) & (x < 1)).all().item())
+        ((2, 3), True)
+        """
+        shp, dev, bits, _ = cls._bits(shape, device)
+        return cls._random(to_unit_float(bits, shp, dev), dtype, dtypes.default_float, **kw)
 
     @classmethod
     def randn(
         cls: type[Tensor], *shape: Any, dtype: DType | None = None, device: str | None = None, **kw: Any
     ) -> Tensor:
-        """Standard normal random numbers."""
-        shp = norm_shape(varargs_shape(shape))
-        return cls._random(cls._generator().standard_normal(shp, dtype=np.float32), dtype, device, **kw)
+        """Standard normal random numbers (Box-Muller of the two uniform outputs of one draw)."""
+        shp, dev, bits0, bits1 = cls._bits(shape, device)
+        u1 = 1 - cls(to_unit_float(bits0, shp, dev))  # in (0, 1]: its log is finite
+        u2 = cls(to_unit_float(bits1, shp, dev))
+        z = (u1.log() * -2).sqrt() * (u2 * (2 * math.pi)).cos()
+        return cls._random(z.uop, dtype, dtypes.default_float, **kw)
 
     @classmethod
     def randint(
         cls: type[Tensor], *shape: Any, low: int = 0, high: int = 10, dtype: DType | None = None, **kw: Any
     ) -> Tensor:
-        """Random integers in [low, high)."""
+        """Random integers in [low, high) (the bits modulo the range: bias below range / 2**32)."""
         if not isinstance(low, int) or not isinstance(high, int) or low >= high:
             raise ValueError(f"randint: need ints with low < high, got low={low!r}, high={high!r}")
-        shp = norm_shape(varargs_shape(shape))
-        values = cls._generator().integers(low, high, shp, dtype=np.int64)
-        return cls._random(values, dtype or dtypes.int32, kw.pop("device", None), **kw)
+        if high - low > 2**32:
+            raise ValueError(f"randint: the range high - low = {high - low} is larger than 2**32")
+        _, _, bits, _ = cls._bits(shape, kw.pop("device", None))
+        dt = dtype or dtypes.int32
+        values = cls(bits) % (high - low) if high - low < 2**32 else cls(bits)
+        return cls._random((values.cast(dtypes.int64) + low).cast(dt).uop, dt, dt, **kw)
 
     @classmethod
     def normal(cls: type[Tensor], *shape: Any, mean: float = 0.0, std: float = 1.0, **kw: Any) -> Tensor:

@@ -42,14 +42,27 @@ def _reduce_grad(ret: Tensor, g: Tensor, src: Tensor) -> Grads:
     grad = g.expand(src.shape)
     if op is Ops.ADD:
         return (grad,)
-    big = ret.expand(src.shape)
     if op is Ops.MAX:
+        big = ret.expand(src.shape)
         mask = (src == big).cast(g.dtype)
         count = mask.sum(ret.uop.arg[1], keepdim=True).expand(src.shape)
         return (grad * mask / count,)
     if op is Ops.MUL:
-        return (grad * big / src,)
+        return (grad * _product_of_others(src, ret.uop.arg[1]),)
     raise NotImplementedError(f"no gradient for a {op} reduction")
+
+
+def _product_of_others(src: Tensor, axes: tuple[int, ...]) -> Tensor:
+    """d prod(x) / d x_i = the product of the other elements, also where some x are 0.
+
+    With P the product of the non-zero elements and z the number of zeros: P / x_i when z = 0;
+    P at the zero (and 0 elsewhere) when z = 1; 0 everywhere when z >= 2.
+    """
+    tensor, is_zero = type(src), src == 0
+    nonzero = tensor(is_zero.where(1.0, src).cast(src.dtype).uop.r(Ops.MUL, axes)).expand(src.shape)
+    zeros = tensor(is_zero.cast(dtypes.int32).uop.r(Ops.ADD, axes)).expand(src.shape)
+    one_zero = (zeros == 1).where(is_zero.where(nonzero, 0.0), 0.0)
+    return (zeros == 0).where(nonzero / is_zero.where(1.0, src), one_zero).cast(src.dtype)
 
 
 def _expand_grad(ret: Tensor, g: Tensor, src: Tensor) -> Grads:

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from tg_tensor.inplace import view_chain
 from tg_tensor.util import broadcast_shape
 from tg_uop import dtypes
 
@@ -29,7 +32,8 @@ class IndexingMixin:
     __slots__ = ()
 
     def __getitem__(self: Tensor, index: Index) -> Tensor:
-        items = _normalize_index(index, self.ndim)
+        """Basic and advanced indexing as numpy; a bool mask selects elements (see `_mask_to_indices`)."""
+        items = _normalize_index(self._masks_to_indices(index), self.ndim)
         x, dims, advanced = self, 0, []  # dims: position in x of the next remaining source dim
         for item in items:
             if item is None:
@@ -42,6 +46,41 @@ class IndexingMixin:
                 advanced.append((dims, x._index_tensor(item, dims)))
                 dims += 1
         return x._apply_advanced(advanced) if advanced else x
+
+    def _masks_to_indices(self: Tensor, index: Index) -> Index:
+        """Each bool mask in `index` as the integer index tensors of its True positions (PyTorch semantics).
+
+        `x[mask]` with a mask of x's leading k dims selects the elements (or the rows) where it is
+        True, as a 1-D list in row-major order. The result's shape depends on the mask's values, so
+        the mask is realized and read to the host here (not allowed inside TinyJit); x stays lazy.
+
+        >>> from tg_tensor import Tensor
+        >>> x = Tensor([[1, 2], [3, 4]])
+        >>> x[x > 1].tolist(), x[Tensor([False, True])].tolist()
+        ([2, 3, 4], [[3, 4]])
+        """
+        items = list(index) if isinstance(index, tuple) else [index]
+        if not any(_is_mask(it) for it in items):
+            return index
+        out: list[Any] = []
+        dim = 0
+        for it in items:
+            if not _is_mask(it):
+                out.append(it)
+                dim += 0 if it is None else self.ndim - _dims_used(items) if it is Ellipsis else 1
+                continue
+            mask = it.numpy() if hasattr(it, "uop") else np.asarray(it)
+            if mask.ndim == 0:
+                raise IndexError("a 0-d boolean mask is not supported as an index; use a mask of at least 1 dim")
+            covered = tuple(int(s) for s in self.shape[dim : dim + mask.ndim])
+            if mask.shape != covered:
+                raise IndexError(
+                    f"boolean mask of shape {mask.shape} does not match the indexed dims {covered} "
+                    f"(dims {dim}..{dim + mask.ndim - 1} of shape {self.shape})"
+                )
+            out.extend(type(self)(p.astype(np.int32), device=self.device) for p in mask.nonzero())
+            dim += mask.ndim
+        return tuple(out)
 
     def _index_int(self: Tensor, dim: int, i: int) -> Tensor:
         n = int(self.shape[dim])
@@ -111,6 +150,11 @@ class IndexingMixin:
         """Write `value` into the selected elements of a realized tensor (one-hot scatter, then assign)."""
         if self.requires_grad:
             raise RuntimeError("__setitem__ on a tensor that requires grad is not supported")
+        if _is_mask(index) and hasattr(index, "uop") and _is_scalar(value):
+            self._set_masked(index, value)  # a mask and one value: a lazy where, nothing read to the host
+            return
+        if _is_basic(index) and self._set_view(index, value):
+            return
         positions = type(self).arange(int(self.numel()), device=self.device).reshape(self.shape)[index]
         val = self._to_tensor(value).cast(self.dtype)._broadcast_to(positions.shape)
         flat_pos, flat_val = positions.flatten(), val.flatten()
@@ -120,6 +164,26 @@ class IndexingMixin:
         written = onehot.where(flat_val.reshape(-1, 1), 0).sum(0, dtype=_sum_dtype(self.dtype)).cast(self.dtype)
         new = hit.reshape(self.shape).where(written.reshape(self.shape), self)
         self.assign(new.contiguous())
+
+    def _set_view(self: Tensor, index: Index, value: Any) -> bool:
+        """Write through the view `self[index]` of a buffer (O(selected), no scatter); False if it is not one."""
+        if view_chain(self.uop, resolve=False) is None:
+            return False
+        view = self[index]
+        val = self._to_tensor(value).cast(self.dtype)._broadcast_to(view.shape)
+        try:
+            view.assign(val)
+        except ValueError:
+            return False  # not one strided window (a strided slice padded past the end, say)
+        view.kernelize()  # runs at the next realize; self, a view of the old version, is re-pointed to the new
+        return True
+
+    def _set_masked(self: Tensor, mask: Tensor, value: Any) -> None:
+        k = mask.ndim
+        if tuple(mask.shape) != tuple(self.shape[:k]):
+            raise IndexError(f"boolean mask of shape {mask.shape} does not match the indexed dims {self.shape[:k]}")
+        wide = mask.reshape(tuple(mask.shape) + (1,) * (self.ndim - k))
+        self.assign(wide.where(value, self).cast(self.dtype))
 
     # ---- gather / scatter ----
     def gather(self: Tensor, dim: int, index: Tensor) -> Tensor:
@@ -197,6 +261,28 @@ def _flatten_list(x: Any) -> list[Any]:
     if isinstance(x, (list, tuple)):
         return [v for item in x for v in _flatten_list(item)]
     return [x]
+
+
+def _is_mask(it: Any) -> bool:
+    """A bool Tensor or numpy array used as an index."""
+    if hasattr(it, "uop"):
+        return bool(it.dtype == dtypes.bool)
+    return isinstance(it, np.ndarray) and it.dtype == np.bool_
+
+
+def _is_basic(index: Index) -> bool:
+    """Ints, slices, None and Ellipsis only: the selection is a view."""
+    items = index if isinstance(index, tuple) else (index,)
+    return all(it is None or it is Ellipsis or isinstance(it, (int, slice)) for it in items)
+
+
+def _is_scalar(v: Any) -> bool:
+    return isinstance(v, (int, float, bool)) or (hasattr(v, "uop") and v.ndim == 0)
+
+
+def _dims_used(items: list[Any]) -> int:
+    """How many dims of the indexed tensor the items other than None and Ellipsis consume."""
+    return sum(it.ndim if _is_mask(it) else 1 for it in items if it is not None and it is not Ellipsis)
 
 
 def _normalize_index(index: Index, ndim: int) -> list[Any]:

@@ -264,7 +264,7 @@ class TinyJit(Generic[ReturnType]):
 
 
 def _host_made(launches: list[_Launch], existing: set[int]) -> list[Buffer]:
-    """Buffers the launches read that the function filled from the host (Tensor(data), host-side random numbers)."""
+    """Buffers the launches read that the function filled from the host (Tensor(data) made inside it)."""
     made = {id(launch.bufs[p]) for launch in launches for p in launch.born}
     ret: dict[int, Buffer] = {}
     for launch in launches:
@@ -282,8 +282,8 @@ def _check_host_data(name: str, warmup: list[bytes], capture: list[bytes]) -> No
         if a != b:
             raise JitError(
                 f"{name}: the function creates tensor data on the host that changes between calls (host-made "
-                f"buffer {i} of {len(capture)}, {len(b)} bytes; Tensor.rand and Tensor.dropout draw on the host); "
-                "a replay would freeze it. Pass such data in as a tensor argument, or use tg.nn.Dropout."
+                f"buffer {i} of {len(capture)}, {len(b)} bytes, e.g. Tensor(numpy_array)); a replay would freeze "
+                "it. Pass such data in as a tensor argument (random numbers: Tensor.rand draws on the device)."
             )
 
 

@@ -23,6 +23,11 @@ def _writes(item: ScheduleItem) -> UOp | None:
     return w if isinstance(w, UOp) else None
 
 
+def _version(item: ScheduleItem) -> int:
+    w = _writes(item)
+    return int(w.arg[0]) if w is not None else -1
+
+
 def _reads(item: ScheduleItem) -> tuple[UOp, ...]:
     r = item.metadata.get("reads", ())
     return tuple(u for u in r if isinstance(u, UOp)) if isinstance(r, tuple) else ()
@@ -35,6 +40,10 @@ def _edges(items: list[ScheduleItem]) -> list[set[int]]:
     for node, i in writer.items():
         by_buffer.setdefault(id(buffer_of(node)), []).append(i)
     after: list[set[int]] = [set() for _ in items]
+    for writers in by_buffer.values():  # versions of one memory are written oldest first
+        ordered = sorted(writers, key=lambda i: _version(items[i]))
+        for a, b in zip(ordered, ordered[1:]):
+            after[a].add(b)
     for i, it in enumerate(items):
         for node in _reads(it):
             if node in writer and writer[node] != i:

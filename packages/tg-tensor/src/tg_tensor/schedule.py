@@ -16,11 +16,13 @@ Each of these is discovered while building the kernel; the offending node is the
 
 from __future__ import annotations
 
+import itertools
 import weakref
 from dataclasses import dataclass, field
 
 from tg_runtime.device import Buffer
 from tg_shape import ShapeTracker
+from tg_tensor.split_reduce import split_reduces
 from tg_uop import GroupOp, Ops, UOp, dtypes
 from tg_uop.helpers import prod
 
@@ -30,6 +32,22 @@ Movement = tuple[tuple[Ops, object], ...]
 realized: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
 # BUFFER node -> runtime Buffer
 buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
+# BUFFER nodes whose memory an in-place write overwrote while nothing live read them (see inplace.py)
+stale: weakref.WeakSet[UOp] = weakref.WeakSet()
+
+
+class StaleReadError(RuntimeError):
+    """A graph reads a tensor version that an in-place assign has overwritten."""
+
+
+def check_not_stale(buf: UOp) -> None:
+    """Raise when `buf` is an overwritten version (its values are gone)."""
+    if buf in stale:
+        raise StaleReadError(
+            f"this graph reads a buffer (BUFFER {buf.arg[0]}, {buf.arg[1]} x {buf.dtype}) whose values an in-place "
+            "assign overwrote after the graph was built, while no live tensor held the graph; realize it before "
+            "the assign (or keep a tensor of it alive)"
+        )
 
 
 def buffer_of(u: UOp) -> Buffer:
@@ -61,6 +79,14 @@ class _Fail(Exception):
 
     def __init__(self, node: UOp) -> None:
         super().__init__(node.op.name)
+        self.node = node
+
+
+class _TwoVersions(Exception):
+    """A kernel reads two versions of one memory (before and after an assign): `node`, the older, needs a copy."""
+
+    def __init__(self, node: UOp) -> None:
+        super().__init__(f"BUFFER {node.arg[0]}")
         self.node = node
 
 
@@ -96,6 +122,36 @@ def _apply(st: ShapeTracker, op: Ops, arg: object) -> ShapeTracker:
     raise ValueError(f"not a movement op: {op}")
 
 
+def _store(out_buf: UOp, st: ShapeTracker, value: UOp) -> UOp:
+    g0 = UOp(Ops.DEFINE_GLOBAL, out_buf.dtype.ptr(), (), 0)
+    return UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (g0, UOp(Ops.VIEW, dtypes.void, (), st), value)),))
+
+
+def write_view(target: UOp) -> ShapeTracker | None:
+    """Where an assign to `target` (movement ops over a BUFFER) writes: None for the whole buffer in order.
+
+    Raises ValueError for views that cannot be written (expanded, padded, or not one strided window).
+    """
+    ops: list[tuple[Ops, object]] = []
+    node = target
+    while node.op in GroupOp.Movement:
+        ops.append((node.op, node.arg))
+        node = node.src[0]
+    if node.op is not Ops.BUFFER:
+        raise ValueError(f"assign: the target is not a view of a buffer ({node.op})")
+    if all(op is Ops.RESHAPE for op, _ in ops):
+        return None
+    st = _movement_st((node.arg[1],), tuple(reversed(ops)))
+    view = st.views[-1]
+    bad = len(st.views) > 1 or view.mask is not None or any(s == 0 and n > 1 for s, n in zip(view.strides, view.shape))
+    if bad:
+        raise ValueError(
+            f"assign: cannot write through this view of shape {tuple(target.shape or ())} (expanded, padded, or "
+            "not one strided window of the buffer); assign to the whole tensor instead"
+        )
+    return st
+
+
 class _KernelBuilder:
     """Builds the AST of one kernel whose output is `root`."""
 
@@ -108,13 +164,13 @@ class _KernelBuilder:
     def build(self, out_buf: UOp) -> UOp:
         root = self.root
         inner = root.src[0] if root.op is Ops.CONTIGUOUS else root.src[1] if root.op is Ops.ASSIGN else root
+        if root.op is Ops.ASSIGN and (view := write_view(root.src[0])) is not None:
+            value = self._build(inner, ())  # an assign through a view: stored where the view points
+            return _store(out_buf, view, value)
         space = self._output_space(inner)
         top: Movement = ((Ops.RESHAPE, space),) if space != tuple(root.shape or ()) else ()
         value = self._build(inner, top)
-        out_st = _movement_st((prod(root.shape or ()),), ((Ops.RESHAPE, space),))
-        g0 = UOp(Ops.DEFINE_GLOBAL, out_buf.dtype.ptr(), (), 0)
-        store = UOp(Ops.STORE, dtypes.void, (g0, UOp(Ops.VIEW, dtypes.void, (), out_st), value))
-        return UOp(Ops.SINK, dtypes.void, (store,))
+        return _store(out_buf, _movement_st((prod(root.shape or ()),), ((Ops.RESHAPE, space),)), value)
 
     def _output_space(self, node: UOp) -> tuple[int, ...]:
         """The shape the kernel computes in: a reduction's output shape when only reshapes lead up to it."""
@@ -133,7 +189,13 @@ class _KernelBuilder:
         return shape
 
     def _load(self, buf: UOp, st: ShapeTracker) -> UOp:
+        buf = self.sched.copies.get(buf, buf)
         if buf not in self.inputs:
+            check_not_stale(buf)
+            memory = buffer_of(buf)
+            other = next((i for i in self.inputs if buffer_of(i) is memory), None)
+            if other is not None:
+                raise _TwoVersions(min(other, buf, key=lambda b: b.arg[0]))
             self.inputs.append(buf)
         g = UOp(Ops.DEFINE_GLOBAL, buf.dtype.ptr(), (), self.inputs.index(buf) + 1)
         return UOp(Ops.LOAD, buf.dtype, (g, UOp(Ops.VIEW, dtypes.void, (), st)))
@@ -195,50 +257,6 @@ REPEAT_MIN_USES = 8
 REPEAT_MAX_ALUS = 4
 REPEAT_MAX_BUFFERS = 3
 
-SPLIT_REDUCE_MIN = 1 << 15  # reductions at least this long into at most SPLIT_REDUCE_OUT outputs are split
-SPLIT_REDUCE_OUT = 16
-SPLIT_CHUNKS = (64, 32, 16)
-SPLIT_LANES = 8
-
-
-def split_reduce(node: UOp) -> UOp | None:
-    """A long reduction to few outputs as two kernels: partials of G contiguous chunks, then their combination.
-
-    x of (..., R) reduced over R becomes x.reshape(..., G, R/(G*L), L) reduced over the middle axis
-    (G*L partials: chunks run in parallel, the L lanes are adjacent so they load as one vector),
-    then reduced over the G*L partials.
-    """
-    src = node.src[0]
-    shape, out = tuple(src.shape or ()), tuple(node.shape or ())
-    axes = node.arg[1]
-    if not all(isinstance(s, int) for s in shape) or prod(out) > SPLIT_REDUCE_OUT:
-        return None
-    red = prod(shape[a] for a in axes)
-    chunks = next((g for g in SPLIT_CHUNKS if red % (g * SPLIT_LANES) == 0), None)
-    if red < SPLIT_REDUCE_MIN or chunks is None:
-        return None
-    keep = [i for i in range(len(shape)) if i not in axes]
-    split = (chunks, red // (chunks * SPLIT_LANES), SPLIT_LANES)
-    flat = src.permute(tuple(keep + list(axes))).reshape(tuple(shape[i] for i in keep) + split)
-    stage1 = flat.r(node.arg[0], (len(keep) + 1,))
-    return stage1.r(node.arg[0], (len(keep), len(keep) + 2)).reshape(out)
-
-
-def split_reduces(root: UOp) -> UOp:
-    """`root` with every long reduction (not yet realized) replaced by its two-stage form."""
-    nodes = root.toposort
-    if not any(u.op is Ops.REDUCE_AXIS and u not in realized and split_reduce(u) is not None for u in nodes):
-        return root
-    done: dict[UOp, UOp] = {}
-    for u in nodes:
-        if u in realized or not u.src:
-            done[u] = u
-            continue
-        new = u.replace(src=tuple(done[s] for s in u.src))
-        done[u] = split_reduce(new) or new if new.op is Ops.REDUCE_AXIS else new
-    return done[root]
-
-
 def _has_mask(st: ShapeTracker) -> bool:
     return any(v.mask is not None for v in st.views)
 
@@ -250,6 +268,7 @@ class Scheduler:
         self.items: list[ScheduleItem] = []
         self.forced: set[UOp] = set()  # nodes that must get their own kernel
         self.in_progress: set[UOp] = set()
+        self.copies: dict[UOp, UOp] = {}  # an older version of a memory that a kernel reads with a newer one -> copy
 
     def is_boundary(self, node: UOp, current_root: UOp) -> bool:
         """Is `node` computed by a kernel of its own (so the current kernel loads it)?"""
@@ -327,6 +346,8 @@ class Scheduler:
         return self.realize_first(node)
 
     def _schedule_kernel(self, node: UOp) -> None:
+        if node.op is Ops.ASSIGN and len(node.src) > 2:
+            self.realize_first(node.src[2])  # the assign this one follows writes the memory first
         for _ in range(10_000):
             builder = _KernelBuilder(self, node)
             out = node.src[0].base if node.op is Ops.ASSIGN else self._new_output(node)  # ASSIGN writes in place
@@ -336,9 +357,13 @@ class Scheduler:
                 self.forced.add(f.node)
                 self.schedule_node(f.node)
                 continue
+            except _TwoVersions as v:
+                self.copies[v.node] = self.realize_first(UOp(Ops.CONTIGUOUS, v.node.dtype, (v.node,), _copy_arg()))
+                continue
             bufs = [buffer_of(out)] + [buffer_of(b) for b in builder.inputs]
-            self.items.append(ScheduleItem(ast, bufs, metadata={"writes": out, "reads": tuple(builder.inputs)}))
-            realized[node] = out.reshape(tuple(node.shape or ()))
+            meta = {"writes": out, "reads": tuple(builder.inputs), "in_place": node.op is Ops.ASSIGN}
+            self.items.append(ScheduleItem(ast, bufs, metadata=meta))
+            realized[node] = node.src[0] if node.op is Ops.ASSIGN else out.reshape(tuple(node.shape or ()))
             return
         raise RuntimeError("scheduler did not converge")
 
@@ -378,6 +403,7 @@ def _structure(roots: list[UOp]) -> tuple[tuple[object, ...], list[UOp]]:
             if node in ids:
                 continue
             if r.op is Ops.BUFFER:  # the same buffer reached twice gets one leaf: aliasing is part of the key
+                check_not_stale(r)
                 ids[node] = len(key)
                 if r not in leaf_of:
                     leaf_of[r] = len(leaves)
@@ -402,6 +428,8 @@ def _record(items: list[ScheduleItem], leaves: list[UOp], becomes: list[UOp]) ->
     for item in items:
         if item.ast.op is not Ops.SINK:
             return None  # a COPY's AST names its source BUFFER: caching it would keep that buffer alive
+        if item.metadata.get("in_place"):
+            return None  # an assign's result is a new version of a memory, not a new buffer
         refs: list[tuple[bool, int]] = []
         for b in item.bufs:
             if id(b) in inputs:
@@ -451,11 +479,26 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
     return items, becomes
 
 
+_copy_ids = itertools.count()
+
+
+def _copy_arg() -> tuple[str, int]:
+    """A unique arg: a copy of a buffer is a new node every time (the buffer's contents change)."""
+    return ("copy", next(_copy_ids))
+
+
+def create_copy_kernel(buf: UOp) -> tuple[ScheduleItem, UOp]:
+    """One kernel copying BUFFER `buf` into a fresh buffer, and that buffer's node."""
+    items, becomes = _create_schedule([UOp(Ops.CONTIGUOUS, buf.dtype, (buf,), ("copy", next(_copy_ids)))])
+    (item,) = items
+    return item, next(iter(becomes.values())).base
+
+
 def _create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
     sched = Scheduler()
     becomes: dict[UOp, UOp] = {}
     for root in roots:
-        r = split_reduces(_resolve(root))
+        r = split_reduces(_resolve(root), realized)
         if r.op is Ops.BUFFER or (r.base.op is Ops.BUFFER and all(n.op in GroupOp.Movement for n in _chain(r))):
             becomes[root] = r
             continue

@@ -27,13 +27,14 @@ from tg_tensor.activation import ActivationMixin
 from tg_tensor.creation import CreationMixin
 from tg_tensor.elementwise import ElementwiseMixin
 from tg_tensor.indexing import IndexingMixin
+from tg_tensor.inplace import live_tensors, previous, protect_old_values, rebuild_view, view_chain
 from tg_tensor.linalg import LinalgMixin
 from tg_tensor.movement import MovementMixin
 from tg_tensor.nn import NNMixin
 from tg_tensor.ordering import order_items
 from tg_tensor.realize import run_pending
 from tg_tensor.reduce import ReduceMixin
-from tg_tensor.schedule import ScheduleItem, buffer_of, buffers, create_schedule, pending
+from tg_tensor.schedule import ScheduleItem, buffer_of, buffers, create_schedule, pending, write_view
 from tg_tensor.util import const_uop, is_contiguous_buffer, np_dtype, shape_of_list
 from tg_uop import ConstType, DType, GroupOp, Ops, UOp, dtypes
 from tg_uop.helpers import all_int, prod
@@ -107,6 +108,7 @@ class Tensor(
         if self.uop.device is None:
             raise ValueError("Tensor: the data has no device")
         self.requires_grad = requires_grad
+        live_tensors.add(self)
 
     @staticmethod
     def _make_uop(data: TensorLike, dtype: DType | None, dev: str) -> UOp:
@@ -211,7 +213,6 @@ class Tensor(
         tensors = [self, *others]
         roots = [_strip_reshapes(t.uop) for t in tensors]
         items, becomes = create_schedule([r for r, _ in roots])
-        items = order_items(items)
         grad_nodes: set[UOp] = set()
         if not Tensor.no_grad:
             for g in list(_grad_tensors):
@@ -222,6 +223,9 @@ class Tensor(
             if root.op is not Ops.ASSIGN and not is_contiguous_buffer(t.uop) and _reads_any(t.uop, grad_nodes):
                 t._lazy = t.uop
             t.uop = becomes[root].reshape(shape)
+        items, finish = protect_old_values(items)
+        items = order_items(items)
+        finish()
         pending.extend(items)
         return items
 
@@ -295,12 +299,16 @@ class Tensor(
 
     # ---- in-place update ----
     def assign(self, value: TensorLike) -> Tensor:
-        """Overwrite this tensor's values with `value` (lazily; its buffer is reused once realized).
+        """Overwrite this tensor's values with `value`, lazily, in place (its buffer is reused once realized).
+
+        A view of a buffer (`w[1:3]`, `w.T`) writes into that buffer. Lazy tensors built from the old
+        values keep them (inplace.py); views of the buffer see the write.
 
         >>> from tg_tensor import Tensor
-        >>> w = Tensor([1.0, 2.0]).realize()
-        >>> w.assign(w * 2).realize().tolist()
-        [2.0, 4.0]
+        >>> w = Tensor([1.0, 2.0, 3.0]).realize()
+        >>> old = w * 1
+        >>> w[1:].assign(w[1:] * 10).realize().tolist(), w.tolist(), old.tolist()
+        ([20.0, 30.0], [1.0, 20.0, 30.0], [1.0, 2.0, 3.0])
         """
         if not isinstance(value, Tensor):
             value = Tensor(value, device=self.device, dtype=self.dtype)
@@ -310,15 +318,22 @@ class Tensor(
             raise TypeError(f"assign: value of dtype {value.dtype} does not match the tensor's dtype {self.dtype}")
         if value.device != self.device:
             raise ValueError(f"assign: value is on {value.device}, the tensor on {self.device}")
-        if not is_contiguous_buffer(self.uop):
-            self.uop = value.uop  # a lazy tensor has no buffer to reuse
+        follows = (self.uop,) if self.uop.op is Ops.ASSIGN else ()  # an assign not run yet: this one comes after
+        # (not through realized lazy nodes: equal lazy graphs are one node, so that memory may be another tensor's)
+        chain = view_chain(self.uop.src[0] if follows else self.uop, resolve=False)
+        if chain is None:
+            self.uop = value.uop  # a lazy tensor has no buffer to write
             return self
-        target = self.uop.base
-        if _reads_shifted(value.uop, target):
+        target, ops = chain
+        through_view = any(op is not Ops.RESHAPE for op, _ in ops)
+        if _reads_shifted(value.uop, target) or (through_view and _reads_memory(value.uop, target)):
             value = value.contiguous()
-        alias = UOp.new_buffer(self.device, target.arg[1], self.dtype)
+        alias = UOp.new_buffer(self.device, target.arg[1], self.dtype)  # the new version of target's memory
+        view = rebuild_view(alias, ops)
+        write_view(view)  # raises for views that cannot be written
         buffers[alias] = buffer_of(target)
-        self.uop = UOp(Ops.ASSIGN, self.dtype, (alias.reshape(self.shape), value.uop))
+        previous[alias] = weakref.ref(target)
+        self.uop = UOp(Ops.ASSIGN, self.dtype, (view, value.uop, *follows))
         return self
 
     # ---- autograd ----
@@ -421,17 +436,34 @@ def _reads_shifted(value: UOp, target: UOp) -> bool:
     """Does `value` read `target`'s memory other than element for element (so writing in place would race)?
 
     Any BUFFER node sharing target's runtime buffer counts (an older version of an assigned tensor).
+    An assign inside `value` is computed by a kernel of its own: only its result is read here.
     """
     memory = buffer_of(target)
+    nodes: set[UOp] = set()
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if node not in nodes:
+            nodes.add(node)
+            stack.extend(node.src[:1] if node.op is Ops.ASSIGN else node.src)
     reaches: set[UOp] = set()
     for node in value.toposort:  # sources come first
+        if node not in nodes:
+            continue
+        srcs = node.src[:1] if node.op is Ops.ASSIGN else node.src
         same_memory = node.op is Ops.BUFFER and buffer_of(node) is memory
-        if same_memory or any(s in reaches for s in node.src):
+        if same_memory or any(s in reaches for s in srcs):
             reaches.add(node)
             moved = node.op in GroupOp.Movement and node.op is not Ops.RESHAPE
             if moved or node.op is Ops.REDUCE_AXIS:
                 return True
     return False
+
+
+def _reads_memory(value: UOp, target: UOp) -> bool:
+    """Does `value` read `target`'s memory at all?"""
+    memory = buffer_of(target)
+    return any(n.op is Ops.BUFFER and buffer_of(n) is memory for n in value.toposort)
 
 
 def _reads_any(graph: UOp, nodes: set[UOp]) -> bool:

@@ -1,0 +1,157 @@
+"""Value semantics for in-place writes: a lazy tensor keeps the values it was built from.
+
+`w.assign(v)` writes w's buffer in place under a new BUFFER node (a new version of that memory).
+A lazy tensor built from the older version before the write (`y = w * 2`) must still see the old
+values when it is realized later, as if it had been computed eagerly. Views behave as in PyTorch:
+a tensor that is only a view of the old version (`Tensor(w.uop)`, `w.reshape(4)`, `w[1:]`) shares the
+memory and sees the write.
+
+When a schedule contains in-place writes, every live tensor is checked once (shared subgraphs are
+visited once; realized nodes stop the walk):
+  - a view of an overwritten version is re-pointed at the new version;
+  - a lazy graph that computes from an overwritten version needs its old values: one copy kernel,
+    ordered before the write, saves them, and the old BUFFER node is re-bound to the copy;
+  - an old version nobody live reads is marked stale: a graph still holding it (an autograd graph
+    of a realized tensor, say) raises when it is scheduled instead of reading the new values.
+With no live reader (the usual training step: `Tensor.realize(loss, *opt.schedule_step())`), this
+adds no kernel and no copy; under TinyJit the copies are recorded and replayed like any kernel.
+
+>>> from tg_tensor import Tensor
+>>> w = Tensor([1.0, 2.0]).realize()
+>>> y = w * 2
+>>> _ = w.assign(Tensor([10.0, 20.0])).realize()
+>>> y.tolist(), w.tolist()
+([2.0, 4.0], [10.0, 20.0])
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from tg_runtime.device import Buffer
+from tg_tensor.schedule import ScheduleItem, buffer_of, buffers, create_copy_kernel, realized, stale
+from tg_uop import GroupOp, Ops, UOp
+
+# every live Tensor (registered by Tensor.__init__): the possible readers of an overwritten version
+live_tensors: weakref.WeakSet[Any] = weakref.WeakSet()
+# new version (the BUFFER node an assign writes) -> the version it replaces (weakly: dead means unread)
+previous: weakref.WeakKeyDictionary[UOp, weakref.ReferenceType[UOp]] = weakref.WeakKeyDictionary()
+
+
+def _resolve(u: UOp) -> UOp:
+    return realized.get(u, u)
+
+
+def _written(items: list[ScheduleItem]) -> list[UOp]:
+    """The version nodes that the in-place writes of this schedule produce."""
+    nodes = [it.metadata.get("writes") for it in items if it.metadata.get("in_place")]
+    return [n for n in nodes if isinstance(n, UOp)]
+
+
+def _newest(written: list[UOp]) -> dict[int, UOp]:
+    """id(runtime Buffer) -> the newest version written."""
+    out: dict[int, UOp] = {}
+    for node in written:
+        key = id(buffer_of(node))
+        if key not in out or out[key].arg[0] < node.arg[0]:
+            out[key] = node
+    return out
+
+
+def view_chain(u: UOp, resolve: bool = True) -> tuple[UOp, list[tuple[Ops, Any]]] | None:
+    """(BUFFER, movement ops from the top down) when `u` is only a view of a buffer, else None.
+
+    With `resolve`, lazy nodes that were realized count as their buffers.
+    """
+    step = _resolve if resolve else (lambda n: n)
+    ops: list[tuple[Ops, Any]] = []
+    node = step(u)
+    while node.op in GroupOp.Movement:
+        ops.append((node.op, node.arg))
+        node = step(node.src[0])
+    return (node, ops) if node.op is Ops.BUFFER else None
+
+
+class _Scan:
+    """Classifies the live tensors' reads of overwritten versions (see the module docstring)."""
+
+    def __init__(self, written: dict[int, UOp]) -> None:
+        self.written = written
+        self.seen: set[UOp] = set()
+        self.to_copy: dict[UOp, None] = {}  # old versions a live lazy graph computes from
+
+    def newer(self, node: UOp) -> UOp | None:
+        """The version that overwrites `node`'s memory in this schedule, when `node` is an older one."""
+        buf = buffers.get(node)
+        new = self.written.get(id(buf)) if buf is not None else None
+        return new if new is not None and new.arg[0] > node.arg[0] else None
+
+    def visit(self, t: Any) -> None:
+        if t.uop.op is Ops.ASSIGN and (done := realized.get(t.uop)) is not None:
+            t.uop = done  # an assign that ran: its tensor is the buffer now (and drops the assign's graph)
+        chain = view_chain(t.uop)
+        if chain is not None:
+            base, ops = chain
+            if (new := self.newer(base)) is not None:
+                t.uop = rebuild_view(new, ops)  # a view shares the memory: it sees the write
+            return
+        self.walk(t.uop)
+
+    def walk(self, root: UOp) -> None:
+        stack = [root]
+        while stack:
+            node = stack.pop()
+            if node in self.seen:
+                continue
+            self.seen.add(node)
+            r = _resolve(node)
+            if r is not node:
+                node = r.base
+            if node.op is Ops.BUFFER:
+                if self.newer(node) is not None:
+                    self.to_copy[node] = None
+                continue
+            stack.extend(node.src)
+
+
+def rebuild_view(base: UOp, ops: list[tuple[Ops, Any]]) -> UOp:
+    node = base
+    for op, arg in reversed(ops):
+        node = UOp(op, node.dtype, (node,), arg)
+    return node
+
+
+def protect_old_values(items: list[ScheduleItem]) -> tuple[list[ScheduleItem], Callable[[], None]]:
+    """Items plus the copies that keep overwritten values for live readers, and what to do once ordered.
+
+    The returned callable re-binds the copied BUFFER nodes to their copies and marks unread old
+    versions stale; call it after the items are ordered (ordering looks at the old bindings).
+    """
+    written = _written(items)
+    if not written:
+        return items, _nothing
+    scan = _Scan(_newest(written))
+    for t in list(live_tensors):
+        scan.visit(t)
+    copies: list[ScheduleItem] = []
+    rebind: list[tuple[UOp, Buffer]] = []
+    for old in scan.to_copy:
+        item, copy = create_copy_kernel(old)
+        copies.append(item)
+        rebind.append((old, buffer_of(copy)))
+    unread = [p for new in written if (ref := previous.get(new)) is not None and (p := ref()) is not None]
+
+    def finish() -> None:
+        for old, buf in rebind:
+            buffers[old] = buf
+        for p in unread:
+            if p not in scan.to_copy:
+                stale.add(p)
+
+    return copies + items, finish
+
+
+def _nothing() -> None:
+    return None
