@@ -21,13 +21,12 @@ class Model:
     def __init__(self) -> None:
         self.c1 = nn.Conv2d(1, 32, 3)
         self.c2 = nn.Conv2d(32, 64, 3)
-        self.drop = nn.Dropout(0.5)  # makes its mask on the device: a new one on every jitted step
         self.l1 = nn.Linear(1600, 10)
 
     def __call__(self, x: Tensor) -> Tensor:
         x = self.c1(x).relu().max_pool2d((2, 2))
         x = self.c2(x).relu().max_pool2d((2, 2))
-        return self.l1(self.drop(x.flatten(1)))
+        return self.l1(x.flatten(1).dropout(0.5))  # random bits made on the device: a new mask every jitted step
 
 
 def progress(step: int, total: int, started: float, text: str) -> None:
