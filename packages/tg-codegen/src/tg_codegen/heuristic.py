@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from tg_codegen.kernel import Kernel
 from tg_codegen.opt import KernelOptError, Opt, OptOps
+from tg_codegen.tensorcore import tc_optimizations
 from tg_uop import Ops
 from tg_uop.helpers import prod
 
@@ -114,6 +115,8 @@ GPU_WORKGROUP = 256
 
 
 def _gpu(k: Kernel) -> None:
+    if tc_optimizations(k):  # fp16/bf16 matmuls on tensor cores
+        return
     if k.reduceops and prod(int(k.full_shape[a]) for a in k.axes_of("global")) <= GPU_GROUP_MAX_OUTPUTS:
         _try(k, [Opt(OptOps.GROUPTOP, 0, a) for a in (256, 128, 64, 32, 16)])
     _gpu_locals(k, GPU_WORKGROUP // max(1, prod(int(k.full_shape[a]) for a in k.axes_of("group"))))
