@@ -215,7 +215,7 @@ def drop_true_gates(sink: UOp) -> UOp:
 def lower(k: Kernel) -> UOp:
     """The lowered SINK for a kernel."""
     if k.axes_of("tck"):
-        from tg_codegen.tensorcore import lower_tc
+        from tg_codegen.tc_lower import lower_tc
 
         return lower_tc(k)
     return Lowerer(k).lower()

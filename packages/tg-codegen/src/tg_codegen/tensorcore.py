@@ -13,7 +13,7 @@ How `Opt(OptOps.TC, axis, arg)` is applied (`apply_tc`):
     last, in that order). The rest of the kernel (global ids, LOCAL warps, UPCAST register tiles, UNROLL)
     works on the outer parts as usual.
 
-How it is lowered (`TCLowerer`): one more launch id, the lane (threadIdx.x, 32 lanes); each operand is lowered
+How it is lowered (`tc_lower.TCLowerer`): one more launch id, the lane (threadIdx.x, 32 lanes); each operand is lowered
 once per fragment element with the tile axes set to the element's (row, col) for this lane, and packed into a
 vector; the reduction becomes a chain of WMMA(a_frag, b_frag, acc) UOps on a vector accumulator; each output
 element is a GEP of the accumulator stored at its own (row, col).
@@ -27,14 +27,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tg_codegen.gpudims import special_indexes
 from tg_codegen.kernel import Kernel
-from tg_codegen.lowerer import Lowerer, drop_true_gates
 from tg_codegen.opt import KernelOptError, Opt, OptOps
 from tg_shape import ShapeTracker
-from tg_uop import DType, Ops, UOp, dtypes, graph_rewrite
+from tg_uop import DType, Ops, UOp, dtypes
 from tg_uop.helpers import getenv
-from tg_uop.symbolic import symbolic
 
 # (lane term, offset) pairs for each fragment element: the element's row (or col) is lane_term(lane) + offset
 Layout = tuple[tuple[str, int], ...]
@@ -44,9 +41,13 @@ Layout = tuple[tuple[str, int], ...]
 class TensorCore:
     """One tensor-core instruction: tile sizes, dtypes and where each lane's fragment elements lie.
 
-    Lane terms: "g" is lane // 4 (the lane's group), "2t" is 2 * (lane % 4) (twice its place in the group).
-    a_rows/a_cols give the (m, k) of each A element, b_rows/b_cols the (k, n) of each B element and
+    Lane terms: "g" is lane // 4 (the lane's group), "2t" is 2 * (lane % 4) (twice its place in the group), "4t"
+    four times it. a_rows/a_cols give the (m, k) of each A element, b_rows/b_cols the (k, n) of each B element and
     c_rows/c_cols the (m, n) of each accumulator element, in the order the instruction takes them.
+
+    K is a summed index, so it may be permuted inside the tile as long as A and B agree: the hardware's k of A's
+    element j is 2t + j%2 + 8*(j//4), of B's 2t + j%2 + 8*(j//2); tg stores k = 4t + j%2 + 2*(j//4) (A) and
+    4t + j%2 + 2*(j//2) (B) instead, the same bijection of 0..15, so each lane reads 4 neighbouring k at once.
     """
 
     dims: tuple[int, int, int]  # M, N, K
@@ -71,14 +72,14 @@ def _terms(term: str, offsets: tuple[int, ...]) -> Layout:
 
 
 def _m16n8k16(dtype_in: DType) -> TensorCore:
-    """PTX mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}: fragments as in the PTX ISA's figures."""
+    """PTX mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}: fragments as in the PTX ISA's figures (K permuted)."""
     return TensorCore(
         dims=(16, 8, 16),
         dtype_in=dtype_in,
         dtype_out=dtypes.float32,
         a_rows=_terms("g", (0, 0, 8, 8, 0, 0, 8, 8)),
-        a_cols=_terms("2t", (0, 1, 0, 1, 8, 9, 8, 9)),
-        b_rows=_terms("2t", (0, 1, 8, 9)),
+        a_cols=_terms("4t", (0, 1, 0, 1, 2, 3, 2, 3)),
+        b_rows=_terms("4t", (0, 1, 2, 3)),
         b_cols=_terms("g", (0, 0, 0, 0)),
         c_rows=_terms("g", (0, 0, 8, 8)),
         c_cols=_terms("2t", (0, 1, 0, 1)),
@@ -118,7 +119,7 @@ def mma_operands(reduce: UOp) -> tuple[UOp, UOp] | None:
     return a, b
 
 
-def _moving(load: UOp, axis: int) -> bool:
+def moving(load: UOp, axis: int) -> bool:
     """Does this load's address move along `axis` (None strides, as under a mask, count as moving)?"""
     st: ShapeTracker = load.src[1].arg
     return st.real_strides()[axis] != 0
@@ -142,9 +143,9 @@ def _match(k: Kernel, opt: Opt) -> _Match:
         raise KernelOptError(f"{opt}: the reduction accumulates in {reduces[0].dtype.name}, TC in {tc.dtype_out.name}")
     k_axis = k._pick(opt, "reduce")
     globals_ = k.axes_of("global")
-    m_axes = [x for x in globals_ if _moving(a, x) and not _moving(b, x)]
-    n_axes = [x for x in globals_ if _moving(b, x) and not _moving(a, x)]
-    if not m_axes or not n_axes or not (_moving(a, k_axis) and _moving(b, k_axis)):
+    m_axes = [x for x in globals_ if moving(a, x) and not moving(b, x)]
+    n_axes = [x for x in globals_ if moving(b, x) and not moving(a, x)]
+    if not m_axes or not n_axes or not (moving(a, k_axis) and moving(b, k_axis)):
         raise KernelOptError(f"{opt}: the loads do not form a matmul (no M, N axes or K not shared)")
     return _Match(tc, k_axis, m_axes[-1], n_axes[-1])
 
@@ -175,114 +176,6 @@ def applied_tensor_core(k: Kernel) -> TensorCore:
         raise KernelOptError(f"{opt}: the kernel no longer matches a matmul")
     cands = [tc for tc in k.opts.tensor_cores if isinstance(tc, TensorCore) and tc.dtype_in == ops[0].dtype]
     return cands[opt.arg]
-
-
-# ---------------------------------------------------------------------------------------------
-# lowering
-
-
-class TCLowerer(Lowerer):
-    """The Lowerer for a kernel with tensor cores: lanes, fragments, WMMA accumulation."""
-
-    def __init__(self, k: Kernel) -> None:
-        self.lane = UOp.const(dtypes.int32, 0)
-        super().__init__(k)
-        self.tc = applied_tensor_core(k)
-        self.tc_axes = tuple(k.axes_of(t)[0] for t in TC_AXIS_TYPES)
-        for a in self.tc_axes:
-            self.loop[a] = UOp.const(dtypes.int32, 0)
-        lane = self.lane
-        self.terms = {"g": lane // 4, "2t": (lane % 4) * 2}
-        self.elem = 0
-        self.reduce_memo: dict[tuple[UOp, tuple[tuple[int, int], ...]], UOp] = {}
-
-    def _launch_ids(self) -> None:
-        """Output axes are group ids; the lane is threadIdx.x and LOCAL axes (warps) the other local ids."""
-        for types, prefix, extra in ((("global",), "gidx", []), (("local",), "lidx", [32])):
-            axes = self.k.axes_of(*types)
-            ids = special_indexes([int(self.k.full_shape[a]) for a in axes] + extra, prefix)
-            for a, idx in zip(axes, ids):
-                self.loop[a] = idx
-            if extra:
-                self.lane = ids[-1]
-
-    def _at(self, layout: Layout, j: int) -> UOp:
-        term, off = layout[j]
-        return self.terms[term] + off
-
-    def _tc_idxs(self, fixed: dict[int, int], tile: tuple[UOp, UOp, UOp], inside_reduce: bool) -> tuple[UOp, ...]:
-        idxs = list(self._idxs(fixed, inside_reduce))
-        for a, v in zip(self.tc_axes, tile):
-            idxs[a] = v
-        return tuple(idxs)
-
-    def lower(self) -> UOp:
-        zero = UOp.const(dtypes.int32, 0)
-        rows, cols = self.tc.c_rows, self.tc.c_cols
-        stores = []
-        for s in self.k.ast.src:
-            for c in self._combos(("upcast",)):
-                for j in range(len(rows)):
-                    self.elem = j
-                    idxs = self._tc_idxs(c, (self._at(rows, j), self._at(cols, j), zero), inside_reduce=False)
-                    stores.append(self._lower(s, idxs, c))
-        return drop_true_gates(graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(stores)), symbolic))
-
-    def _lower_reduce(self, u: UOp, fixed: dict[int, int]) -> UOp:
-        key = (u, tuple(sorted(fixed.items())))
-        if key not in self.reduce_memo:
-            self.reduce_memo[key] = self._mma_reduce(u, fixed)
-        return self.reduce_memo[key].gep(self.elem)
-
-    def _mma_reduce(self, u: UOp, fixed: dict[int, int]) -> UOp:
-        """A chain of WMMAs (one per unroll value) reduced over the reduce loops into a vector accumulator."""
-        ops = mma_operands(u)
-        assert ops is not None, "apply_tc checked the kernel's shape"
-        a, b = ops
-        if _moving(a, self.tc_axes[1]):  # the first operand moves along N: it is B
-            a, b = b, a
-        tc, zero = self.tc, UOp.const(dtypes.int32, 0)
-        acc_dt = tc.dtype_out.vec(len(tc.c_rows))
-        val = UOp.const(acc_dt, 0)
-        for c in self._combos(("unroll",)):
-            f = {**fixed, **c}
-            a_tiles = [(self._at(tc.a_rows, j), zero, self._at(tc.a_cols, j)) for j in range(len(tc.a_rows))]
-            b_tiles = [(zero, self._at(tc.b_cols, j), self._at(tc.b_rows, j)) for j in range(len(tc.b_rows))]
-            frag_a = self._fragment(a, f, a_tiles)
-            frag_b = self._fragment(b, f, b_tiles)
-            val = UOp(Ops.WMMA, acc_dt, (frag_a, frag_b, val), tc.name)
-        rngs = tuple(self.loop[x] for x in self.k.axes_of("reduce") if self.loop[x].op is Ops.RANGE)
-        return UOp(Ops.REDUCE, acc_dt, (val, *rngs), Ops.ADD) if rngs else val
-
-    def _fragment(self, load: UOp, fixed: dict[int, int], tiles: list[tuple[UOp, UOp, UOp]]) -> UOp:
-        elems = [self._lower(load, self._tc_idxs(fixed, t, inside_reduce=True), fixed) for t in tiles]
-        paired: list[UOp] = []
-        for x, y in zip(elems[::2], elems[1::2]):
-            wide = _pair_load(x, y)
-            paired += [wide.gep(0), wide.gep(1)] if wide is not None else [x, y]
-        return UOp(Ops.VECTORIZE, load.dtype.vec(len(paired)), tuple(paired))
-
-
-def _simplified(x: UOp) -> UOp:
-    return graph_rewrite(x, symbolic)
-
-
-def _pair_load(x: UOp, y: UOp) -> UOp | None:
-    """One 2-wide LOAD for two loads of neighbouring elements (same buffer and gate, the first at an even index)."""
-    if x.op is not Ops.LOAD or y.op is not Ops.LOAD or x.src[1:] != y.src[1:]:
-        return None
-    (bx, ix), (by, iy) = x.src[0].src[:2], y.src[0].src[:2]
-    if bx is not by:
-        return None
-    step, parity = _simplified(iy - ix), _simplified(ix % 2)
-    if not (step.op is Ops.CONST and step.arg == 1 and parity.op is Ops.CONST and parity.arg == 0):
-        return None
-    return UOp(Ops.LOAD, x.dtype.vec(2), x.src)
-
-
-def lower_tc(k: Kernel) -> UOp:
-    """The lowered SINK of a kernel with the TC opt applied."""
-    return TCLowerer(k).lower()
 
 
 # ---------------------------------------------------------------------------------------------
