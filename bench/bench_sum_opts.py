@@ -24,12 +24,17 @@ from tg_codegen.opt import Opt, OptOps  # noqa: E402
 from tg_runtime.runner import CompiledRunner  # noqa: E402
 from tg_tensor.schedule import pending  # noqa: E402
 
-G, GT, L, R = OptOps.GROUP, OptOps.GROUPTOP, OptOps.LOCAL, OptOps.UNROLL
+G, GT, L, R, U = OptOps.GROUP, OptOps.GROUPTOP, OptOps.LOCAL, OptOps.UNROLL, OptOps.UPCAST
 CANDIDATES = [
     [(GT, 0, 256)],
-    [(G, 0, 256)],
     [(G, 0, 256), (R, 0, 4)],
-    [(L, 1, 8), (G, 0, 32)],
+    [(G, 0, 128), (U, 1, 8), (R, 0, 2)],
+    [(G, 0, 256), (U, 1, 8)],
+    [(G, 0, 64), (U, 1, 8), (R, 0, 4)],
+    [(G, 0, 32), (U, 1, 8), (R, 0, 4)],
+    [(G, 0, 256), (U, 1, 4)],
+    [(L, 1, 2), (G, 0, 128), (U, 1, 4), (R, 0, 2)],
+    [(L, 1, 8), (G, 0, 64), (R, 0, 4)],
     [(L, 1, 8), (G, 0, 32), (R, 0, 4)],
     [(L, 1, 8), (G, 0, 16), (R, 0, 4)],
     [(L, 1, 8), (GT, 0, 32)],

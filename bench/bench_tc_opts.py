@@ -1,6 +1,6 @@
-"""Tensor-core opt lists for an fp16 matmul on CUDA, timed side by side (run on the GPU machine; for tuning).
+"""Opt lists for an fp16 (tensor cores) or fp32 matmul on CUDA, timed side by side (run on the GPU machine; for tuning).
 
-    PYTHONPATH=$(ls -d packages/*/src | tr '\\n' ':') python3 bench/bench_tc_opts.py [--n 4096]
+    PYTHONPATH=$(ls -d packages/*/src | tr '\\n' ':') python3 bench/bench_tc_opts.py [--n 4096] [--dtype fp32]
 
 Prints one JSON line per opt list ({"bench": "tc_opts", "impl": "tg", "value": TFLOPS, "params": {opts}}), and
 checks each result against torch (max abs error in the params) so a fast wrong kernel is seen at once.
@@ -40,16 +40,30 @@ CANDIDATES = [
 ]
 
 
+FP32_CANDIDATES = [
+    [(L, 0, 16), (L, 1, 16), (U, 0, 4), (U, 1, 4)],
+    [(L, 0, 16), (L, 1, 16), (U, 0, 8), (U, 1, 8)],
+    [(L, 0, 16), (L, 1, 16), (U, 0, 8), (U, 1, 4)],
+    [(L, 0, 16), (L, 1, 16), (U, 0, 8), (U, 1, 8), (R, 0, 4)],
+    [(L, 0, 8), (L, 1, 32), (U, 0, 8), (U, 1, 4)],
+    [(L, 0, 8), (L, 1, 16), (U, 0, 8), (U, 1, 8)],
+    [(L, 0, 16), (L, 1, 16), (U, 0, 4), (U, 1, 8), (R, 0, 2)],
+    [(L, 1, 256), (U, 0, 8), (U, 1, 4)],
+]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=4096)
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--dtype", choices=("fp16", "fp32"), default="fp16")
     args = parser.parse_args()
+    npdt = np.float16 if args.dtype == "fp16" else np.float32
     import torch
 
     n = args.n
     rng = np.random.default_rng(0)
-    an, bn = (rng.standard_normal((n, n)).astype(np.float16) for _ in range(2))
+    an, bn = (rng.standard_normal((n, n)).astype(npdt) for _ in range(2))
     ref = (torch.from_numpy(an).cuda() @ torch.from_numpy(bn).cuda()).float().cpu().numpy()
     a, b = Tensor(an).realize(), Tensor(bn).realize()
     items = a.matmul(b).schedule()
@@ -60,7 +74,10 @@ def main() -> None:
     *_, item = items
     renderer = Device["CUDA"].renderer
     lists = [hand_coded_optimizations(Kernel(item.ast, renderer))]
-    lists += [[Opt(TC, 0, 0)] + [Opt(op, ax, amt) for op, ax, amt in c] for c in CANDIDATES]
+    if args.dtype == "fp16":
+        lists += [[Opt(TC, 0, 0)] + [Opt(op, ax, amt) for op, ax, amt in c] for c in CANDIDATES]
+    else:
+        lists += [[Opt(op, ax, amt) for op, ax, amt in c] for c in FP32_CANDIDATES]
     for opts in lists:
         try:
             runner = CompiledRunner(get_program(item.ast, renderer, opts=opts))
@@ -74,12 +91,13 @@ def main() -> None:
             runner(item.bufs)
             Device["CUDA"].synchronize()
             best = min(best, time.perf_counter() - st)
-        out = np.frombuffer(item.bufs[0].as_bytes(), dtype=np.float16).reshape(n, n).astype(np.float32)
+        out = np.frombuffer(item.bufs[0].as_bytes(), dtype=npdt).reshape(n, n).astype(np.float32)
         err = float(np.abs(out - ref).max())
         desc = [f"{o.op.name}:{o.axis}:{o.arg}" for o in opts]
         value = round(2 * n**3 / best * 1e-12, 2)
-        print(json.dumps({"bench": "tc_opts", "impl": "tg", "value": value, "unit": "TFLOPS",
-                          "params": {"n": n, "opts": desc, "max_abs_err": err}}), flush=True)  # fmt: skip
+        params = {"n": n, "dtype": args.dtype, "opts": desc, "max_abs_err": err}
+        line = {"bench": "tc_opts", "impl": "tg", "value": value, "unit": "TFLOPS", "params": params}
+        print(json.dumps(line), flush=True)
 
 
 if __name__ == "__main__":

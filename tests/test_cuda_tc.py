@@ -110,3 +110,14 @@ def test_fused_epilogue() -> None:
     bias = np.linspace(-1, 1, 32).astype(np.float16)
     out = (a.matmul(b) + Tensor(bias, device="CUDA")).relu().numpy()
     _check(out, np.maximum(ref + bias.astype(np.float64), 0), 32)
+
+
+def test_operands_at_odd_offsets() -> None:
+    """Slices starting mid-buffer: fragments must only merge loads into wide ones where those are aligned."""
+    _cuda_or_skip()
+    rng = np.random.default_rng(4)
+    an = rng.standard_normal((64, 80)).astype(np.float16)
+    bn = rng.standard_normal((70, 64)).astype(np.float16)
+    a, b = Tensor(an, device="CUDA")[:, 3:67], Tensor(bn, device="CUDA")[5:69, :]
+    out = a.matmul(b).numpy()
+    _check(out, an[:, 3:67].astype(np.float64) @ bn[5:69, :].astype(np.float64), 64)

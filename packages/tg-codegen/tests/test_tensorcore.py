@@ -111,3 +111,28 @@ def test_heuristics_pick_tc_for_half_matmuls_on_cuda_only() -> None:
 def test_beam_actions_include_tc_where_there_are_tensor_cores() -> None:
     assert TC in actions(CUDARenderer("sm_90"))
     assert all(a.op is not OptOps.TC for a in actions(CUDARenderer("sm_75")) + actions(ClangRenderer()))
+
+
+def _offset_matmul(offset: int) -> UOp:
+    """64x64x64 fp16 matmul whose A starts `offset` elements into its buffer."""
+    n = k = m = 64
+    dt, acc = dtypes.float16, dtypes.float32
+
+    def load(i: int, strides: tuple[int, ...], off: int) -> UOp:
+        view = UOp(Ops.VIEW, dtypes.void, (), ShapeTracker((View.create((n, m, k), strides, off),)))
+        return UOp(Ops.LOAD, dt, (UOp(Ops.DEFINE_GLOBAL, dt.ptr(), (), i), view))
+
+    red = UOp(Ops.REDUCE_AXIS, acc, ((load(1, (k, 0, 1), offset) * load(2, (0, 1, m), 0)).cast(acc),), (Ops.ADD, (2,)))
+    out = UOp(Ops.VIEW, dtypes.void, (), ShapeTracker((View.create((n, m, 1)),)))
+    store = UOp(Ops.STORE, dtypes.void, (UOp(Ops.DEFINE_GLOBAL, dt.ptr(), (), 0), out, red.cast(dt)))
+    return UOp(Ops.SINK, dtypes.void, (store,))
+
+
+def test_fragments_load_as_wide_aligned_loads() -> None:
+    opts = [TC, Opt(OptOps.UPCAST, 1, 8)]
+    src = get_program(_offset_matmul(0), CUDARenderer(), opts=opts).src
+    assert "*((tg_halfx4*)(data1+" in src  # a lane's 4 neighbouring k of A
+    assert "*((tg_halfx8*)(data2+" in src  # a lane's 8 tiles' neighbouring columns of B
+    # A one element into its buffer: 4-wide loads would be misaligned, only aligned pairs merge
+    src = get_program(_offset_matmul(1), CUDARenderer(), opts=opts).src
+    assert "*((tg_halfx4*)(data1+" not in src and "*((tg_halfx2*)(data1+" in src

@@ -132,7 +132,9 @@ def _coalesced_group(k: Kernel) -> bool:
     """A workgroup whose threads read neighbouring addresses: GROUP (inner split) of a reduce axis the loads walk
     with stride 1, or LOCAL over a stride-1 output axis of size s times GROUP of a reduce axis of stride s.
 
-    (sum of 2^26 floats on an H100, first kernel: 486 GB/s with GROUPTOP, 1,120 with GROUP, 1,425 with LOCAL+GROUP.)
+    Where the renderer merges neighbouring loads (supports_float4), the stride-1 output axis is upcast instead, so
+    each thread reads 16 bytes at once. (sum of 2^26 floats on an H100, first kernel, bench/bench_sum_opts.py:
+    464 GB/s with GROUPTOP, 1,069 with GROUP+UNROLL, 1,405 with LOCAL+GROUP, 2,290 with GROUP+UPCAST 4.)
     """
     reduces, strides = k.axes_of("reduce"), _load_strides(k)
     if len(reduces) != 1 or not strides:
@@ -142,6 +144,8 @@ def _coalesced_group(k: Kernel) -> bool:
     size = int(k.full_shape[k.axes_of("global")[unit[-1]]]) if unit else 0
     if step == {1}:
         applied = _try(k, [Opt(OptOps.GROUP, 0, a) for a in (256, 128, 64, 32)])
+    elif step == {size} and 1 < size <= 32 and k.opts.supports_float4 and _group_wide(k, unit[-1], size):
+        return True
     elif step == {size} and 1 < size <= 32 and _try(k, [Opt(OptOps.LOCAL, unit[-1], size)]):
         applied = _try(k, [Opt(OptOps.GROUP, 0, a) for a in (256 // size, 128 // size) if a > 1])
     else:
@@ -149,6 +153,16 @@ def _coalesced_group(k: Kernel) -> bool:
     if applied:
         _try(k, [Opt(OptOps.UNROLL, 0, a) for a in (4, 2)])  # more loads in flight per thread
     return applied
+
+
+def _group_wide(k: Kernel, unit: int, size: int) -> bool:
+    """GROUP the reduce axis by 256, then UPCAST the stride-1 output axis to one 16-byte load per thread."""
+    itemsize = max(u.dtype.itemsize for u in k.ast.toposort if u.op is Ops.LOAD)
+    lanes = [w for w in (8, 4, 2) if w * itemsize <= 16 and size % w == 0]
+    if not lanes or not _try(k, [Opt(OptOps.GROUP, 0, 256)]):
+        return False
+    _try(k, [Opt(OptOps.UPCAST, unit, lanes[0])])
+    return True
 
 
 def _gpu_locals(k: Kernel, budget: int) -> None:

@@ -218,4 +218,9 @@ def lower(k: Kernel) -> UOp:
         from tg_codegen.tc_lower import lower_tc
 
         return lower_tc(k)
-    return Lowerer(k).lower()
+    sink = Lowerer(k).lower()
+    if k.opts.supports_float4:
+        from tg_codegen.wideload import widen_loads
+
+        return widen_loads(sink)
+    return sink

@@ -4,7 +4,7 @@ Each operand is lowered once per fragment element with the tile axes set to that
 lane; the reduction becomes WMMA(a_frag, b_frag, acc) on a vector accumulator; each output element is a GEP of
 the accumulator stored at its own (row, col).
 
-Two layout choices make a lane's loads neighbours, so they merge into 2-, 4- or 8-wide loads (`widen_loads`):
+Two layout choices make a lane's loads neighbours, so they merge into 2-, 4- or 8-wide loads (wideload.py):
   - K is permuted inside the tile (the TensorCore tables): a lane's 4 k values are adjacent;
   - N is permuted inside a warp's block of tiles (an UPCAST of the outer N axis by u): tile j's column G is
     stored at G*u + j instead of j*8 + G, so the u tiles of a lane read (and write) adjacent columns.
@@ -15,17 +15,13 @@ Both are bijections applied the same way to every load and store, so the result 
 
 from __future__ import annotations
 
-import functools
-from collections import defaultdict
-
 from tg_codegen.gpudims import special_indexes
 from tg_codegen.kernel import Kernel
 from tg_codegen.lowerer import Lowerer, drop_true_gates
 from tg_codegen.tensorcore import TC_AXIS_TYPES, Layout, applied_tensor_core, mma_operands, moving
-from tg_uop import DType, Ops, UOp, dtypes, graph_rewrite
+from tg_codegen.wideload import widen_loads
+from tg_uop import Ops, UOp, dtypes, graph_rewrite
 from tg_uop.symbolic import symbolic
-
-WIDE_LOADS = (8, 4, 2)
 
 
 class TCLowerer(Lowerer):
@@ -83,7 +79,7 @@ class TCLowerer(Lowerer):
                     idxs = self._tc_idxs(c, (self._at(rows, j), self._at(cols, j), zero), inside_reduce=False)
                     stores.append(self._lower(s, idxs, c))
         sink = graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(stores)), symbolic)
-        return widen_loads(drop_true_gates(sink), self.tc.dtype_in)
+        return widen_loads(drop_true_gates(sink))
 
     def _lower_reduce(self, u: UOp, fixed: dict[int, int]) -> UOp:
         key = (u, tuple(sorted(fixed.items())))
@@ -108,55 +104,6 @@ class TCLowerer(Lowerer):
     def _fragment(self, load: UOp, fixed: dict[int, int], tiles: list[tuple[UOp, UOp, UOp]]) -> UOp:
         elems = tuple(self._lower(load, self._tc_idxs(fixed, t, inside_reduce=True), fixed) for t in tiles)
         return UOp(Ops.VECTORIZE, load.dtype.vec(len(elems)), elems)
-
-
-def _terms(x: UOp) -> tuple[list[UOp], int]:
-    """The non-constant terms and the constant of a sum, however its ADDs nest."""
-    if x.op is Ops.CONST:
-        return [], int(x.arg)
-    if x.op is not Ops.ADD:
-        return [x], 0
-    (ta, ca), (tb, cb) = _terms(x.src[0]), _terms(x.src[1])
-    return ta + tb, ca + cb
-
-
-def _base_offset(x: UOp) -> tuple[tuple[UOp, ...], int]:
-    """x as (its terms in a fixed order, constant offset): equal sums written in different orders compare equal."""
-    terms, const = _terms(x)
-    return tuple(sorted(terms, key=id)), const  # hash-consed: equal terms are the same object
-
-
-def _aligned(base: tuple[UOp, ...], width: int) -> bool:
-    """Is the sum of `base` a multiple of `width` for every value of its variables?"""
-    if not base:
-        return True
-    rem = graph_rewrite(functools.reduce(lambda a, b: a + b, base) % width, symbolic)
-    return rem.op is Ops.CONST and rem.arg == 0
-
-
-def widen_loads(sink: UOp, dtype: DType) -> UOp:
-    """Scalar LOADs of `dtype` at neighbouring addresses (same buffer, base and gate) become one wide LOAD whose
-    lanes they read (GEP); the first address of each wide load is a multiple of its width (aligned access)."""
-    groups: dict[tuple[UOp, tuple[UOp, ...], tuple[UOp, ...]], dict[int, UOp]] = defaultdict(dict)
-    for u in sink.toposort:
-        if u.op is Ops.LOAD and u.dtype == dtype and u.src[0].op is Ops.INDEX:
-            buf, idx = u.src[0].src[:2]
-            base, off = _base_offset(idx)
-            groups[(buf, base, u.src[1:])][off] = u
-    mapping: dict[UOp, UOp] = {}
-    for (_, base, _), loads in groups.items():
-        for start in sorted(loads):
-            if loads[start] in mapping:
-                continue
-            for width in WIDE_LOADS:
-                run = [loads.get(start + i) for i in range(width)]
-                if start % width or any(x is None or x in mapping for x in run) or not _aligned(base, width):
-                    continue
-                first = loads[start]
-                wide = UOp(Ops.LOAD, first.dtype.vec(width), first.src)
-                mapping.update({x: wide.gep(i) for i, x in enumerate(run) if x is not None})
-                break
-    return sink.substitute(mapping) if mapping else sink
 
 
 def lower_tc(k: Kernel) -> UOp:

@@ -20,6 +20,7 @@ class CUDARenderer(CStyleLanguage):
     device = "CUDA"
     has_local = True
     has_shared = True
+    supports_float4 = True
     smem_prefix = "__shared__ "
     barrier = "__syncthreads();"
     global_max = (2**31 - 1, 65535, 65535)
