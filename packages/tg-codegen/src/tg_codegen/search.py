@@ -144,7 +144,12 @@ def _time_all(
             if DEBUG >= 2:
                 print(f"BEAM: skipping {k.applied_opts}: {type(e).__name__}: {e}", file=sys.stderr)
             continue
-        et = target.time(spec, lib, runs=3, cutoff=best * 1.5)
+        try:
+            et = target.time(spec, lib, runs=3, cutoff=best * 1.5)
+        except Exception as e:  # a candidate that fails to launch (too many registers for its workgroup, ...)
+            if DEBUG >= 2:
+                print(f"BEAM: skipping {k.applied_opts}: launch failed: {type(e).__name__}: {e}", file=sys.stderr)
+            continue
         best = min(best, et)
         ret.append((k, et))
     return sorted(ret, key=lambda x: x[1])
