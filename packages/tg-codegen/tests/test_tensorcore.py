@@ -53,6 +53,7 @@ def test_tc_renders_mma(dt: DType, ptx: str) -> None:
     assert f"mma.sync.aligned.m16n8k16.row.col.f32.{ptx}.{ptx}.f32" in spec.src
     assert spec.src.count(f"__tg_mma_{dt.name}(") == 3  # the definition and two unrolled calls
     assert spec.local_size == (32,)  # one warp: the lane is threadIdx.x
+    assert "__global__ __launch_bounds__(32) void" in spec.src  # registers never exceed what the block may have
     assert spec.global_size == (2, 2)
 
 

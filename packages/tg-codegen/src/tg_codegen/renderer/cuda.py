@@ -102,6 +102,19 @@ class CUDARenderer(CStyleLanguage):
     def render_bitcast(self, x: str, src: DType, dt: DType) -> str:
         return f"__tg_bitcast<{self.render_dtype(dt)}>(({self.render_dtype(src)})({x}))"
 
+    min_blocks_per_sm = 0  # with > 0, __launch_bounds__ also asks nvcc to fit this many blocks on an SM
+
+    def render(self, name: str, uops: list[UOp]) -> str:
+        """The kernel, declared with __launch_bounds__(threads per block): nvcc then never uses more registers
+        than a launch of that size can have (without it, big blocks fail with 'too many resources requested')."""
+        src = super().render(name, uops)
+        threads = 1
+        for u in uops:
+            if u.op is Ops.SPECIAL and str(u.arg[0]).startswith("lidx"):
+                threads *= int(u.arg[1])
+        bounds = f"{threads}, {self.min_blocks_per_sm}" if self.min_blocks_per_sm else f"{threads}"
+        return src.replace(f"{self.kernel_prefix}void ", f"{self.kernel_prefix}__launch_bounds__({bounds}) void ", 1)
+
     def render_kernel(
         self,
         function_name: str,
