@@ -109,3 +109,18 @@ def test_tensor_cores_refused_on_devices_without_them(device: str) -> None:
     with pytest.raises(KernelOptError, match="no tensor cores"):
         k.apply_opt(Opt(OptOps.TC, 0, 0))
     assert all(o.op is not OptOps.TC for o in hand_coded_optimizations(k))
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("dt", [dtypes.uint32, dtypes.int64, dtypes.float16, dtypes.uint8])
+def test_wide_loads_of_every_dtype_compile(dt: DType) -> None:
+    """An upcast axis reads neighbouring elements, merged into one vector load whatever the element type."""
+    x = Tensor(np.arange(64).astype(np.int32)).cast(dt).contiguous()
+    items = (x + x).schedule()
+    for item in items:
+        pending.remove(item)
+    spec = get_program(items[-1].ast, CUDARenderer("sm_90"), opts=[Opt(OptOps.UPCAST, 0, 4)])
+    if dt.itemsize in (2, 4, 8):
+        assert f"*((tg_{dt.name.replace(' ', '_')}x" in spec.src, spec.src
+    assert COMPILER is not None
+    assert COMPILER.compile(spec.src)[:4] == b"\x7fELF"

@@ -41,7 +41,7 @@ class CUDARenderer(CStyleLanguage):
     # ---- vectors: small structs (CUDA's own float4 etc. have no indexing), only tensor-core fragments use them
     def render_dtype(self, dt: DType) -> str:
         if dt.count > 1 and not isinstance(dt, PtrDType):
-            return f"tg_{dt.scalar().name}x{dt.count}"
+            return f"tg_{dt.scalar().name.replace(' ', '_')}x{dt.count}"  # "unsigned int" -> tg_unsigned_intx4
         return super().render_dtype(dt)
 
     def render_vectorize(self, lanes: list[str], dt: DType) -> str:
