@@ -23,6 +23,7 @@ os.environ.setdefault("DEV", "CUDA")
 
 from tg import Context, Tensor, dtypes  # noqa: E402
 from tg_runtime import Device, get_runner  # noqa: E402
+from tg_runtime.runner import clear_runner_cache  # noqa: E402
 from tg_tensor.schedule import pending  # noqa: E402
 
 
@@ -73,28 +74,30 @@ def tg_matmul(a: Tensor, b: Tensor) -> Tensor:
     return (a.reshape(n, 1, k) * b.permute(1, 0).reshape(1, m, k)).sum(axis=2)
 
 
-def bench_matmul(n: int, reps: int) -> None:
+MATMUL_DTYPES = {"fp32": dtypes.float32, "fp16": dtypes.float16, "bf16": dtypes.bfloat16}
+
+
+def bench_matmul(n: int, reps: int, names: tuple[str, ...] = ("fp32", "fp16", "bf16"), beam: int = 0) -> None:
+    """torch and tg for each dtype; with beam > 0, tg's kernels are chosen by BEAM=beam (impl tg_beam<beam>)."""
     import torch
 
-    for name, dt, tdt in (
-        ("fp32", dtypes.float32, torch.float32),
-        ("fp16", dtypes.float16, torch.float16),
-        ("bf16", dtypes.bfloat16, torch.bfloat16),
-    ):
+    for name in names:
         flop = 2 * n**3
-        torch.backends.cuda.matmul.allow_tf32 = False
-        ta, tb = torch.randn(n, n, dtype=tdt, device="cuda"), torch.randn(n, n, dtype=tdt, device="cuda")
-        emit(
-            "matmul",
-            "torch",
-            flop / torch_seconds(lambda ta=ta, tb=tb: ta @ tb, reps) * 1e-12,
-            "TFLOPS",
-            n=n,
-            dtype=name,
-        )
+        if not beam:
+            torch.backends.cuda.matmul.allow_tf32 = False
+            tdt = getattr(torch, {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}[name])
+            ta, tb = torch.randn(n, n, dtype=tdt, device="cuda"), torch.randn(n, n, dtype=tdt, device="cuda")
+            secs = torch_seconds(lambda ta=ta, tb=tb: ta @ tb, reps)
+            emit("matmul", "torch", flop / secs * 1e-12, "TFLOPS", n=n, dtype=name)
+        dt = MATMUL_DTYPES[name]
         a = Tensor(np.random.default_rng(0).standard_normal((n, n)).astype(np.float32)).cast(dt).contiguous().realize()
         b = Tensor(np.random.default_rng(1).standard_normal((n, n)).astype(np.float32)).cast(dt).contiguous().realize()
-        emit("matmul", "tg", flop / tg_kernel_seconds(tg_matmul(a, b), reps) * 1e-12, "TFLOPS", n=n, dtype=name)
+        impl = f"tg_beam{beam}" if beam else "tg"
+        with Context(BEAM=beam):
+            secs = tg_kernel_seconds(tg_matmul(a, b), reps)
+        emit("matmul", impl, flop / secs * 1e-12, "TFLOPS", n=n, dtype=name)
+    if beam:
+        return
     torch.backends.cuda.matmul.allow_tf32 = True
     ta, tb = torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda")
     emit("matmul", "torch", 2 * n**3 / torch_seconds(lambda: ta @ tb, reps) * 1e-12, "TFLOPS", n=n, dtype="tf32")
@@ -138,12 +141,17 @@ def bench_tiny_realize(reps: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="small sizes, to check the script itself")
+    parser.add_argument("--beam", type=int, default=0, help="also time the fp16/bf16 matmuls with BEAM=n")
     args = parser.parse_args()
     reps = 3 if args.quick else 10
+    n = 64 if args.quick else 4096
     with Context(DEBUG=0):
         bench_tiny_realize(reps)
         bench_elementwise(2**12 if args.quick else 2**26, reps)
-        bench_matmul(64 if args.quick else 4096, reps)
+        bench_matmul(n, reps)
+        if args.beam:
+            clear_runner_cache()  # the default kernels are cached per AST; BEAM must choose again
+            bench_matmul(n, reps, ("fp16", "bf16"), beam=args.beam)
 
 
 if __name__ == "__main__":

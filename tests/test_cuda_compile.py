@@ -5,11 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tg import Tensor, dtypes
-from tg_codegen import get_program
+from tg import Device, Tensor, dtypes
+from tg_codegen import Kernel, KernelOptError, Opt, OptOps, get_program
+from tg_codegen.heuristic import hand_coded_optimizations
 from tg_codegen.renderer.cuda import CUDARenderer
 from tg_runtime.ops_cuda import CUDAError, NVRTCCompiler
 from tg_tensor.schedule import pending
+from tg_uop import DType, UOp
 
 try:
     COMPILER: NVRTCCompiler | None = NVRTCCompiler("sm_90")
@@ -60,3 +62,65 @@ def test_compile_error_names_the_cause() -> None:
     assert COMPILER is not None
     with pytest.raises(CUDAError, match="compile"):
         COMPILER.compile('extern "C" __global__ void broken(float* x) { x[0] = undefined_name; }')
+
+
+def _matmul_ast(dt: DType, n: int = 64, k: int = 128, m: int = 32) -> UOp:
+    """The kernel AST of an (n, k) @ (k, m) matmul of `dt` tensors (scheduled on the default device, not run)."""
+    rng = np.random.default_rng(0)
+    a = Tensor(rng.standard_normal((n, k)).astype(np.float32)).cast(dt).contiguous()
+    b = Tensor(rng.standard_normal((k, m)).astype(np.float32)).cast(dt).contiguous()
+    items = a.matmul(b).schedule()
+    for item in items:
+        pending.remove(item)
+    return items[-1].ast
+
+
+TC_OPTS = {
+    "default": None,
+    "tc_unroll": [Opt(OptOps.TC, 0, 0), Opt(OptOps.UNROLL, 0, 2)],
+    "tc_warps_tiles": [
+        Opt(OptOps.TC, 0, 0),
+        Opt(OptOps.LOCAL, 0, 2),
+        Opt(OptOps.LOCAL, 1, 2),
+        Opt(OptOps.UPCAST, 0, 2),
+        Opt(OptOps.UPCAST, 1, 2),
+    ],
+}
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("dt", [dtypes.float16, dtypes.bfloat16])
+@pytest.mark.parametrize("opts", sorted(TC_OPTS))
+def test_tensor_core_matmul_compiles(arch: str, dt: DType, opts: str) -> None:
+    spec = get_program(_matmul_ast(dt), CUDARenderer(arch), opts=TC_OPTS[opts])
+    assert spec.applied_opts[0] == Opt(OptOps.TC, 0, 0), f"expected TC first, got {spec.applied_opts}"
+    assert "mma.sync.aligned.m16n8k16" in spec.src
+    binary = NVRTCCompiler(arch).compile(spec.src)
+    assert binary[:4] == b"\x7fELF"
+
+
+def test_tensor_cores_refused_on_devices_without_them(device: str) -> None:
+    """PYTHON and CPU (and CL) renderers declare no tensor cores: TC raises KernelOptError, heuristics skip it."""
+    renderer = Device[device].renderer
+    if renderer.tensor_cores:
+        pytest.skip(f"{device} has tensor cores (tests/test_cuda_tc.py runs them)")
+    k = Kernel(_matmul_ast(dtypes.float16, 32, 32, 16), renderer)
+    with pytest.raises(KernelOptError, match="no tensor cores"):
+        k.apply_opt(Opt(OptOps.TC, 0, 0))
+    assert all(o.op is not OptOps.TC for o in hand_coded_optimizations(k))
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("dt", [dtypes.uint32, dtypes.int64, dtypes.float16, dtypes.uint8])
+def test_wide_loads_of_every_dtype_compile(dt: DType) -> None:
+    """An upcast axis reads neighbouring elements, merged into one vector load whatever the element type."""
+    x = Tensor(np.arange(64).astype(np.int32)).cast(dt).contiguous()
+    items = (x + x).schedule()
+    for item in items:
+        pending.remove(item)
+    spec = get_program(items[-1].ast, CUDARenderer("sm_90"), opts=[Opt(OptOps.UPCAST, 0, 4)])
+    if dt.itemsize in (2, 4, 8):
+        assert f"*((tg_{dt.name.replace(' ', '_')}x" in spec.src, spec.src
+    assert COMPILER is not None
+    assert COMPILER.compile(spec.src)[:4] == b"\x7fELF"

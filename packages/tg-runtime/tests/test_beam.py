@@ -108,3 +108,24 @@ def test_starting_kernel_that_fails_falls_back_to_heuristics(monkeypatch: pytest
     target = DeviceSearchTarget("CPU", ast)
     opts = search.beam_search(ast, target, 2, max_steps=1)
     assert opts == hand_coded_optimizations(Kernel(ast, target.renderer))
+
+
+class _FailingLaunches(DeviceSearchTarget):
+    """A CPU target on which every candidate with an UPCAST fails to launch (as a GPU refuses too large a block)."""
+
+    def time(self, spec: object, lib: bytes, runs: int, cutoff: float) -> float:
+        from tg_codegen.opt import OptOps
+
+        if any(o.op is OptOps.UPCAST for o in spec.applied_opts):  # type: ignore[attr-defined]
+            raise RuntimeError("launch failed: too many resources requested")
+        return super().time(spec, lib, runs, cutoff)  # type: ignore[arg-type]
+
+
+def test_beam_skips_candidates_that_fail_to_launch(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("CACHEDB", str(tmp_path / "cache.db"))  # a fresh cache: the search must run
+    reset_connections()
+    few = [search.Opt(search.OptOps.UPCAST, 0, 4), search.Opt(search.OptOps.UNROLL, 0, 4)]
+    monkeypatch.setattr(search, "actions", lambda renderer: few)
+    ast = _small_reduce()
+    opts = search.beam_search(ast, _FailingLaunches("CPU", ast), 2, max_steps=2)
+    assert opts and all(o.op is not search.OptOps.UPCAST for o in opts), opts

@@ -255,6 +255,7 @@ def _mergeable(st: ShapeTracker, a: int, b: int) -> bool:
 
 
 _RANK = {"thread": 0, "global": 1, "local": 2, "reduce": 3, "group": 4, "upcast": 5, "unroll": 6}
+_RANK.update({"tcm": 7, "tcn": 8, "tck": 9})  # tensor-core tile axes (see tensorcore.py), kept last
 MAX_UPCAST = 1024  # copies of the body that upcast x unroll may make
 
 
@@ -296,6 +297,8 @@ def _group(k: Kernel, opt: Opt) -> None:
         raise KernelOptError(f"{opt}: the {k.opts.device} renderer has no local memory")
     if k.axes_of("group"):
         raise KernelOptError(f"{opt}: only one GROUP per kernel")
+    if k.axes_of("tck"):
+        raise KernelOptError(f"{opt}: GROUP does not combine with tensor cores (TC)")
     axis = k._pick(opt, "reduce")
     k._split(axis, k._amount(axis, opt.arg), "group", inner=opt.op.name == "GROUP")
 
@@ -356,7 +359,9 @@ def _pad_safe_reduce(k: Kernel) -> bool:
 
 
 def _tc(k: Kernel, opt: Opt) -> None:
-    raise KernelOptError(f"{opt}: tensor cores are not available on the {k.opts.device or 'generic'} renderer")
+    from tg_codegen.tensorcore import apply_tc
+
+    apply_tc(k, opt)
 
 
 _HANDLERS: dict[str, Callable[[Kernel, Opt], None]] = {

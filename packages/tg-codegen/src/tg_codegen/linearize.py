@@ -27,9 +27,22 @@ def _expand_reduces(sink: UOp) -> UOp:
         val = val.substitute(mapping) if mapping else val
         acc = UOp(Ops.DEFINE_ACC, u.dtype, (UOp.const(u.dtype, reduce_identity(u.arg, u.dtype)), *rngs), n)
         upd = acc.alu(u.arg, val) if u.arg is not Ops.MAX else acc.maximum(val)
+        if u.arg is Ops.ADD and val.op is Ops.WMMA:
+            upd = _accumulate_into(val, acc)
         assign = UOp(Ops.ASSIGN, u.dtype, (acc, upd, *rngs))
         mapping[u] = assign
     return sink.substitute(mapping) if mapping else sink
+
+
+def _accumulate_into(wmma: UOp, acc: UOp) -> UOp:
+    """A chain of WMMA(a, b, c) started from zero, started from the accumulator instead (no extra ADD)."""
+    a, b, c = wmma.src
+    if c.op is Ops.WMMA:
+        start = _accumulate_into(c, acc)
+    else:
+        is_zero = all(x.op is Ops.CONST and x.arg == 0 for x in (c.src if c.op is Ops.VECTORIZE else (c,)))
+        start = acc if is_zero else acc.alu(Ops.ADD, c)
+    return wmma.replace(src=(a, b, start))
 
 
 def linearize(sink: UOp) -> list[UOp]:

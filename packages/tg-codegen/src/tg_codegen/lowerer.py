@@ -233,4 +233,13 @@ def drop_true_gates(sink: UOp) -> UOp:
 
 def lower(k: Kernel) -> UOp:
     """The lowered SINK for a kernel."""
-    return Lowerer(k).lower()
+    if k.axes_of("tck"):
+        from tg_codegen.tc_lower import lower_tc
+
+        return lower_tc(k)
+    sink = Lowerer(k).lower()
+    if k.opts.supports_float4:
+        from tg_codegen.wideload import widen_loads
+
+        return widen_loads(sink)
+    return sink

@@ -53,6 +53,8 @@ def actions(renderer: Renderer) -> list[Opt]:
         ret += [Opt(OptOps.LOCAL, a, n) for a in range(3) for n in (2, 4, 8, 16, 32)]
         ret += [Opt(op, a, n) for op in (OptOps.GROUP, OptOps.GROUPTOP) for a in range(2) for n in (8, 16, 32)]
         ret += [Opt(OptOps.NOLOCALS)]
+    if renderer.tensor_cores:
+        ret += [Opt(OptOps.TC, a, 0) for a in range(2)]
     return ret
 
 
@@ -142,7 +144,12 @@ def _time_all(
             if DEBUG >= 2:
                 print(f"BEAM: skipping {k.applied_opts}: {type(e).__name__}: {e}", file=sys.stderr)
             continue
-        et = target.time(spec, lib, runs=3, cutoff=best * 1.5)
+        try:
+            et = target.time(spec, lib, runs=3, cutoff=best * 1.5)
+        except Exception as e:  # a candidate that fails to launch (too many registers for its workgroup, ...)
+            if DEBUG >= 2:
+                print(f"BEAM: skipping {k.applied_opts}: launch failed: {type(e).__name__}: {e}", file=sys.stderr)
+            continue
         best = min(best, et)
         ret.append((k, et))
     return sorted(ret, key=lambda x: x[1])

@@ -96,6 +96,14 @@ class NVRTCCompiler(Compiler):
         self.cachekey = f"cuda:{arch}:{' '.join(extra_options)}"
         self.lib = load_nvrtc()
 
+    def __getstate__(self) -> dict[str, Any]:
+        """BEAM sends the compiler to worker processes: the library handle does not pickle, each loads its own."""
+        return {k: v for k, v in self.__dict__.items() if k != "lib"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.lib = load_nvrtc()
+
     def _check(self, status: int, what: str, prog: ctypes.c_void_p | None = None) -> None:
         if status == 0:
             return

@@ -39,7 +39,7 @@ class Renderer:
     has_shared: bool = False  # local/shared memory
     has_threads: bool = False  # CPU threads over the outermost loop (OptOps.THREAD)
     threads: int = 1  # how many CPU threads the device runs
-    supports_float4: bool = False
+    supports_float4: bool = False  # scalar loads of neighbouring addresses merge into wide loads (wideload.py)
     vector_bytes: int = 0  # widest vector dtype (0: none); upcast axes are packed into vectors up to this size
     global_max: tuple[int, ...] | None = None
     local_max: tuple[int, ...] | None = None

@@ -1,0 +1,106 @@
+"""Opt lists for an fp16 (tensor cores) or fp32 matmul on CUDA, timed side by side (run on the GPU machine; for tuning).
+
+    PYTHONPATH=$(ls -d packages/*/src | tr '\\n' ':') python3 bench/bench_tc_opts.py [--n 4096] [--dtype fp32]
+
+Prints one JSON line per opt list ({"bench": "tc_opts", "impl": "tg", "value": TFLOPS, "params": {opts}}), and
+checks each result against torch (max abs error in the params) so a fast wrong kernel is seen at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import numpy as np
+
+os.environ.setdefault("DEV", "CUDA")
+
+from tg import Device, Tensor  # noqa: E402
+from tg_codegen import get_program  # noqa: E402
+from tg_codegen.heuristic import hand_coded_optimizations  # noqa: E402
+from tg_codegen.kernel import Kernel  # noqa: E402
+from tg_codegen.opt import Opt, OptOps  # noqa: E402
+from tg_runtime.runner import CompiledRunner  # noqa: E402
+from tg_tensor.schedule import pending  # noqa: E402
+
+TC, L, U, R = OptOps.TC, OptOps.LOCAL, OptOps.UPCAST, OptOps.UNROLL
+CANDIDATES = [
+    [(L, 0, 2), (L, 1, 2), (U, 0, 4), (U, 1, 8), (R, 0, 4)],
+    [(L, 0, 2), (L, 1, 2), (U, 0, 4), (U, 1, 4), (R, 0, 2)],
+    [(L, 0, 2), (L, 1, 2), (U, 0, 2), (U, 1, 8), (R, 0, 2)],
+    [(L, 0, 4), (L, 1, 2), (U, 0, 4), (U, 1, 8), (R, 0, 2)],
+    [(L, 0, 2), (L, 1, 4), (U, 0, 4), (U, 1, 8), (R, 0, 2)],
+    [(L, 0, 4), (U, 0, 4), (U, 1, 8), (R, 0, 2)],
+    [(L, 0, 2), (L, 1, 2), (U, 0, 2), (U, 1, 16), (R, 0, 2)],
+    [(L, 0, 4), (L, 1, 4), (U, 0, 2), (U, 1, 8), (R, 0, 2)],
+    [(L, 0, 2), (L, 1, 2), (U, 0, 8), (U, 1, 8), (R, 0, 2)],
+    [(L, 0, 2), (L, 1, 2), (U, 0, 2), (U, 1, 4), (R, 0, 2)],
+]
+
+
+FP32_CANDIDATES = [
+    [(L, 0, 16), (L, 1, 16), (U, 0, 4), (U, 1, 4)],
+    [(L, 0, 16), (L, 1, 16), (U, 0, 8), (U, 1, 8)],
+    [(L, 0, 16), (L, 1, 16), (U, 0, 8), (U, 1, 4)],
+    [(L, 0, 16), (L, 1, 16), (U, 0, 8), (U, 1, 8), (R, 0, 4)],
+    [(L, 0, 8), (L, 1, 32), (U, 0, 8), (U, 1, 4)],
+    [(L, 0, 8), (L, 1, 16), (U, 0, 8), (U, 1, 8)],
+    [(L, 0, 16), (L, 1, 16), (U, 0, 4), (U, 1, 8), (R, 0, 2)],
+    [(L, 1, 256), (U, 0, 8), (U, 1, 4)],
+]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--n", type=int, default=4096)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--dtype", choices=("fp16", "fp32"), default="fp16")
+    args = parser.parse_args()
+    npdt = np.float16 if args.dtype == "fp16" else np.float32
+    import torch
+
+    n = args.n
+    rng = np.random.default_rng(0)
+    an, bn = (rng.standard_normal((n, n)).astype(npdt) for _ in range(2))
+    ref = (torch.from_numpy(an).cuda() @ torch.from_numpy(bn).cuda()).float().cpu().numpy()
+    a, b = Tensor(an).realize(), Tensor(bn).realize()
+    items = a.matmul(b).schedule()
+    for item in items:
+        pending.remove(item)
+        for buf in item.bufs:
+            buf.ensure_allocated()
+    *_, item = items
+    renderer = Device["CUDA"].renderer
+    default = hand_coded_optimizations(Kernel(item.ast, renderer))
+    lists = [(default, 0)] + [(default, mb) for mb in (1, 2, 3)]  # 2nd: min blocks per SM for __launch_bounds__
+    if args.dtype == "fp16":
+        lists += [([Opt(TC, 0, 0)] + [Opt(op, ax, amt) for op, ax, amt in c], 0) for c in CANDIDATES]
+    else:
+        lists += [([Opt(op, ax, amt) for op, ax, amt in c], 0) for c in FP32_CANDIDATES]
+    for opts, min_blocks in lists:
+        renderer.min_blocks_per_sm = min_blocks  # type: ignore[attr-defined]
+        try:
+            runner = CompiledRunner(get_program(item.ast, renderer, opts=opts))
+        except Exception as e:
+            print(f"# {opts}: {type(e).__name__}: {e}"[:300], flush=True)
+            continue
+        best = float("inf")
+        for _ in range(args.reps):
+            Device["CUDA"].synchronize()
+            st = time.perf_counter()
+            runner(item.bufs)
+            Device["CUDA"].synchronize()
+            best = min(best, time.perf_counter() - st)
+        out = np.frombuffer(item.bufs[0].as_bytes(), dtype=npdt).reshape(n, n).astype(np.float32)
+        err = float(np.abs(out - ref).max())
+        desc = [f"{o.op.name}:{o.axis}:{o.arg}" for o in opts]
+        value = round(2 * n**3 / best * 1e-12, 2)
+        params = {"n": n, "dtype": args.dtype, "opts": desc, "min_blocks": min_blocks, "max_abs_err": err}
+        line = {"bench": "tc_opts", "impl": "tg", "value": value, "unit": "TFLOPS", "params": params}
+        print(json.dumps(line), flush=True)
+
+
+if __name__ == "__main__":
+    main()

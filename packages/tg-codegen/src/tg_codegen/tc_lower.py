@@ -1,0 +1,111 @@
+"""Lowering a kernel with the TC opt (see tensorcore.py): lanes, fragments, WMMA chains, wide fragment loads.
+
+Each operand is lowered once per fragment element with the tile axes set to that element's (row, col) for this
+lane; the reduction becomes WMMA(a_frag, b_frag, acc) on a vector accumulator; each output element is a GEP of
+the accumulator stored at its own (row, col).
+
+Two layout choices make a lane's loads neighbours, so they merge into 2-, 4- or 8-wide loads (wideload.py):
+  - K is permuted inside the tile (the TensorCore tables): a lane's 4 k values are adjacent;
+  - N is permuted inside a warp's block of tiles (an UPCAST of the outer N axis by u): tile j's column G is
+    stored at G*u + j instead of j*8 + G, so the u tiles of a lane read (and write) adjacent columns.
+Both are bijections applied the same way to every load and store, so the result is the same matmul.
+
+>>> from tg_codegen.tc_lower import lower_tc  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from tg_codegen.gpudims import special_indexes
+from tg_codegen.kernel import Kernel
+from tg_codegen.lowerer import Lowerer, drop_true_gates
+from tg_codegen.tensorcore import TC_AXIS_TYPES, Layout, applied_tensor_core, mma_operands, moving
+from tg_codegen.wideload import widen_loads
+from tg_uop import Ops, UOp, dtypes, graph_rewrite
+from tg_uop.symbolic import symbolic
+
+
+class TCLowerer(Lowerer):
+    """The Lowerer for a kernel with tensor cores."""
+
+    def __init__(self, k: Kernel) -> None:
+        self.lane = UOp.const(dtypes.int32, 0)
+        self.tc = applied_tensor_core(k)
+        super().__init__(k)
+        self.tc_axes = tuple(k.axes_of(t)[0] for t in TC_AXIS_TYPES)
+        for a in self.tc_axes:
+            self.loop[a] = UOp.const(dtypes.int32, 0)
+        ops = mma_operands(k.reduceops[0])
+        assert ops is not None, "apply_tc checked the kernel's shape"
+        self.a, self.b = ops[::-1] if moving(ops[0], self.tc_axes[1]) else ops
+        lane = self.lane
+        self.terms = {"g": lane // 4, "2t": (lane % 4) * 2, "4t": (lane % 4) * 4}
+        n_up = [x for x in k.axes_of("upcast") if moving(self.b, x) and not moving(self.a, x)]
+        self.n_up = n_up[-1] if n_up else None
+        self.elem = 0
+        self.reduce_memo: dict[tuple[UOp, tuple[tuple[int, int], ...]], UOp] = {}
+
+    def _launch_ids(self) -> None:
+        """Output axes are group ids; the lane is threadIdx.x and LOCAL axes (warps) the other local ids."""
+        for types, prefix, extra in ((("global",), "gidx", []), (("local",), "lidx", [self.tc.threads])):
+            axes = self.k.axes_of(*types)
+            ids = special_indexes([int(self.k.full_shape[a]) for a in axes] + extra, prefix)
+            for a, idx in zip(axes, ids):
+                self.loop[a] = idx
+            if extra:
+                self.lane = ids[-1]
+
+    def _at(self, layout: Layout, j: int) -> UOp:
+        term, off = layout[j]
+        return self.terms[term] + off
+
+    def _tc_idxs(self, fixed: dict[int, int], tile: tuple[UOp, UOp, UOp], inside_reduce: bool) -> tuple[UOp, ...]:
+        idxs = list(self._idxs(fixed, inside_reduce))
+        for a, v in zip(self.tc_axes, tile):
+            idxs[a] = v
+        if self.n_up is not None:  # column G of tile j lives at G*u + j of the warp's block
+            u, tn = int(self.k.full_shape[self.n_up]), self.tc.dims[1]
+            col = idxs[self.tc_axes[1]] * u + idxs[self.n_up]
+            idxs[self.n_up], idxs[self.tc_axes[1]] = col // tn, col % tn
+        return tuple(idxs)
+
+    def lower(self) -> UOp:
+        zero = UOp.const(dtypes.int32, 0)
+        rows, cols = self.tc.c_rows, self.tc.c_cols
+        stores = []
+        for s in self.k.ast.src:
+            for c in self._combos(("upcast",)):
+                for j in range(len(rows)):
+                    self.elem = j
+                    idxs = self._tc_idxs(c, (self._at(rows, j), self._at(cols, j), zero), inside_reduce=False)
+                    stores.append(self._lower(s, idxs, c))
+        sink = graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(stores)), symbolic)
+        return widen_loads(drop_true_gates(sink))
+
+    def _lower_reduce(self, u: UOp, fixed: dict[int, int]) -> UOp:
+        key = (u, tuple(sorted(fixed.items())))
+        if key not in self.reduce_memo:
+            self.reduce_memo[key] = self._mma_reduce(fixed)
+        return self.reduce_memo[key].gep(self.elem)
+
+    def _mma_reduce(self, fixed: dict[int, int]) -> UOp:
+        """A chain of WMMAs (one per unroll value) reduced over the reduce loops into a vector accumulator."""
+        tc, zero = self.tc, UOp.const(dtypes.int32, 0)
+        acc_dt = tc.dtype_out.vec(len(tc.c_rows))
+        val = UOp.const(acc_dt, 0)
+        a_tiles = [(self._at(tc.a_rows, j), zero, self._at(tc.a_cols, j)) for j in range(len(tc.a_rows))]
+        b_tiles = [(zero, self._at(tc.b_cols, j), self._at(tc.b_rows, j)) for j in range(len(tc.b_rows))]
+        for c in self._combos(("unroll",)):
+            f = {**fixed, **c}
+            frags = (self._fragment(self.a, f, a_tiles), self._fragment(self.b, f, b_tiles))
+            val = UOp(Ops.WMMA, acc_dt, (*frags, val), tc.name)
+        rngs = tuple(self.loop[x] for x in self.k.axes_of("reduce") if self.loop[x].op is Ops.RANGE)
+        return UOp(Ops.REDUCE, acc_dt, (val, *rngs), Ops.ADD) if rngs else val
+
+    def _fragment(self, load: UOp, fixed: dict[int, int], tiles: list[tuple[UOp, UOp, UOp]]) -> UOp:
+        elems = tuple(self._lower(load, self._tc_idxs(fixed, t, inside_reduce=True), fixed) for t in tiles)
+        return UOp(Ops.VECTORIZE, load.dtype.vec(len(elems)), elems)
+
+
+def lower_tc(k: Kernel) -> UOp:
+    """The lowered SINK of a kernel with the TC opt applied."""
+    return TCLowerer(k).lower()

@@ -1,0 +1,219 @@
+"""Tensor cores: the TC OptOp, which runs the multiply-accumulate of a matmul-like kernel as warp-wide MMA ops.
+
+A tensor core multiplies an (M x K) tile of A by a (K x N) tile of B into an (M x N) tile of C, all threads of a
+warp together: each thread holds a few elements of each tile (its "fragment") in registers, and where each of
+its elements lies in the tile is a function of its lane (its thread number in the warp) given by the hardware.
+
+How `Opt(OptOps.TC, axis, arg)` is applied (`apply_tc`):
+  - the kernel must be `REDUCE_AXIS(ADD, MUL(a, b))` (a CAST to the accumulation dtype around the MUL or around
+    each operand is allowed) where a and b are LOADs of the tensor core's input dtype and the reduce is in its
+    accumulation dtype; `axis` is the n-th reduce axis (K), `arg` the n-th of the renderer's tensor cores for
+    that dtype. The output axis M is one along which a moves and b does not, N the other way round.
+  - M, N and K are split by the tile sizes; the tile parts become the axis types "tcm", "tcn", "tck" (kept
+    last, in that order). The rest of the kernel (global ids, LOCAL warps, UPCAST register tiles, UNROLL)
+    works on the outer parts as usual.
+
+How it is lowered (`tc_lower.TCLowerer`): one more launch id, the lane (threadIdx.x, 32 lanes); each operand is lowered
+once per fragment element with the tile axes set to the element's (row, col) for this lane, and packed into a
+vector; the reduction becomes a chain of WMMA(a_frag, b_frag, acc) UOps on a vector accumulator; each output
+element is a GEP of the accumulator stored at its own (row, col).
+
+>>> from tg_codegen.tensorcore import TENSOR_CORES_SM80
+>>> [tc.name for tc in TENSOR_CORES_SM80]
+['m16n8k16_half_float', 'm16n8k16_bfloat16_float']
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tg_codegen.kernel import Kernel
+from tg_codegen.opt import KernelOptError, Opt, OptOps
+from tg_shape import ShapeTracker
+from tg_uop import DType, Ops, UOp, dtypes
+from tg_uop.helpers import getenv
+
+# (lane term, offset) pairs for each fragment element: the element's row (or col) is lane_term(lane) + offset
+Layout = tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True)
+class TensorCore:
+    """One tensor-core instruction: tile sizes, dtypes and where each lane's fragment elements lie.
+
+    Lane terms: "g" is lane // 4 (the lane's group), "2t" is 2 * (lane % 4) (twice its place in the group), "4t"
+    four times it. a_rows/a_cols give the (m, k) of each A element, b_rows/b_cols the (k, n) of each B element and
+    c_rows/c_cols the (m, n) of each accumulator element, in the order the instruction takes them.
+
+    K is a summed index, so it may be permuted inside the tile as long as A and B agree: the hardware's k of A's
+    element j is 2t + j%2 + 8*(j//4), of B's 2t + j%2 + 8*(j//2); tg stores k = 4t + j%2 + 2*(j//4) (A) and
+    4t + j%2 + 2*(j//2) (B) instead, the same bijection of 0..15, so each lane reads 4 neighbouring k at once.
+    """
+
+    dims: tuple[int, int, int]  # M, N, K
+    dtype_in: DType
+    dtype_out: DType
+    a_rows: Layout
+    a_cols: Layout
+    b_rows: Layout
+    b_cols: Layout
+    c_rows: Layout
+    c_cols: Layout
+    threads: int = 32
+
+    @property
+    def name(self) -> str:
+        m, n, k = self.dims
+        return f"m{m}n{n}k{k}_{self.dtype_in.name}_{self.dtype_out.name}"
+
+
+def _terms(term: str, offsets: tuple[int, ...]) -> Layout:
+    return tuple((term, o) for o in offsets)
+
+
+def _m16n8k16(dtype_in: DType) -> TensorCore:
+    """PTX mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}: fragments as in the PTX ISA's figures (K permuted)."""
+    return TensorCore(
+        dims=(16, 8, 16),
+        dtype_in=dtype_in,
+        dtype_out=dtypes.float32,
+        a_rows=_terms("g", (0, 0, 8, 8, 0, 0, 8, 8)),
+        a_cols=_terms("4t", (0, 1, 0, 1, 2, 3, 2, 3)),
+        b_rows=_terms("4t", (0, 1, 2, 3)),
+        b_cols=_terms("g", (0, 0, 0, 0)),
+        c_rows=_terms("g", (0, 0, 8, 8)),
+        c_cols=_terms("2t", (0, 1, 0, 1)),
+    )
+
+
+TENSOR_CORES_SM80 = (_m16n8k16(dtypes.float16), _m16n8k16(dtypes.bfloat16))
+TC_AXIS_TYPES = ("tcm", "tcn", "tck")
+
+
+# ---------------------------------------------------------------------------------------------
+# matching and applying the opt
+
+
+@dataclass(frozen=True)
+class _Match:
+    tc: TensorCore
+    k_axis: int
+    m_axis: int
+    n_axis: int
+
+
+def _strip_cast(u: UOp) -> UOp:
+    return u.src[0] if u.op is Ops.CAST else u
+
+
+def mma_operands(reduce: UOp) -> tuple[UOp, UOp] | None:
+    """The two LOADs multiplied under `reduce` (REDUCE_AXIS(ADD, [CAST](MUL([CAST]a, [CAST]b)))), else None."""
+    if reduce.arg[0] is not Ops.ADD:
+        return None
+    mul = _strip_cast(reduce.src[0])
+    if mul.op is not Ops.MUL:
+        return None
+    a, b = (_strip_cast(s) for s in mul.src)
+    if a.op is not Ops.LOAD or b.op is not Ops.LOAD or a.dtype != b.dtype:
+        return None
+    return a, b
+
+
+def moving(load: UOp, axis: int) -> bool:
+    """Does this load's address move along `axis` (None strides, as under a mask, count as moving)?"""
+    st: ShapeTracker = load.src[1].arg
+    return st.real_strides()[axis] != 0
+
+
+def _match(k: Kernel, opt: Opt) -> _Match:
+    if k.applied_opts:
+        raise KernelOptError(f"{opt}: TC must be the first opt, got {k.applied_opts} before it")
+    reduces = k.reduceops
+    if len(reduces) != 1 or (ops := mma_operands(reduces[0])) is None:
+        raise KernelOptError(f"{opt}: TC needs one ADD reduction of a product of two loads (a matmul)")
+    a, b = ops
+    cands = [tc for tc in k.opts.tensor_cores if isinstance(tc, TensorCore) and tc.dtype_in == a.dtype]
+    if not cands:
+        have = sorted({tc.dtype_in.name for tc in k.opts.tensor_cores if isinstance(tc, TensorCore)})
+        raise KernelOptError(f"{opt}: no tensor core takes {a.dtype.name} inputs here (inputs: {have})")
+    if opt.arg >= len(cands):
+        raise KernelOptError(f"{opt}: arg {opt.arg} picks a tensor core, but only {len(cands)} take {a.dtype.name}")
+    tc = cands[opt.arg]
+    if reduces[0].dtype != tc.dtype_out:
+        raise KernelOptError(f"{opt}: the reduction accumulates in {reduces[0].dtype.name}, TC in {tc.dtype_out.name}")
+    k_axis = k._pick(opt, "reduce")
+    globals_ = k.axes_of("global")
+    m_axes = [x for x in globals_ if moving(a, x) and not moving(b, x)]
+    n_axes = [x for x in globals_ if moving(b, x) and not moving(a, x)]
+    if not m_axes or not n_axes or not (moving(a, k_axis) and moving(b, k_axis)):
+        raise KernelOptError(f"{opt}: the loads do not form a matmul (no M, N axes or K not shared)")
+    return _Match(tc, k_axis, m_axes[-1], n_axes[-1])
+
+
+def apply_tc(k: Kernel, opt: Opt) -> None:
+    """Split M, N and K by the tensor core's tile; raises KernelOptError where TC does not apply."""
+    if not k.opts.tensor_cores:
+        raise KernelOptError(f"{opt}: the {k.opts.device or 'generic'} renderer has no tensor cores")
+    if not k.opts.has_local:
+        raise KernelOptError(f"{opt}: tensor cores need a renderer with local (warp) ids")
+    m = _match(k, opt)
+    tm, tn, tk = m.tc.dims
+    for axis, size, name in ((m.m_axis, tm, "M"), (m.n_axis, tn, "N"), (m.k_axis, tk, "K")):
+        full = k.full_shape[axis]
+        if not isinstance(full, int) or full % size != 0:
+            raise KernelOptError(f"{opt}: {name} axis of size {full} is not a multiple of the tensor core's {size}")
+    # each split moves its tile part to the end, so the other axes keep their numbers
+    for axis, size, kind in zip((m.m_axis, m.n_axis, m.k_axis), m.tc.dims, TC_AXIS_TYPES):
+        k._split(axis, size, kind, inner=True)
+
+
+def applied_tensor_core(k: Kernel) -> TensorCore:
+    """The tensor core a kernel's TC opt picked (the kernel must have one applied)."""
+    opt = next(o for o in k.applied_opts if o.op.name == "TC")
+    reduce = k.reduceops[0]
+    ops = mma_operands(reduce)
+    if ops is None:
+        raise KernelOptError(f"{opt}: the kernel no longer matches a matmul")
+    cands = [tc for tc in k.opts.tensor_cores if isinstance(tc, TensorCore) and tc.dtype_in == ops[0].dtype]
+    return cands[opt.arg]
+
+
+# ---------------------------------------------------------------------------------------------
+# the hand-coded choice
+
+
+def _first(k: Kernel, choices: list[Opt]) -> bool:
+    for opt in choices:
+        try:
+            k.apply_opt(opt)
+            return True
+        except KernelOptError:
+            continue
+    return False
+
+
+def tc_optimizations(k: Kernel) -> bool:
+    """Apply TC and a warp/register tiling around it to `k` if it is a matmul tensor cores take (env TC=0: never).
+
+    Workgroups of 2x2 warps (LOCAL on the outer M and N axes), each warp a block of up to 4x8 tiles (UPCAST), the
+    K loop unrolled by 2 (the sweep in bench/bench_tc_opts.py found this fastest at 4096 on an H100: 110 TFLOPS
+    against 94 without the unroll and 61-97 for other tilings). Returns whether TC was applied.
+    """
+    if not getenv("TC", 1) or not k.opts.tensor_cores or k.applied_opts:
+        return False
+    for axis in range(len(k.axes_of("reduce"))):
+        opt = Opt(OptOps.TC, axis, 0)
+        try:
+            match = _match(k, opt)
+            k.apply_opt(opt)
+        except KernelOptError:
+            continue
+        globals_ = k.axes_of("global")
+        m_tile, n_tile = globals_.index(match.m_axis), globals_.index(match.n_axis)
+        for tile in (m_tile, n_tile):
+            _first(k, [Opt(OptOps.LOCAL, tile, 2)])
+        for tile, amts in ((m_tile, (4, 2)), (n_tile, (8, 4, 2))):
+            _first(k, [Opt(OptOps.UPCAST, tile, amt) for amt in amts])
+        _first(k, [Opt(OptOps.UNROLL, 0, 2)])
+        return True
+    return False

@@ -1,0 +1,123 @@
+"""Tensor cores on the GPU (CUDA only; skipped elsewhere): TC matmuls in fp16 and bf16 against numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tg import Device, Tensor, dtypes
+from tg_codegen import get_program
+from tg_codegen.opt import Opt, OptOps
+from tg_runtime.runner import CompiledRunner
+from tg_tensor.schedule import pending
+from tg_uop import DType
+
+DTYPES = {"fp16": dtypes.float16, "bf16": dtypes.bfloat16}
+
+
+def _cuda_or_skip() -> None:
+    try:
+        Device["CUDA"]
+    except Exception as e:
+        pytest.skip(f"CUDA unavailable: {e}")
+    if not Device["CUDA"].renderer.tensor_cores:
+        pytest.skip("this GPU has no tensor cores tg uses (needs sm_80+)")
+
+
+def _inputs(m: int, n: int, k: int, dt: DType, seed: int = 0) -> tuple[Tensor, Tensor, np.ndarray]:
+    """a (m,k), b (k,n) in `dt` on CUDA, and the float64 product of their rounded values."""
+    rng = np.random.default_rng(seed)
+    a = Tensor(rng.standard_normal((m, k)).astype(np.float32), device="CUDA").cast(dt).contiguous().realize()
+    b = Tensor(rng.standard_normal((k, n)).astype(np.float32), device="CUDA").cast(dt).contiguous().realize()
+    an, bn = (x.cast(dtypes.float32).numpy().astype(np.float64) for x in (a, b))
+    return a, b, an @ bn
+
+
+def _check(out: np.ndarray, ref: np.ndarray, k: int) -> None:
+    # inputs are exact in the half type; accumulation is fp32; the output rounds to 8 (bf16) or 11 (fp16) bits
+    np.testing.assert_allclose(out.astype(np.float64), ref, rtol=2e-2, atol=2e-2 * np.sqrt(k))
+
+
+SHAPES = [(16, 8, 16), (32, 16, 64), (64, 128, 48), (256, 64, 256), (128, 256, 512)]
+
+
+@pytest.mark.parametrize("dt", sorted(DTYPES))
+@pytest.mark.parametrize("shape", SHAPES)
+def test_default_matmul_uses_tensor_cores(dt: str, shape: tuple[int, int, int]) -> None:
+    _cuda_or_skip()
+    m, n, k = shape
+    a, b, ref = _inputs(m, n, k, DTYPES[dt])
+    c = a.matmul(b)
+    items = c.schedule()
+    spec = get_program(items[-1].ast, Device["CUDA"].renderer)
+    assert any(o.op is OptOps.TC for o in spec.applied_opts), f"heuristics chose {spec.applied_opts}"
+    _check(c.cast(dtypes.float32).numpy(), ref, k)
+
+
+OPTS = {
+    "tc_only": [Opt(OptOps.TC, 0, 0)],
+    "unroll": [Opt(OptOps.TC, 0, 0), Opt(OptOps.UNROLL, 0, 2)],
+    "warps_tiles": [
+        Opt(OptOps.TC, 0, 0),
+        Opt(OptOps.LOCAL, 0, 2),
+        Opt(OptOps.LOCAL, 1, 2),
+        Opt(OptOps.UPCAST, 0, 2),
+        Opt(OptOps.UPCAST, 1, 2),
+        Opt(OptOps.UNROLL, 0, 2),
+    ],
+}
+
+
+@pytest.mark.parametrize("dt", sorted(DTYPES))
+@pytest.mark.parametrize("name", sorted(OPTS))
+def test_explicit_tc_opts(dt: str, name: str) -> None:
+    _cuda_or_skip()
+    m, n, k = 64, 32, 128
+    a, b, ref = _inputs(m, n, k, DTYPES[dt], seed=1)
+    items = a.matmul(b).schedule()
+    for item in items:
+        pending.remove(item)
+        for buf in item.bufs:
+            buf.ensure_allocated()
+    *_, item = items
+    runner = CompiledRunner(get_program(item.ast, Device["CUDA"].renderer, opts=OPTS[name]))
+    runner(item.bufs, wait=True)
+    out = np.frombuffer(item.bufs[0].as_bytes(), dtype=np.float16 if dt == "fp16" else np.uint16)
+    if dt == "bf16":
+        out = (out.astype(np.uint32) << 16).view(np.float32)
+    _check(out.reshape(m, n), ref, k)
+
+
+def test_batched_and_transposed_operands() -> None:
+    """A batch axis and a transposed B (K contiguous) still find M, N, K."""
+    _cuda_or_skip()
+    rng = np.random.default_rng(2)
+    an = rng.standard_normal((3, 32, 64)).astype(np.float16)
+    bn = rng.standard_normal((3, 48, 64)).astype(np.float16)
+    a, b = Tensor(an, device="CUDA"), Tensor(bn, device="CUDA")
+    c = a.matmul(b.transpose(1, 2))
+    items = c.schedule()
+    spec = get_program(items[-1].ast, Device["CUDA"].renderer)
+    assert any(o.op is OptOps.TC for o in spec.applied_opts), f"heuristics chose {spec.applied_opts}"
+    ref = an.astype(np.float64) @ bn.astype(np.float64).transpose(0, 2, 1)
+    _check(c.numpy().astype(np.float64), ref, 64)
+
+
+def test_fused_epilogue() -> None:
+    """Elementwise ops after the reduction (bias, relu) apply to every fragment element."""
+    _cuda_or_skip()
+    a, b, ref = _inputs(64, 32, 32, dtypes.float16, seed=3)
+    bias = np.linspace(-1, 1, 32).astype(np.float16)
+    out = (a.matmul(b) + Tensor(bias, device="CUDA")).relu().numpy()
+    _check(out, np.maximum(ref + bias.astype(np.float64), 0), 32)
+
+
+def test_operands_at_odd_offsets() -> None:
+    """Slices starting mid-buffer: fragments must only merge loads into wide ones where those are aligned."""
+    _cuda_or_skip()
+    rng = np.random.default_rng(4)
+    an = rng.standard_normal((64, 80)).astype(np.float16)
+    bn = rng.standard_normal((70, 64)).astype(np.float16)
+    a, b = Tensor(an, device="CUDA")[:, 3:67], Tensor(bn, device="CUDA")[5:69, :]
+    out = a.matmul(b).numpy()
+    _check(out, an[:, 3:67].astype(np.float64) @ bn[5:69, :].astype(np.float64), 64)
