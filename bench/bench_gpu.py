@@ -4,6 +4,8 @@
 
 Prints one JSON line per figure: {"bench", "impl", "value", "unit", "params"}. Kernel times are the best of
 several launches of the already-compiled kernels (tg) or of the op (torch), synchronized on the device.
+Figures: tiny realize; TinyJit replay per kernel (CUDA graph, and JIT=2 launches); conv2d 64-channel;
+elementwise and sum on 2^26 floats; matmul 4096 fp32/tf32/fp16/bf16 (--beam N adds BEAM=N matmuls).
 """
 
 from __future__ import annotations
@@ -138,6 +140,45 @@ def bench_tiny_realize(reps: int) -> None:
     emit("tiny_realize", "tg", best * 1e6, "us")
 
 
+def bench_conv(reps: int, quick: bool) -> None:
+    """conv2d (64,64,56,56)x(64,64,3,3), padding 1, fp32: tg's one kernel vs torch (cuDNN)."""
+    xs, ws = ((2, 4, 8, 8), (4, 4, 3, 3)) if quick else ((64, 64, 56, 56), (64, 64, 3, 3))
+    flop = 2 * xs[0] * ws[0] * xs[2] * xs[3] * ws[1] * ws[2] * ws[3]
+    x, w = Tensor.rand(*xs, device="CUDA").realize(), Tensor.rand(*ws, device="CUDA").realize()
+    emit("conv2d", "tg", flop / tg_kernel_seconds(x.conv2d(w, padding=1), reps) * 1e-12, "TFLOPS", x=xs, w=ws)
+    try:
+        import torch
+    except ImportError:
+        return
+    tx, tw = torch.rand(*xs, device="cuda"), torch.rand(*ws, device="cuda")
+    secs = torch_seconds(lambda: torch.nn.functional.conv2d(tx, tw, padding=1), reps)
+    emit("conv2d", "torch", flop / secs * 1e-12, "TFLOPS", x=xs, w=ws)
+
+
+def bench_jit_replay(kernels: int = 50, calls: int = 200) -> None:
+    """TinyJit replay cost per kernel for a chain of tiny kernels (a CUDA graph launch; JIT=2: one by one)."""
+    from tg import TinyJit
+
+    for jit, impl in ((1, "tg_cuda_graph"), (2, "tg_launches")):
+        with Context(JIT=jit):
+
+            @TinyJit
+            def chain(x: Tensor) -> Tensor:
+                for _ in range(kernels):
+                    x = (x + 1).contiguous()
+                return x
+
+            x = Tensor.zeros(4, device="CUDA").contiguous().realize()
+            for _ in range(3):
+                chain(x)
+            Device["CUDA"].synchronize()
+            st = time.perf_counter()
+            for _ in range(calls):
+                chain(x)
+            Device["CUDA"].synchronize()
+            emit("jit_replay", impl, (time.perf_counter() - st) / calls / kernels * 1e6, "us/kernel", kernels=kernels)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="small sizes, to check the script itself")
@@ -147,6 +188,8 @@ def main() -> None:
     n = 64 if args.quick else 4096
     with Context(DEBUG=0):
         bench_tiny_realize(reps)
+        bench_jit_replay(5 if args.quick else 50)
+        bench_conv(reps, args.quick)
         bench_elementwise(2**12 if args.quick else 2**26, reps)
         bench_matmul(n, reps)
         if args.beam:

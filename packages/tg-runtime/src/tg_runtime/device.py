@@ -107,6 +107,23 @@ class Compiled:
     def synchronize(self) -> None:
         """Wait for queued work (devices that run synchronously need nothing)."""
 
+    def graph(self, launches: list[GraphLaunch]) -> DeviceGraph | None:
+        """A recording of these kernel launches that replays them in one go, or None (the default: the device
+        has no such thing, and callers launch one by one). TinyJit uses it for its replays."""
+        return None
+
+
+# one kernel launch of a graph: (program, buffer handles, global size, local size, int variable values)
+GraphLaunch = tuple[Any, list[Any], "tuple[int, ...] | None", "tuple[int, ...] | None", "tuple[int, ...]"]
+
+
+class DeviceGraph(Protocol):
+    """Replays recorded launches; `update` points launch `i` at other buffers before the next replay."""
+
+    def __call__(self, wait: bool = False) -> float | None: ...
+
+    def update(self, i: int, bufs: list[Any]) -> None: ...
+
 
 class _DeviceRegistry:
     """`Device["CPU"]` opens (once) and returns a device; `Device.DEFAULT` is the default device's name."""

@@ -245,6 +245,9 @@ class CUDADevice(Compiled):
     def synchronize(self) -> None:
         self.drv.synchronize()
 
+    def graph(self, launches: list[Launch]) -> CUDAGraph:
+        return CUDAGraph(self.drv, launches)
+
 
 def open_device(name: str) -> Compiled:
     return CUDADevice(name)
@@ -284,18 +287,21 @@ class CUDAGraph:
         self.drv = drv
         self.graph, self.exec = ctypes.c_void_p(), ctypes.c_void_p()
         drv.check(drv.lib.cuGraphCreate(ctypes.byref(self.graph), 0), "cuGraphCreate")
-        self._keep: list[Any] = []  # argument storage must outlive the graph
+        self.launches = list(launches)
+        self.nodes: list[ctypes.c_void_p] = []
+        self._args: list[Any] = []  # per node, the argument storage its parameters point into
         prev: ctypes.c_void_p | None = None
         for prog, bufs, gsz, lsz, vals in launches:
             node = ctypes.c_void_p()
-            params = self._params(prog, bufs, gsz, lsz, vals)
+            params, keep = self._params(prog, bufs, gsz, lsz, vals)
             deps, ndeps = (ctypes.byref(prev), 1) if prev is not None else (None, 0)
             drv.check(
                 drv.lib.cuGraphAddKernelNode_v2(ctypes.byref(node), self.graph, deps, ndeps, ctypes.byref(params)),
                 f"cuGraphAddKernelNode({prog.name})",
             )
             prev = node
-            self._keep.append(node)
+            self.nodes.append(node)
+            self._args.append(keep)
         drv.check(
             drv.lib.cuGraphInstantiateWithFlags(ctypes.byref(self.exec), self.graph, ctypes.c_ulonglong(0)),
             "cuGraphInstantiateWithFlags",
@@ -308,7 +314,8 @@ class CUDAGraph:
         gsz: tuple[int, ...] | None,
         lsz: tuple[int, ...] | None,
         vals: tuple[int, ...],
-    ) -> _KernelNodeParams:
+    ) -> tuple[_KernelNodeParams, Any]:
+        """The node parameters, and the storage they point into (keep it alive with the node)."""
         args = [ctypes.c_uint64(b.value) for b in bufs] + [ctypes.c_int(v) for v in vals]
         ptrs = (ctypes.c_void_p * len(args))(*(ctypes.cast(ctypes.byref(a), ctypes.c_void_p) for a in args))
         g = tuple(gsz or (1,)) + (1, 1, 1)
@@ -327,8 +334,18 @@ class CUDAGraph:
             None,
             self.drv.ctx.value,
         )
-        self._keep.extend([args, ptrs, p])
-        return p
+        return p, (args, ptrs, p)
+
+    def update(self, i: int, bufs: list[Any]) -> None:
+        """Point launch `i` of the instantiated graph at other device buffers (same sizes and kinds)."""
+        prog, _, gsz, lsz, vals = self.launches[i]
+        params, keep = self._params(prog, bufs, gsz, lsz, vals)
+        self.drv.check(
+            self.drv.lib.cuGraphExecKernelNodeSetParams_v2(self.exec, self.nodes[i], ctypes.byref(params)),
+            f"cuGraphExecKernelNodeSetParams({prog.name})",
+        )
+        self.launches[i] = (prog, bufs, gsz, lsz, vals)
+        self._args[i] = keep
 
     def __call__(self, wait: bool = False) -> float | None:
         st = time.perf_counter()

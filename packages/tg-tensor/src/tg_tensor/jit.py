@@ -6,7 +6,8 @@ on, the recording is replayed with the new call's input buffers swapped in; the 
 is not called. Every call checks that the inputs have the shapes, dtypes and devices seen at
 capture and raises JitError otherwise. Returned tensors get fresh buffers on every replay, so
 a result is never overwritten by the next call. Intermediate buffers of the recording share
-memory where their lifetimes do not overlap (the memory planner). `JIT=0` turns the JIT off.
+memory where their lifetimes do not overlap (the memory planner). `JIT=0` turns the JIT off. On devices
+that make graphs (CUDA), a replay is one graph launch; `JIT=2` launches the kernels one by one instead.
 
 State that the function updates must be updated in place (`Tensor.assign`, as the optimizers do),
 and reading values to the host (`.numpy()`, `.item()`, `.tolist()`) inside a jitted function is an
@@ -29,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from tg_runtime.device import Buffer
+from tg_runtime.device import Buffer, Device, DeviceGraph, GraphLaunch
 from tg_runtime.ops_cpu import CPUProgram
 from tg_runtime.runner import CompiledRunner, get_runner, run_copy
 from tg_tensor.realize import item_observers, run_pending
@@ -114,6 +115,7 @@ class _Recording:
     ret: Any  # the capture call's return value (its tensors are replaced on each replay)
     calls: list[Callable[[], Any]] = field(default_factory=list)  # each launch bound to its buffers
     swapped: list[int] = field(default_factory=list)  # launches whose buffers change on every replay
+    graph: DeviceGraph | None = None  # all launches as one device graph (CUDA graphs), where the device has one
     ops: int = 0
     mem: int = 0
     kernels: int = 0
@@ -125,6 +127,7 @@ class _Recording:
         kernels = [launch.runner.spec for launch in self.launches if launch.runner is not None]
         self.kernels = len(kernels)
         self.ops, self.mem = sum(k.estimated_ops for k in kernels), sum(k.estimated_mem for k in kernels)
+        self.graph = _device_graph(self.launches) if JIT.value < 2 else None  # JIT=2: launch one by one
 
 
 def _flat_tensors(ret: Any) -> list[Tensor]:
@@ -253,10 +256,15 @@ class TinyJit(Generic[ReturnType]):
             for launch in rec.launches:
                 run_copy(launch.bufs[0], launch.bufs[1]) if launch.runner is None else launch.runner(launch.bufs)
             return _rebuild(rec.ret, [buffer_tensor(fresh[i], shape) for i, shape in rec.output_map])
-        for li in rec.swapped:
-            rec.calls[li] = _bind(rec.launches[li])
-        for call in rec.calls:
-            call()
+        if rec.graph is not None:
+            for li in rec.swapped:
+                rec.graph.update(li, [b.opaque for b in rec.launches[li].bufs])
+            rec.graph()
+        else:
+            for li in rec.swapped:
+                rec.calls[li] = _bind(rec.launches[li])
+            for call in rec.calls:
+                call()
         GlobalCounters.kernel_count += rec.kernels
         GlobalCounters.global_ops += rec.ops
         GlobalCounters.global_mem += rec.mem
@@ -311,6 +319,26 @@ def _bind(launch: _Launch) -> Callable[[], Any]:
         return functools.partial(program.fxn, *[ctypes.c_void_p(ctypes.addressof(b.opaque)) for b in launch.bufs])
     opaque = [b.opaque for b in launch.bufs]
     return functools.partial(program, *opaque, global_size=spec.global_size, local_size=spec.local_size)
+
+
+def _device_graph(launches: list[_Launch]) -> DeviceGraph | None:
+    """One graph of every launch when they are all kernels of one device that makes graphs (CUDA)."""
+    devices = {launch.runner.spec.device if launch.runner is not None else None for launch in launches}
+    if len(devices) != 1 or None in devices:
+        return None
+    (device,) = devices
+    graph_launches: list[GraphLaunch] = [
+        (
+            launch.runner.program,
+            [b.opaque for b in launch.bufs],
+            launch.runner.spec.global_size,
+            launch.runner.spec.local_size,
+            (),
+        )
+        for launch in launches
+        if launch.runner is not None
+    ]
+    return Device[str(device)].graph(graph_launches) if graph_launches else None
 
 
 def _record(launches: list[_Launch], input_bufs: list[Buffer], ret: Any) -> _Recording:
