@@ -1,0 +1,92 @@
+"""Opt lists for the 64-channel conv2d on CUDA, timed side by side (run on the GPU machine; for tuning).
+
+    PYTHONPATH=$(ls -d packages/*/src | tr '\\n' ':') python3 bench/bench_conv_opts.py
+
+Prints one JSON line per opt list ({"bench": "conv_opts", "value": TFLOPS, "params": {opts, max_abs_err}}); each
+result is checked against torch so a fast wrong kernel shows at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import numpy as np
+
+os.environ.setdefault("DEV", "CUDA")
+
+from tg import Device, Tensor  # noqa: E402
+from tg_codegen import get_program  # noqa: E402
+from tg_codegen.heuristic import hand_coded_optimizations  # noqa: E402
+from tg_codegen.kernel import Kernel  # noqa: E402
+from tg_codegen.opt import Opt, OptOps  # noqa: E402
+from tg_runtime.runner import CompiledRunner  # noqa: E402
+from tg_tensor.schedule import pending  # noqa: E402
+
+L, U, R = OptOps.LOCAL, OptOps.UPCAST, OptOps.UNROLL
+# globals: 0 batch, 1 (group, size 1), 2 cout, 3 out y, 4 out x; reduces: 0 cin, 1 ky, 2 kx
+CANDIDATES = [
+    [(L, 4, 8), (L, 2, 4), (U, 2, 4), (U, 3, 2)],
+    [(L, 4, 8), (L, 2, 8), (U, 2, 4), (U, 3, 4)],
+    [(L, 4, 8), (L, 3, 4), (U, 2, 8)],
+    [(L, 4, 4), (L, 2, 16), (U, 3, 4), (U, 2, 2)],
+    [(L, 4, 8), (L, 2, 16), (U, 2, 4), (U, 3, 2), (R, 2, 3)],
+    [(L, 4, 8), (L, 3, 8), (U, 2, 16)],
+    [(L, 4, 8), (L, 2, 8), (U, 2, 8), (U, 3, 4), (R, 2, 3)],
+    [(L, 0, 16), (L, 2, 16), (U, 2, 4), (U, 0, 4)],
+]
+
+
+def main() -> None:
+    import torch
+
+    xs, ws = (64, 64, 56, 56), (64, 64, 3, 3)
+    flop = 2 * xs[0] * ws[0] * xs[2] * xs[3] * ws[1] * ws[2] * ws[3]
+    rng = np.random.default_rng(0)
+    xn, wn = rng.standard_normal(xs).astype(np.float32), rng.standard_normal(ws).astype(np.float32)
+    ref = torch.nn.functional.conv2d(torch.from_numpy(xn).cuda(), torch.from_numpy(wn).cuda(), padding=1)
+    ref_np = ref.cpu().numpy()
+    items = Tensor(xn).realize().conv2d(Tensor(wn).realize(), padding=1).schedule()
+    for item in items:
+        pending.remove(item)
+        for buf in item.bufs:
+            buf.ensure_allocated()
+    (item,) = items  # one kernel: the conv
+    renderer = Device["CUDA"].renderer
+    default = hand_coded_optimizations(Kernel(item.ast, renderer))
+    lists = [default] + [[Opt(op, ax, amt) for op, ax, amt in c] for c in CANDIDATES]
+    for opts in lists:
+        try:
+            runner = CompiledRunner(get_program(item.ast, renderer, opts=opts))
+        except Exception as e:
+            print(f"# {opts}: {type(e).__name__}: {e}"[:300], flush=True)
+            continue
+        best = float("inf")
+        for _ in range(5):
+            Device["CUDA"].synchronize()
+            st = time.perf_counter()
+            runner(item.bufs)
+            Device["CUDA"].synchronize()
+            best = min(best, time.perf_counter() - st)
+        out = np.frombuffer(item.bufs[0].as_bytes(), dtype=np.float32).reshape(ref_np.shape)
+        params = {
+            "opts": [f"{o.op.name}:{o.axis}:{o.arg}" for o in opts],
+            "max_abs_err": float(np.abs(out - ref_np).max()),
+        }
+        print(
+            json.dumps(
+                {
+                    "bench": "conv_opts",
+                    "impl": "tg",
+                    "value": round(flop / best * 1e-12, 2),
+                    "unit": "TFLOPS",
+                    "params": params,
+                }
+            ),
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
