@@ -165,6 +165,7 @@ def _threads(k: Kernel) -> None:
 
 GPU_GROUP_MAX_OUTPUTS = 2048  # with fewer outputs than this, one thread per output leaves the GPU idle
 GPU_WORKGROUP = 256
+GPU_CONV_WORKGROUP = 64
 
 
 def _gpu(k: Kernel) -> None:
@@ -174,12 +175,38 @@ def _gpu(k: Kernel) -> None:
         if _coalesced_group(k):
             return
         _try(k, [Opt(OptOps.GROUPTOP, 0, a) for a in (256, 128, 64, 32, 16)])
-    _gpu_locals(k, GPU_WORKGROUP // max(1, prod(int(k.full_shape[a]) for a in k.axes_of("group"))))
-    if k.reduceops and not k.axes_of("group") and (axes := _broadcast_axes(k)):
-        # matmul/conv-like: each thread computes a small register tile of outputs (8x4: fp32 matmul 4096 on an
-        # H100 17.3 -> 21.5 TFLOPS against 4x4, bench/bench_tc_opts.py --dtype fp32)
-        for axis, amounts in zip(axes[-2:], ((8, 4, 2), (4, 2))):
-            _try(k, [Opt(OptOps.UPCAST, axis, a) for a in amounts])
+    budget = GPU_WORKGROUP // max(1, prod(int(k.full_shape[a]) for a in k.axes_of("group")))
+    if not (k.reduceops and not k.axes_of("group") and _broadcast_axes(k)):
+        _gpu_locals(k, budget)
+        return
+    for opt in _gpu_tile(k, budget):
+        k.apply_opt(opt)
+
+
+def _gpu_tile(k: Kernel, budget: int) -> list[Opt]:
+    """Opts for a matmul/conv-like kernel: a workgroup over the innermost output axes, and a register tile.
+
+    Matmul-like: 256 threads, and an 8x4 tile of the two innermost broadcast axes (fp32 matmul 4096 on an H100
+    17.3 -> 21.5 TFLOPS against 4x4, bench/bench_tc_opts.py --dtype fp32). Conv-like, where the workgroup
+    takes those axes whole: 64 threads, and the tile along the outer broadcast axes (cout by 16, batch by 2;
+    64-channel conv 2.3 -> 18.3 TFLOPS, bench/bench_conv_opts.py).
+    """
+    done = len(k.applied_opts)
+    wide = k.copy()
+    _gpu_locals(wide, budget)
+    axes = _broadcast_axes(wide)
+    if any([_try(wide, [Opt(OptOps.UPCAST, ax, a) for a in amts]) for ax, amts in zip(axes[-2:], ((8, 4, 2), (4, 2)))]):
+        return wide.applied_opts[done:]
+    small = k.copy()
+    _gpu_locals(small, min(budget, GPU_CONV_WORKGROUP))
+    outer = list(reversed(_broadcast_axes(small)[:-2]))
+    tiled = next((ax for ax in outer if _try(small, [Opt(OptOps.UPCAST, ax, a) for a in (16, 8, 4)])), None)
+    if tiled is None:
+        return wide.applied_opts[done:]
+    for ax in outer:  # and a second outer axis by 2
+        if ax != tiled and _try(small, [Opt(OptOps.UPCAST, ax, 2)]):
+            break
+    return small.applied_opts[done:]
 
 
 def _coalesced_group(k: Kernel) -> bool:
