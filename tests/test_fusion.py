@@ -123,3 +123,18 @@ def test_reading_values_realizes_in_place(device: str) -> None:
     GlobalCounters.reset()
     assert lazy.tolist() == [2.0, 3.0]
     assert GlobalCounters.kernel_count == 1 and lazy.uop.base.op.name == "BUFFER"
+
+
+def test_costly_operand_read_many_times_is_computed_once(device: str) -> None:
+    # an operand of >= 4 ALU ops over 3 buffers, read 32 times per element by the matmul, gets its own kernel
+    # (recomputing it per use is what made conv gradients slow); a cheap one (a relu) stays fused
+    a, b, c, w = _t(16, 8, device=device), _t(16, 8, device=device), _t(16, 8, device=device), _t(8, 32, device=device)
+    for t in (a, b, c, w):
+        t.realize()
+    costly = ((a * b + c).exp() * a - b) @ w
+    assert _kernels(costly) == 2
+    an, bn, cn, wn = a.numpy(), b.numpy(), c.numpy(), w.numpy()
+    np.testing.assert_allclose(costly.numpy(), (np.exp(an * bn + cn) * an - bn) @ wn, rtol=1e-4, atol=1e-4)
+    assert _kernels(a.relu() @ w) == 1
+    assert _kernels((a * b - 1) @ w) == 1  # two ALU ops over two buffers: still fused
+    assert _kernels((a * b + c) @ w) == 2  # three buffers: one load per use beats three
