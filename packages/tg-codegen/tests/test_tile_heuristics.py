@@ -1,0 +1,76 @@
+"""Register tiles chosen by the heuristics for matmul- and conv-like kernels (CPU and GPU rules)."""
+
+from __future__ import annotations
+
+from tg_codegen import Kernel, Opt, OptOps
+from tg_codegen.heuristic import hand_coded_optimizations
+from tg_codegen.renderer.cstyle import ClangRenderer
+from tg_codegen.renderer.cuda import CUDARenderer
+from tg_shape import ShapeTracker, View
+from tg_uop import Ops, UOp, dtypes
+
+F32 = dtypes.float32
+
+
+def _load(n: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> UOp:
+    view = UOp(Ops.VIEW, dtypes.void, (), ShapeTracker((View.create(shape, strides),)))
+    return UOp(Ops.LOAD, F32, (UOp(Ops.DEFINE_GLOBAL, F32.ptr(), (), n), view))
+
+
+def _mul_sum(shape: tuple[int, ...], a: tuple[int, ...], b: tuple[int, ...], axes: tuple[int, ...]) -> UOp:
+    """sum over `axes` of A*B, both read through `shape` with the given strides (the output is contiguous)."""
+    red = UOp(Ops.REDUCE_AXIS, F32, (_load(1, shape, a) * _load(2, shape, b),), (Ops.ADD, axes))
+    out_shape = tuple(1 if i in axes else s for i, s in enumerate(shape))
+    out = UOp(Ops.VIEW, dtypes.void, (), ShapeTracker((View.create(out_shape),)))
+    return UOp(
+        Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (UOp(Ops.DEFINE_GLOBAL, F32.ptr(), (), 0), out, red)),)
+    )
+
+
+def _matmul(n: int) -> UOp:  # (M, N, K): A (M, K) row-major, B (K, N) row-major
+    return _mul_sum((n, n, n), (n, 0, 1), (0, 1, n), (2,))
+
+
+def _conv(b: int, cin: int, cout: int, hw: int) -> UOp:
+    """Valid 3x3 conv as (B, Cout, OY, OX, Cin, KY, KX): x (B, Cin, hw+2, hw+2), w (Cout, Cin, 3, 3)."""
+    h = hw + 2
+    x = (cin * h * h, 0, h, 1, h * h, h, 1)
+    w = (0, cin * 9, 0, 0, 9, 3, 1)
+    return _mul_sum((b, cout, hw, hw, cin, 3, 3), x, w, (4, 5, 6))
+
+
+def _upcasts(opts: list[Opt]) -> list[Opt]:
+    return [o for o in opts if o.op is OptOps.UPCAST]
+
+
+def test_cpu_matmul_tile_is_16_contiguous_lanes_by_8() -> None:
+    opts = hand_coded_optimizations(Kernel(_matmul(64), ClangRenderer(2)))
+    # the N axis (B moves along it with stride 1) is the vector axis, so it comes last
+    assert _upcasts(opts) == [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 16)]
+
+
+def test_cpu_conv_tile_gathers_batch_lanes_and_copies_cout() -> None:
+    opts = hand_coded_optimizations(Kernel(_conv(128, 32, 64, 11), ClangRenderer(2)))
+    # output 11x11 does not split by 4: batch (x moves, w is broadcast) takes the 4 vector lanes, cout the copies
+    assert _upcasts(opts) == [Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 0, 4)]
+
+
+def test_cpu_tile_keeps_the_outer_axis_for_threads() -> None:
+    opts = hand_coded_optimizations(Kernel(_conv(16, 3, 16, 64), ClangRenderer(2)))
+    assert Opt(OptOps.UPCAST, 0, 4) not in opts  # batch 16 / 4 would leave 4 iterations for the threads
+    assert any(o.op is OptOps.THREAD and o.axis == 0 and o.arg == 8 for o in opts)
+
+
+def test_gpu_conv_gets_a_small_workgroup_and_a_cout_tile() -> None:
+    opts = hand_coded_optimizations(Kernel(_conv(64, 64, 64, 56), CUDARenderer()))
+    assert [o for o in opts if o.op is OptOps.LOCAL] == [Opt(OptOps.LOCAL, 3, 8), Opt(OptOps.LOCAL, 2, 8)]
+    assert _upcasts(opts) == [Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 0, 2)]
+
+
+def test_gpu_matmul_keeps_the_wide_workgroup_and_8x4_tile() -> None:
+    opts = hand_coded_optimizations(Kernel(_matmul(4096), CUDARenderer()))
+    threads = 1
+    for o in opts:
+        threads *= o.arg if o.op is OptOps.LOCAL and o.arg is not None else 1
+    assert threads == 256
+    assert sorted(o.arg or 0 for o in _upcasts(opts)) == [4, 8]
