@@ -1,12 +1,13 @@
 """Hand-coded optimizations: a few rules that make common kernels fast without search (NOOPT=1 turns them off).
 
-- matmul/conv-like (a reduction where some input is broadcast along output axes): upcast the broadcast axes
-  into a register tile (more reuse per load), unroll a little;
+- matmul/conv-like (a reduction where some input is broadcast along output axes): a register tile, the
+  outer product of a vector axis and a copies axis (see `_tile`), so every load is reused;
 - elementwise: upcast the innermost output axis (straight-line code the C compiler vectorizes);
 - reductions: unroll the reduce loop;
 - everything large enough: split the outermost output axis over the device's CPU threads;
-- GPUs: a long reduction to few outputs is shared by a workgroup (GROUPTOP), and up to 256 threads of a
-  workgroup run along the innermost output axes (LOCAL).
+- GPUs: fp16/bf16 matmuls on tensor cores; a long reduction to few outputs is shared by a workgroup that
+  reads neighbouring addresses; up to 256 threads of a workgroup run along the innermost output axes
+  (LOCAL), with a register tile per thread (64 threads and a cout x batch tile for convs).
 
 >>> from tg_codegen.heuristic import hand_coded_optimizations  # doctest: +SKIP
 """
@@ -194,8 +195,10 @@ def _gpu_tile(k: Kernel, budget: int) -> list[Opt]:
     done = len(k.applied_opts)
     wide = k.copy()
     _gpu_locals(wide, budget)
-    axes = _broadcast_axes(wide)
-    if any([_try(wide, [Opt(OptOps.UPCAST, ax, a) for a in amts]) for ax, amts in zip(axes[-2:], ((8, 4, 2), (4, 2)))]):
+    tiled_inner = False
+    for ax, amounts in zip(_broadcast_axes(wide)[-2:], ((8, 4, 2), (4, 2))):
+        tiled_inner |= _try(wide, [Opt(OptOps.UPCAST, ax, a) for a in amounts])
+    if tiled_inner:
         return wide.applied_opts[done:]
     small = k.copy()
     _gpu_locals(small, min(budget, GPU_CONV_WORKGROUP))
