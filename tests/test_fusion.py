@@ -138,3 +138,20 @@ def test_costly_operand_read_many_times_is_computed_once(device: str) -> None:
     assert _kernels(a.relu() @ w) == 1
     assert _kernels((a * b - 1) @ w) == 1  # two ALU ops over two buffers: still fused
     assert _kernels((a * b + c) @ w) == 2  # three buffers: one load per use beats three
+
+
+def test_a_dropped_result_frees_its_buffer_without_the_garbage_collector(device: str) -> None:
+    import gc
+    import weakref
+
+    from tg_tensor.schedule import buffer_of
+
+    a = _t(64, device=device).realize()
+    gc.disable()
+    try:
+        out = ((a + 1) * 2).sum().realize()
+        buf = weakref.ref(buffer_of(out.uop.base))
+        del out
+        assert buf() is None  # nothing but reference counting was needed to free the result's memory
+    finally:
+        gc.enable()

@@ -132,3 +132,21 @@ def test_tensor_level_movement_errors_name_shape_and_arg() -> None:
 def test_evaluate_reports_missing_variable() -> None:
     with pytest.raises(ValueError, match="'q'"):
         evaluate(UOp.variable("q", 0, 3) + 1, {})
+
+
+def test_cached_graph_walks_do_not_keep_a_node_alive() -> None:
+    # toposort and base are cached or computed without a reference from the node to itself: a dropped graph
+    # dies by reference counting, not at the next cyclic GC (its buffers are released at once)
+    gc.disable()
+    try:
+        a = UOp.variable("a", 0, 9)
+        node = (a * 3 + 1).maximum(a)
+        assert (
+            list(node.toposort)[-1] is node and node in node.toposort and len(node.toposort) == len(set(node.toposort))
+        )
+        assert node.base is node
+        ref = weakref.ref(node)
+        del node
+        assert ref() is None
+    finally:
+        gc.enable()

@@ -16,7 +16,7 @@ import contextlib
 import itertools
 import sys
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -379,7 +379,7 @@ class Tensor(
         """The lazy graph behind this tensor, even after it was realized."""
         return self._lazy if self._lazy is not None and is_contiguous_buffer(self.uop) else self.uop
 
-    def _node_in(self, graph: dict[UOp, None]) -> UOp | None:
+    def _node_in(self, graph: Mapping[UOp, None]) -> UOp | None:
         """The node that stands for this tensor in `graph` (its current or its pre-realize graph)."""
         if self.uop in graph:
             return self.uop

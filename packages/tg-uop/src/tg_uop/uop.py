@@ -15,7 +15,7 @@ import itertools
 import math
 import struct
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
 from tg_uop.alu import PYTHON_ALU, bitcast_const, cast_const, exec_alu
@@ -37,6 +37,33 @@ def _arg_key(arg: Any) -> Any:
     if isinstance(arg, tuple):
         return tuple(_arg_key(a) for a in arg)
     return (type(arg), arg)
+
+
+class Toposort(Mapping["UOp", None]):
+    """A node's ancestors (cached on the node) followed by the node itself, read as an ordered set.
+
+    A view, not a copy: walking or testing membership costs nothing extra per access.
+    """
+
+    __slots__ = ("_ancestors", "_node")
+
+    def __init__(self, ancestors: dict[UOp, None], node: UOp) -> None:
+        self._ancestors, self._node = ancestors, node
+
+    def __getitem__(self, key: UOp) -> None:
+        if key is self._node or key in self._ancestors:
+            return None
+        raise KeyError(key)
+
+    def __contains__(self, key: object) -> bool:
+        return key is self._node or key in self._ancestors
+
+    def __iter__(self) -> Iterator[UOp]:
+        yield from self._ancestors
+        yield self._node
+
+    def __len__(self) -> int:
+        return len(self._ancestors) + 1
 
 
 class UOpMetaClass(type):
@@ -105,9 +132,15 @@ class UOp(metaclass=UOpMetaClass):
         return UOp(op, dtype, src, arg)
 
     # ---- graph walking ----
+    @property
+    def toposort(self) -> Toposort:
+        """Every node reachable from this one, sources before users (an ordered set); this node last."""
+        return Toposort(self._ancestors, self)
+
     @functools.cached_property
-    def toposort(self) -> dict[UOp, None]:
-        """Every node reachable from this one, sources before users (an ordered set)."""
+    def _ancestors(self) -> dict[UOp, None]:
+        """toposort without this node. Cached without it: a cache holding the node itself would be a reference
+        cycle, so a dead graph (and the buffers its BUFFER nodes own) would live until the cyclic GC ran."""
         visited: dict[UOp, None] = {}
         stack: list[tuple[UOp, bool]] = [(self, False)]
         while stack:
@@ -121,9 +154,10 @@ class UOp(metaclass=UOpMetaClass):
             for s in reversed(node.src):
                 if s not in visited:
                     stack.append((s, False))
+        del visited[self]
         return visited
 
-    def sparents(self) -> dict[UOp, None]:
+    def sparents(self) -> Toposort:
         return self.toposort
 
     def substitute(self, mapping: dict[UOp, UOp]) -> UOp:
@@ -387,9 +421,9 @@ class UOp(metaclass=UOpMetaClass):
                 return d
         return None
 
-    @functools.cached_property
+    @property
     def base(self) -> UOp:
-        """This node with its leading movement ops stripped."""
+        """This node with its leading movement ops stripped (not cached: caching `self` would be a cycle)."""
         node = self
         while node.op in GroupOp.Movement:
             node = node.src[0]
