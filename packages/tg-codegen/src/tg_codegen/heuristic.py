@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 from tg_codegen.kernel import Kernel
-from tg_codegen.opt import KernelOptError, Opt, OptOps
+from tg_codegen.opt import Opt, OptOps
 from tg_codegen.tensorcore import tc_optimizations
 from tg_uop import Ops
 from tg_uop.helpers import prod
@@ -39,24 +39,13 @@ def _cpu(k: Kernel) -> None:
     if k.reduceops and _broadcast_axes(k):
         _tile(k)
         if k.upcast_size < 16:
-            _try(k, [Opt(OptOps.UNROLL, len(k.axes_of("reduce")) - 1, a) for a in (4, 2)])
+            k.apply_first([Opt(OptOps.UNROLL, len(k.axes_of("reduce")) - 1, a) for a in (4, 2)])
     elif k.reduceops:
         _upcast_unit_stride(k)
-        _try(k, [Opt(OptOps.UNROLL, len(k.axes_of("reduce")) - 1, a) for a in (8, 4, 2)])
+        k.apply_first([Opt(OptOps.UNROLL, len(k.axes_of("reduce")) - 1, a) for a in (8, 4, 2)])
     else:
         _upcast_inner(k)
     _threads(k)
-
-
-def _try(k: Kernel, choices: list[Opt]) -> bool:
-    """Apply the first choice that applies."""
-    for opt in choices:
-        try:
-            k.apply_opt(opt)
-            return True
-        except KernelOptError:
-            continue
-    return False
 
 
 def _load_strides(k: Kernel) -> list[tuple[int | None, ...]]:
@@ -85,12 +74,12 @@ def _tile(k: Kernel) -> None:
     strides, globals_ = _load_strides(k), k.axes_of("global")
     pair = _tile_pair(k, strides, globals_)
     if pair is None:
-        _try(k, [Opt(OptOps.UPCAST, len(globals_) - 1, a) for a in (8, 4, 2)])
+        k.apply_first([Opt(OptOps.UPCAST, len(globals_) - 1, a) for a in (8, 4, 2)])
         return
     (v, v_amt), (o, o_amt) = pair
     # O first, V second: V stays the last upcast axis and becomes the vector lanes
-    if _try(k, [Opt(OptOps.UPCAST, o, o_amt)]):
-        _try(k, [Opt(OptOps.UPCAST, v, v_amt)])
+    if k.apply_first([Opt(OptOps.UPCAST, o, o_amt)]):
+        k.apply_first([Opt(OptOps.UPCAST, v, v_amt)])
 
 
 # lanes of V and the most accumulators of a tile: contiguous loads along V (wide loads) take 16 lanes and
@@ -142,14 +131,14 @@ def _upcast_unit_stride(k: Kernel) -> None:
     strides = _load_strides(k)
     for n, a in enumerate(k.axes_of("global")):
         if strides and all(st[a] == 1 for st in strides):
-            _try(k, [Opt(OptOps.UPCAST, n, amt) for amt in (8, 4, 2)])
+            k.apply_first([Opt(OptOps.UPCAST, n, amt) for amt in (8, 4, 2)])
             return
 
 
 def _upcast_inner(k: Kernel) -> None:
     globals_ = k.axes_of("global")
     if globals_:
-        _try(k, [Opt(OptOps.UPCAST, len(globals_) - 1, a) for a in (8, 4, 2)])
+        k.apply_first([Opt(OptOps.UPCAST, len(globals_) - 1, a) for a in (8, 4, 2)])
 
 
 def _threads(k: Kernel) -> None:
@@ -160,7 +149,7 @@ def _threads(k: Kernel) -> None:
     for i, a in enumerate(globals_):
         size = int(k.full_shape[a])
         amt = max((m for m in (n * 4, n * 2, n) if size % m == 0 and size >= m), default=0)
-        if amt and _try(k, [Opt(OptOps.THREAD, i, amt)]):
+        if amt and k.apply_first([Opt(OptOps.THREAD, i, amt)]):
             return
 
 
@@ -175,7 +164,7 @@ def _gpu(k: Kernel) -> None:
     if k.reduceops and prod(int(k.full_shape[a]) for a in k.axes_of("global")) <= GPU_GROUP_MAX_OUTPUTS:
         if _coalesced_group(k):
             return
-        _try(k, [Opt(OptOps.GROUPTOP, 0, a) for a in (256, 128, 64, 32, 16)])
+        k.apply_first([Opt(OptOps.GROUPTOP, 0, a) for a in (256, 128, 64, 32, 16)])
     budget = GPU_WORKGROUP // max(1, prod(int(k.full_shape[a]) for a in k.axes_of("group")))
     if not (k.reduceops and not k.axes_of("group") and _broadcast_axes(k)):
         _gpu_locals(k, budget)
@@ -197,17 +186,17 @@ def _gpu_tile(k: Kernel, budget: int) -> list[Opt]:
     _gpu_locals(wide, budget)
     tiled_inner = False
     for ax, amounts in zip(_broadcast_axes(wide)[-2:], ((8, 4, 2), (4, 2))):
-        tiled_inner |= _try(wide, [Opt(OptOps.UPCAST, ax, a) for a in amounts])
+        tiled_inner |= wide.apply_first([Opt(OptOps.UPCAST, ax, a) for a in amounts])
     if tiled_inner:
         return wide.applied_opts[done:]
     small = k.copy()
     _gpu_locals(small, min(budget, GPU_CONV_WORKGROUP))
     outer = list(reversed(_broadcast_axes(small)[:-2]))
-    tiled = next((ax for ax in outer if _try(small, [Opt(OptOps.UPCAST, ax, a) for a in (16, 8, 4)])), None)
+    tiled = next((ax for ax in outer if small.apply_first([Opt(OptOps.UPCAST, ax, a) for a in (16, 8, 4)])), None)
     if tiled is None:
         return wide.applied_opts[done:]
     for ax in outer:  # and a second outer axis by 2
-        if ax != tiled and _try(small, [Opt(OptOps.UPCAST, ax, 2)]):
+        if ax != tiled and small.apply_first([Opt(OptOps.UPCAST, ax, 2)]):
             break
     return small.applied_opts[done:]
 
@@ -227,15 +216,15 @@ def _coalesced_group(k: Kernel) -> bool:
     unit = [n for n, a in enumerate(k.axes_of("global")) if all(st[a] == 1 for st in strides)]
     size = int(k.full_shape[k.axes_of("global")[unit[-1]]]) if unit else 0
     if step == {1}:
-        applied = _try(k, [Opt(OptOps.GROUP, 0, a) for a in (256, 128, 64, 32)])
+        applied = k.apply_first([Opt(OptOps.GROUP, 0, a) for a in (256, 128, 64, 32)])
     elif step == {size} and 1 < size <= 32 and k.opts.supports_float4 and _group_wide(k, unit[-1], size):
         return True
-    elif step == {size} and 1 < size <= 32 and _try(k, [Opt(OptOps.LOCAL, unit[-1], size)]):
-        applied = _try(k, [Opt(OptOps.GROUP, 0, a) for a in (256 // size, 128 // size) if a > 1])
+    elif step == {size} and 1 < size <= 32 and k.apply_first([Opt(OptOps.LOCAL, unit[-1], size)]):
+        applied = k.apply_first([Opt(OptOps.GROUP, 0, a) for a in (256 // size, 128 // size) if a > 1])
     else:
         return False
     if applied:
-        _try(k, [Opt(OptOps.UNROLL, 0, a) for a in (4, 2)])  # more loads in flight per thread
+        k.apply_first([Opt(OptOps.UNROLL, 0, a) for a in (4, 2)])  # more loads in flight per thread
     return applied
 
 
@@ -243,9 +232,9 @@ def _group_wide(k: Kernel, unit: int, size: int) -> bool:
     """GROUP the reduce axis by 256, then UPCAST the stride-1 output axis to one 16-byte load per thread."""
     itemsize = max(u.dtype.itemsize for u in k.ast.toposort if u.op is Ops.LOAD)
     lanes = [w for w in (8, 4, 2) if w * itemsize <= 16 and size % w == 0]
-    if not lanes or not _try(k, [Opt(OptOps.GROUP, 0, 256)]):
+    if not lanes or not k.apply_first([Opt(OptOps.GROUP, 0, 256)]):
         return False
-    _try(k, [Opt(OptOps.UPCAST, unit, lanes[0])])
+    k.apply_first([Opt(OptOps.UPCAST, unit, lanes[0])])
     return True
 
 
@@ -257,5 +246,5 @@ def _gpu_locals(k: Kernel, budget: int) -> None:
             return
         size = int(k.full_shape[k.axes_of("global")[n]])
         amounts = [a for a in (256, 128, 64, 32, 16, 8, 4, 2) if a <= budget and size % a == 0]
-        if amounts and _try(k, [Opt(OptOps.LOCAL, n, amounts[0])]):
+        if amounts and k.apply_first([Opt(OptOps.LOCAL, n, amounts[0])]):
             budget //= amounts[0]

@@ -133,6 +133,16 @@ class Kernel:
             self.apply_opt(opt)
         return self
 
+    def apply_first(self, choices: list[Opt]) -> bool:
+        """Apply the first of `choices` that applies; False (kernel unchanged) when none does."""
+        for opt in choices:
+            try:
+                self.apply_opt(opt)
+                return True
+            except KernelOptError:
+                continue
+        return False
+
     def apply_opt(self, opt: Opt) -> None:
         """Apply one optimization; raises KernelOptError (and leaves the kernel unchanged) if it does not apply."""
         if not isinstance(opt, Opt):

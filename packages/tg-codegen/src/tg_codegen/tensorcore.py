@@ -182,16 +182,6 @@ def applied_tensor_core(k: Kernel) -> TensorCore:
 # the hand-coded choice
 
 
-def _first(k: Kernel, choices: list[Opt]) -> bool:
-    for opt in choices:
-        try:
-            k.apply_opt(opt)
-            return True
-        except KernelOptError:
-            continue
-    return False
-
-
 def tc_optimizations(k: Kernel) -> bool:
     """Apply TC and a warp/register tiling around it to `k` if it is a matmul tensor cores take (env TC=0: never).
 
@@ -211,9 +201,9 @@ def tc_optimizations(k: Kernel) -> bool:
         globals_ = k.axes_of("global")
         m_tile, n_tile = globals_.index(match.m_axis), globals_.index(match.n_axis)
         for tile in (m_tile, n_tile):
-            _first(k, [Opt(OptOps.LOCAL, tile, 2)])
+            k.apply_first([Opt(OptOps.LOCAL, tile, 2)])
         for tile, amts in ((m_tile, (4, 2)), (n_tile, (8, 4, 2))):
-            _first(k, [Opt(OptOps.UPCAST, tile, amt) for amt in amts])
-        _first(k, [Opt(OptOps.UNROLL, 0, 2)])
+            k.apply_first([Opt(OptOps.UPCAST, tile, amt) for amt in amts])
+        k.apply_first([Opt(OptOps.UNROLL, 0, 2)])
         return True
     return False
