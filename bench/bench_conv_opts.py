@@ -8,21 +8,20 @@ result is checked against torch so a fast wrong kernel shows at once.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-import time
 
 import numpy as np
 
 os.environ.setdefault("DEV", "CUDA")
 
+from cuda_timing import best_seconds, compiled, scheduled  # noqa: E402
+
 from tg import Device, Tensor  # noqa: E402
-from tg_codegen import get_program  # noqa: E402
 from tg_codegen.heuristic import hand_coded_optimizations  # noqa: E402
 from tg_codegen.kernel import Kernel  # noqa: E402
 from tg_codegen.opt import Opt, OptOps  # noqa: E402
-from tg_runtime.runner import CompiledRunner  # noqa: E402
-from tg_tensor.schedule import pending  # noqa: E402
 
 L, U, R = OptOps.LOCAL, OptOps.UPCAST, OptOps.UNROLL
 # globals: 0 batch, 1 (group, size 1), 2 cout, 3 out y, 4 out x; reduces: 0 cin, 1 ky, 2 kx
@@ -50,28 +49,15 @@ def main() -> None:
     xn, wn = rng.standard_normal(xs).astype(np.float32), rng.standard_normal(ws).astype(np.float32)
     ref = torch.nn.functional.conv2d(torch.from_numpy(xn).cuda(), torch.from_numpy(wn).cuda(), padding=1)
     ref_np = ref.cpu().numpy()
-    items = Tensor(xn).realize().conv2d(Tensor(wn).realize(), padding=1).schedule()
-    for item in items:
-        pending.remove(item)
-        for buf in item.bufs:
-            buf.ensure_allocated()
+    items = scheduled(Tensor(xn).realize().conv2d(Tensor(wn).realize(), padding=1))
     (item,) = items  # one kernel: the conv
     renderer = Device["CUDA"].renderer
     default = hand_coded_optimizations(Kernel(item.ast, renderer))
     lists = [default] + [[Opt(op, ax, amt) for op, ax, amt in c] for c in CANDIDATES]
     for opts in lists:
-        try:
-            runner = CompiledRunner(get_program(item.ast, renderer, opts=opts))
-        except Exception as e:
-            print(f"# {opts}: {type(e).__name__}: {e}"[:300], flush=True)
+        if (runner := compiled(item, opts)) is None:
             continue
-        best = float("inf")
-        for _ in range(5):
-            Device["CUDA"].synchronize()
-            st = time.perf_counter()
-            runner(item.bufs)
-            Device["CUDA"].synchronize()
-            best = min(best, time.perf_counter() - st)
+        best = best_seconds(functools.partial(runner, item.bufs), 5)
         out = np.frombuffer(item.bufs[0].as_bytes(), dtype=np.float32).reshape(ref_np.shape)
         params = {
             "opts": [f"{o.op.name}:{o.axis}:{o.arg}" for o in opts],

@@ -23,10 +23,11 @@ import numpy as np
 sys.setrecursionlimit(100_000)
 os.environ.setdefault("DEV", "CUDA")
 
+from cuda_timing import best_seconds, scheduled  # noqa: E402
+
 from tg import Context, Tensor, dtypes  # noqa: E402
 from tg_runtime import Device, get_runner  # noqa: E402
 from tg_runtime.runner import clear_runner_cache  # noqa: E402
-from tg_tensor.schedule import pending  # noqa: E402
 
 
 def emit(bench: str, impl: str, value: float, unit: str, **params: Any) -> None:
@@ -37,21 +38,8 @@ def emit(bench: str, impl: str, value: float, unit: str, **params: Any) -> None:
 
 def tg_kernel_seconds(t: Tensor, reps: int) -> float:
     """Best total time of the kernels that compute `t` (compiled once, then launched `reps` times)."""
-    items = t.schedule()
-    for item in items:
-        pending.remove(item)
-        for b in item.bufs:
-            b.ensure_allocated()
-    runners = [(get_runner("CUDA", it.ast), it.bufs) for it in items if it.ast.op.name == "SINK"]
-    best = float("inf")
-    for _ in range(reps):
-        Device["CUDA"].synchronize()
-        st = time.perf_counter()
-        for r, bufs in runners:
-            r(bufs)
-        Device["CUDA"].synchronize()
-        best = min(best, time.perf_counter() - st)
-    return best
+    runners = [(get_runner("CUDA", it.ast), it.bufs) for it in scheduled(t) if it.ast.op.name == "SINK"]
+    return best_seconds(lambda: [r(bufs) for r, bufs in runners], reps)
 
 
 def torch_seconds(fn: Callable[[], Any], reps: int) -> float:

@@ -8,21 +8,20 @@ kernel writes are checked against numpy.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-import time
 
 import numpy as np
 
 os.environ.setdefault("DEV", "CUDA")
 
+from cuda_timing import best_seconds, compiled, scheduled  # noqa: E402
+
 from tg import Device, Tensor  # noqa: E402
-from tg_codegen import get_program  # noqa: E402
 from tg_codegen.heuristic import hand_coded_optimizations  # noqa: E402
 from tg_codegen.kernel import Kernel  # noqa: E402
 from tg_codegen.opt import Opt, OptOps  # noqa: E402
-from tg_runtime.runner import CompiledRunner  # noqa: E402
-from tg_tensor.schedule import pending  # noqa: E402
 
 G, GT, L, R, U = OptOps.GROUP, OptOps.GROUPTOP, OptOps.LOCAL, OptOps.UNROLL, OptOps.UPCAST
 CANDIDATES = [
@@ -44,28 +43,15 @@ CANDIDATES = [
 def main() -> None:
     n = 2**26
     xn = np.random.default_rng(0).standard_normal(n).astype(np.float32)
-    items = Tensor(xn).realize().sum().schedule()
-    for item in items:
-        pending.remove(item)
-        for buf in item.bufs:
-            buf.ensure_allocated()
+    items = scheduled(Tensor(xn).realize().sum())
     item = items[0]
     renderer = Device["CUDA"].renderer
     lists = [hand_coded_optimizations(Kernel(item.ast, renderer))]
     lists += [[Opt(op, ax, amt) for op, ax, amt in c] for c in CANDIDATES]
     for opts in lists:
-        try:
-            runner = CompiledRunner(get_program(item.ast, renderer, opts=opts))
-        except Exception as e:
-            print(f"# {opts}: {type(e).__name__}: {e}"[:300], flush=True)
+        if (runner := compiled(item, opts)) is None:
             continue
-        best = float("inf")
-        for _ in range(10):
-            Device["CUDA"].synchronize()
-            st = time.perf_counter()
-            runner(item.bufs)
-            Device["CUDA"].synchronize()
-            best = min(best, time.perf_counter() - st)
+        best = best_seconds(functools.partial(runner, item.bufs), 10)
         total = float(np.frombuffer(item.bufs[0].as_bytes(), dtype=np.float32).astype(np.float64).sum())
         err = abs(total - float(xn.astype(np.float64).sum())) / np.sqrt(n)
         desc = [f"{o.op.name}:{o.axis}:{o.arg}" for o in opts]

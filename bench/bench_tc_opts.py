@@ -9,21 +9,20 @@ checks each result against torch (max abs error in the params) so a fast wrong k
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
-import time
 
 import numpy as np
 
 os.environ.setdefault("DEV", "CUDA")
 
+from cuda_timing import best_seconds, compiled, scheduled  # noqa: E402
+
 from tg import Device, Tensor  # noqa: E402
-from tg_codegen import get_program  # noqa: E402
 from tg_codegen.heuristic import hand_coded_optimizations  # noqa: E402
 from tg_codegen.kernel import Kernel  # noqa: E402
 from tg_codegen.opt import Opt, OptOps  # noqa: E402
-from tg_runtime.runner import CompiledRunner  # noqa: E402
-from tg_tensor.schedule import pending  # noqa: E402
 
 TC, L, U, R = OptOps.TC, OptOps.LOCAL, OptOps.UPCAST, OptOps.UNROLL
 CANDIDATES = [
@@ -66,11 +65,7 @@ def main() -> None:
     an, bn = (rng.standard_normal((n, n)).astype(npdt) for _ in range(2))
     ref = (torch.from_numpy(an).cuda() @ torch.from_numpy(bn).cuda()).float().cpu().numpy()
     a, b = Tensor(an).realize(), Tensor(bn).realize()
-    items = a.matmul(b).schedule()
-    for item in items:
-        pending.remove(item)
-        for buf in item.bufs:
-            buf.ensure_allocated()
+    items = scheduled(a.matmul(b))
     *_, item = items
     renderer = Device["CUDA"].renderer
     default = hand_coded_optimizations(Kernel(item.ast, renderer))
@@ -81,18 +76,9 @@ def main() -> None:
         lists += [([Opt(op, ax, amt) for op, ax, amt in c], 0) for c in FP32_CANDIDATES]
     for opts, min_blocks in lists:
         renderer.min_blocks_per_sm = min_blocks  # type: ignore[attr-defined]
-        try:
-            runner = CompiledRunner(get_program(item.ast, renderer, opts=opts))
-        except Exception as e:
-            print(f"# {opts}: {type(e).__name__}: {e}"[:300], flush=True)
+        if (runner := compiled(item, opts)) is None:
             continue
-        best = float("inf")
-        for _ in range(args.reps):
-            Device["CUDA"].synchronize()
-            st = time.perf_counter()
-            runner(item.bufs)
-            Device["CUDA"].synchronize()
-            best = min(best, time.perf_counter() - st)
+        best = best_seconds(functools.partial(runner, item.bufs), args.reps)
         out = np.frombuffer(item.bufs[0].as_bytes(), dtype=npdt).reshape(n, n).astype(np.float32)
         err = float(np.abs(out - ref).max())
         desc = [f"{o.op.name}:{o.axis}:{o.arg}" for o in opts]
