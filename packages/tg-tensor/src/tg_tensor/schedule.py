@@ -223,10 +223,12 @@ class _KernelBuilder:
         if op in (Ops.DETACH, Ops.CONTIGUOUS):
             return self._build(node.src[0], ops)
         if op in GroupOp.Elementwise:
-            if ops and op not in GroupOp.PadSafe and _has_mask(_movement_st(tuple(node.shape or ()), ops)):
-                raise _Fail(node)
-            if ops and node is not self.root and self._costly_to_repeat(node, ops):
-                raise _Fail(node)
+            if ops:
+                st = _movement_st(tuple(node.shape or ()), ops)
+                if op not in GroupOp.PadSafe and _has_mask(st):
+                    raise _Fail(node)
+                if node is not self.root and self._costly_to_repeat(node, st):
+                    raise _Fail(node)
             return UOp(op, node.dtype, tuple(self._build(s, ops) for s in node.src), node.arg)
         if op is Ops.REDUCE_AXIS:
             shape = tuple(node.shape or ())
@@ -240,11 +242,12 @@ class _KernelBuilder:
             return UOp(Ops.REDUCE_AXIS, node.dtype, (self._build(node.src[0], ()),), node.arg)
         raise NotImplementedError(f"the scheduler cannot put {op} in a kernel")
 
-    def _costly_to_repeat(self, node: UOp, ops: Movement) -> bool:
+    def _costly_to_repeat(self, node: UOp, st: ShapeTracker) -> bool:
+        """Is `node`, read through `st`, used many times per element and costly to recompute each time?"""
         shape = tuple(node.shape or ())
         if not all(isinstance(s, int) for s in shape):
             return False
-        uses = prod(_movement_st(shape, ops).shape) // max(1, prod(shape))
+        uses = prod(st.shape) // max(1, prod(shape))
         if uses < REPEAT_MIN_USES:
             return False
         alus, bufs = self.sched.elementwise_cost(node, self.root)
@@ -256,6 +259,7 @@ class _KernelBuilder:
 REPEAT_MIN_USES = 8
 REPEAT_MAX_ALUS = 4
 REPEAT_MAX_BUFFERS = 3
+
 
 def _has_mask(st: ShapeTracker) -> bool:
     return any(v.mask is not None for v in st.views)
