@@ -2,7 +2,8 @@
 
 Prints one JSON line per figure: {"bench", "impl", "value", "unit", "params"}.
 
-    uv run python bench/bench_rewrite.py
+    uv run python bench/bench_rewrite.py                    # everything
+    uv run python bench/bench_rewrite.py --trace-overhead   # the cost of the VIZ tracing hook only
 """
 
 from __future__ import annotations
@@ -129,6 +130,48 @@ def bench_conv_view(repeats: int = 20) -> None:
     emit("conv_view_index_build_simplify_first", times[0] * 1e3, "ms", shape=shape, strides=strides)
 
 
+def bench_trace_overhead(rounds: int = 7) -> None:
+    """graph_rewrite with the tracing hook off vs the rewriter called directly (no hook), vs tracing on.
+
+    The three are interleaved round by round on fresh expressions, so machine noise hits each alike;
+    the figure is the median time over the rounds.
+    """
+    from tg_uop.rewrite import _Rewriter
+    from tg_uop.trace import tracing
+
+    def no_hook(exprs: list[UOp]) -> None:
+        for e in exprs:
+            _Rewriter(symbolic, None, False).run(e)
+
+    def hook_off(exprs: list[UOp]) -> None:
+        for e in exprs:
+            graph_rewrite(e, symbolic)
+
+    def tracing_on(exprs: list[UOp]) -> None:
+        with tracing(profile=False):
+            for e in exprs:
+                graph_rewrite(e, symbolic)
+
+    modes = {"no_hook": no_hook, "hook_off": hook_off, "tracing_on": tracing_on}
+    times: dict[str, list[float]] = {m: [] for m in modes}
+    for r in range(rounds):
+        for m, fn in modes.items():
+            exprs = index_expressions(1000 + r * 10 + list(modes).index(m))
+            start = time.perf_counter()
+            fn(exprs)
+            times[m].append(time.perf_counter() - start)
+    base = statistics.median(times["no_hook"])
+    for m in modes:
+        med = statistics.median(times[m])
+        emit(f"trace_overhead_{m}", med * 1e3, "ms", rounds=rounds, ratio_to_no_hook=round(med / base, 4))
+
+
 if __name__ == "__main__":
-    bench_rewrites()
-    bench_conv_view()
+    import sys
+
+    if "--trace-overhead" in sys.argv:
+        bench_trace_overhead()
+    else:
+        bench_rewrites()
+        bench_conv_view()
+        bench_trace_overhead()

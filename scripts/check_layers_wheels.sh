@@ -15,6 +15,8 @@ set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DISTS=(tg-uop tg-shape tg-codegen tg-runtime tg-tensor tg-nn tg)
+# packages beside the stack: each needs only tg-uop (checked alone with it), and `tg` pulls them in
+SIDE=(tg-viz)
 THIRD_PARTY=(numpy pytest hypothesis)
 
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/tg-wheels.XXXXXX")"
@@ -27,7 +29,7 @@ fail() { printf 'check_layers_wheels: FAIL: %s\n' "$*" >&2; exit 1; }
 
 say "building all wheels into $DIST"
 (cd "$REPO" && uv build --all-packages -o "$DIST")
-for dist in "${DISTS[@]}"; do
+for dist in "${DISTS[@]}" "${SIDE[@]}"; do
     ls "$DIST/${dist//-/_}"-*.whl >/dev/null 2>&1 || fail "no wheel built for $dist"
 done
 
@@ -60,7 +62,7 @@ write_guard_conftest() {
 import os
 import sys
 
-_ROOTS = {"tg_uop", "tg_shape", "tg_codegen", "tg_runtime", "tg_tensor", "tg_nn", "tg"}
+_ROOTS = {"tg_uop", "tg_shape", "tg_codegen", "tg_runtime", "tg_tensor", "tg_nn", "tg", "tg_viz"}
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -87,7 +89,11 @@ for k in "${!DISTS[@]}"; do
 
     venv="$TMP/venv-$dist"
     new_venv "$venv" "${installed[@]}"
-    check_installed "$venv" "${installed[@]}"
+    if [[ "$dist" == tg ]]; then
+        check_installed "$venv" "${installed[@]}" "${SIDE[@]}"  # the meta-package pulls in the side packages
+    else
+        check_installed "$venv" "${installed[@]}"
+    fi
 
     run="$TMP/run-$dist"
     mkdir -p "$run"
@@ -103,14 +109,32 @@ for k in "${!DISTS[@]}"; do
     [[ $rc -eq 0 ]] || fail "$dist: pytest failed (exit $rc) with only ${installed[*]} installed"
 done
 
+for dist in "${SIDE[@]}"; do
+    say "side package $dist (installed: tg-uop $dist)"
+    venv="$TMP/venv-$dist"
+    new_venv "$venv" tg-uop "$dist"
+    check_installed "$venv" tg-uop "$dist"
+    run="$TMP/run-$dist"
+    mkdir -p "$run"
+    cp -r "$REPO/packages/$dist/tests" "$run/tests"
+    printf '[pytest]\n' > "$run/pytest.ini"
+    write_guard_conftest "$run"
+    set +e
+    (cd "$run" && "$venv/bin/python" -m pytest tests -q -p no:cacheprovider --import-mode=importlib \
+        --rootdir "$run" -c "$run/pytest.ini")
+    rc=$?
+    set -e
+    [[ $rc -eq 0 ]] || fail "$dist: pytest failed (exit $rc) with only tg-uop $dist installed"
+done
+
 say "examples/quickstart.py with only the tg wheel (+ its dependencies from the built wheels)"
 [[ -f "$REPO/examples/quickstart.py" ]] || fail "examples/quickstart.py is missing"
 venv="$TMP/venv-quickstart"
 (cd "$REPO" && uv venv -q "$venv")
 uv pip install -q --python "$venv/bin/python" numpy
 uv pip install -q --python "$venv/bin/python" --no-index --find-links "$DIST" tg
-check_installed "$venv" "${DISTS[@]}"
+check_installed "$venv" "${DISTS[@]}" "${SIDE[@]}"
 # Run from the temp dir: only examples/ itself joins sys.path, never packages/*/src.
 (cd "$TMP" && "$venv/bin/python" "$REPO/examples/quickstart.py") || fail "examples/quickstart.py failed"
 
-say "check_layers_wheels: all 7 layers pass from their wheels; quickstart runs"
+say "check_layers_wheels: all 7 layers and ${SIDE[*]} pass from their wheels; quickstart runs"

@@ -14,6 +14,7 @@ from tg_codegen.opt import Opt
 from tg_codegen.renderer import ProgramSpec, Renderer, estimate
 from tg_uop import Ops, UOp
 from tg_uop.helpers import DEBUG, NOOPT
+from tg_uop.trace import TRACE
 
 
 def optimized_kernel(ast: UOp, renderer: Renderer, opts: list[Opt] | tuple[Opt, ...] | None = None) -> Kernel:
@@ -28,7 +29,11 @@ def get_program(
     ast: UOp, renderer: Renderer, name_override: str | None = None, opts: list[Opt] | tuple[Opt, ...] | None = None
 ) -> ProgramSpec:
     """Compile-ready program for a kernel AST, rendered for `renderer` (see `optimized_kernel` for `opts`)."""
-    return program_for_kernel(optimized_kernel(ast, renderer, opts), name_override)
+    start_us = TRACE.now_us()
+    TRACE.graph_step("kernel AST (from the scheduler)", ast)
+    spec = program_for_kernel(optimized_kernel(ast, renderer, opts), name_override)
+    TRACE.event(spec.name, "codegen", spec.device, start_us, TRACE.now_us() - start_us)
+    return spec
 
 
 def program_for_kernel(k: Kernel, name_override: str | None = None) -> ProgramSpec:
@@ -37,15 +42,21 @@ def program_for_kernel(k: Kernel, name_override: str | None = None) -> ProgramSp
     if DEBUG >= 3:
         print(f"{k.name}: full_shape={k.full_shape} axes={k.axis_types} opts={k.applied_opts}")
         print(k.ast)
+    if TRACE.active:
+        TRACE.text_step("optimizations", f"full_shape={k.full_shape}\naxes={k.axis_types}\nopts={k.applied_opts}")
     lowered = lower(k)
+    TRACE.graph_step("lowered (indexing, ranges, loads and stores)", lowered)
     uops = linearize(lowered)
     if DEBUG >= 5:
-        for i, u in enumerate(uops):
-            srcs = [uops.index(s) for s in u.src if s in uops]
-            print(f"{i:4d} {u.op.name:<14s} {u.dtype!r:<24s} {srcs!s:<16s} {u.arg!r}")
+        print(format_linear(uops))
     name = name_override or k.name
     function_name = k.function_name if name_override is None else name_override
     src = renderer.render(function_name, uops)
+    if TRACE.active:
+        TRACE.text_step("linearized", format_linear(uops))
+        TRACE.text_step("source", src)
+        if (g := TRACE.current) is not None:
+            g.meta.update(shape=list(k.full_shape), opts=[str(o) for o in k.applied_opts])
     if DEBUG >= 4:
         print(src)
     ops, mem = estimate(uops)
@@ -67,3 +78,13 @@ def program_for_kernel(k: Kernel, name_override: str | None = None) -> ProgramSp
         estimated_mem=mem,
         applied_opts=tuple(k.applied_opts),
     )
+
+
+def format_linear(uops: list[UOp]) -> str:
+    """The linear program, one UOp per line: index, op, dtype, source indices, arg (as DEBUG=5 prints it)."""
+    index = {u: i for i, u in enumerate(uops)}
+    lines = []
+    for i, u in enumerate(uops):
+        srcs = [index[s] for s in u.src if s in index]
+        lines.append(f"{i:4d} {u.op.name:<14s} {u.dtype!r:<24s} {srcs!s:<16s} {u.arg!r}")
+    return "\n".join(lines)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 
+from tg_codegen.opt import Opt
 from tg_codegen.program import get_program
 from tg_codegen.renderer import ProgramSpec
 from tg_codegen.search import beam_search
@@ -14,18 +15,22 @@ from tg_runtime.device import Buffer, Device, Program
 from tg_runtime.search import DeviceSearchTarget
 from tg_uop import UOp
 from tg_uop.helpers import BEAM, DEBUG, GlobalCounters, colored
+from tg_uop.trace import TRACE, Group
 
 
 class CompiledRunner:
     """One kernel compiled for one device; call it with Buffers and variable values."""
 
-    def __init__(self, spec: ProgramSpec) -> None:
+    def __init__(self, spec: ProgramSpec, trace_group: Group | None = None) -> None:
         self.spec = spec
         self.device = spec.device
+        self.trace_group = trace_group  # the viewer's record of this kernel (VIZ=1), given its launch times
         dev = Device[self.device]
         st = time.perf_counter()
+        start_us = TRACE.now_us()
         self.lib = dev.compiler.compile_cached(spec.src)
         self.compile_s = time.perf_counter() - st
+        TRACE.event(spec.name, "compile", self.device, start_us, self.compile_s * 1e6)
         self.program: Program = dev.runtime(spec.function_name, self.lib)
 
     @property
@@ -35,10 +40,13 @@ class CompiledRunner:
     def __call__(self, bufs: list[Buffer], var_vals: dict[UOp, int] | None = None, wait: bool = False) -> float | None:
         vals = tuple((var_vals or {})[v] for v in self.spec.vars)
         opaque = [b.opaque for b in bufs]
-        timed = wait or DEBUG >= 2
+        timed = wait or DEBUG >= 2 or TRACE.profiling
+        start_us = TRACE.now_us() if TRACE.profiling else 0.0
         et = self.program(
             *opaque, global_size=self.spec.global_size, local_size=self.spec.local_size, vals=vals, wait=timed
         )
+        if TRACE.profiling:
+            self._record_launch(start_us, et or 0.0)
         GlobalCounters.kernel_count += 1
         GlobalCounters.global_ops += self.spec.estimated_ops
         GlobalCounters.global_mem += self.spec.estimated_mem
@@ -47,6 +55,18 @@ class CompiledRunner:
         if DEBUG >= 2:
             print(debug_line(self.spec, bufs, et or 0.0))
         return et
+
+
+    def _record_launch(self, start_us: float, et: float) -> None:
+        spec = self.spec
+        TRACE.event(
+            spec.name, "kernel", self.device, start_us, et * 1e6,
+            global_size=list(spec.global_size or ()), local_size=list(spec.local_size or ()),
+        )
+        if self.trace_group is not None:
+            meta = self.trace_group.meta
+            meta["launches"] = meta.get("launches", 0) + 1
+            meta["time_us"] = meta.get("time_us", 0.0) + et * 1e6
 
 
 def debug_line(spec: ProgramSpec, bufs: list[Buffer], et: float) -> str:
@@ -70,9 +90,21 @@ def get_runner(device: str, ast: UOp) -> CompiledRunner:
     if (ret := _runner_cache.get(key)) is None:
         opts = None
         if BEAM >= 1 and Device[key[0]].renderer.device != "PYTHON":
-            opts = beam_search(ast, DeviceSearchTarget(key[0], ast), BEAM.value)
-        spec = get_program(ast, Device[key[0]].renderer, opts=opts)
-        ret = _runner_cache[key] = CompiledRunner(spec)
+            active, TRACE.active = TRACE.active, False  # the candidates are not the program's kernels
+            try:
+                opts = beam_search(ast, DeviceSearchTarget(key[0], ast), BEAM.value)
+            finally:
+                TRACE.active = active
+        with TRACE.group("kernel", "kernel", device=key[0]) as group:
+            spec = get_program(ast, Device[key[0]].renderer, opts=opts)
+            if group is not None:
+                group.name = spec.name
+            ret = _runner_cache[key] = CompiledRunner(spec, group)
+    elif TRACE.active and (ret.trace_group is None or ret.trace_group.generation != TRACE.generation):
+        # compiled before this recording began: record its codegen again (no compile) so the viewer lists it
+        with TRACE.group("kernel", ret.spec.name, device=key[0]) as group:
+            get_program(ast, Device[key[0]].renderer, opts=[o for o in ret.spec.applied_opts if isinstance(o, Opt)])
+            ret.trace_group = group
     return ret
 
 
@@ -84,6 +116,10 @@ def run_copy(dest: Buffer, src: Buffer) -> None:
     """Copy one buffer into another of the same size, across devices through the host."""
     if dest.nbytes != src.nbytes:
         raise ValueError(f"copy: {src} and {dest} differ in size")
+    start_us = TRACE.now_us()
     dest.copyin(src.as_bytes())
+    if TRACE.profiling:
+        TRACE.event(f"copy {src.nbytes} bytes {src.device} -> {dest.device}", "copy", dest.device, start_us,
+                    TRACE.now_us() - start_us, nbytes=src.nbytes)
     if DEBUG >= 2:
         print(f"*** {dest.device:7s}      copy {src.nbytes:8d} bytes {src.device} -> {dest.device}")

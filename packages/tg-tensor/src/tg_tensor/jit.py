@@ -38,6 +38,7 @@ from tg_tensor.schedule import ScheduleItem, buffer_of, buffers
 from tg_tensor.tensor import Tensor
 from tg_uop import DType, Ops, UOp
 from tg_uop.helpers import DEBUG, JIT, GlobalCounters
+from tg_uop.trace import TRACE
 
 ReturnType = TypeVar("ReturnType")
 Spec = tuple[tuple[Any, ...], DType, str]  # shape, dtype, device of one input
@@ -252,7 +253,7 @@ class TinyJit(Generic[ReturnType]):
         for buf, slots in zip(fresh, rec.output_slots):
             for li, pos in slots:
                 rec.launches[li].bufs[pos] = buf
-        if DEBUG >= 2:  # the slow path, with one timed line per kernel
+        if DEBUG >= 2 or TRACE.profiling:  # the slow path, with one timed line (or profile event) per kernel
             for launch in rec.launches:
                 run_copy(launch.bufs[0], launch.bufs[1]) if launch.runner is None else launch.runner(launch.bufs)
             return _rebuild(rec.ret, [buffer_tensor(fresh[i], shape) for i, shape in rec.output_map])

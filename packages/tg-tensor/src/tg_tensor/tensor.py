@@ -36,8 +36,10 @@ from tg_tensor.realize import run_pending
 from tg_tensor.reduce import ReduceMixin
 from tg_tensor.schedule import ScheduleItem, buffer_of, buffers, create_schedule, pending, write_view
 from tg_tensor.util import const_uop, is_contiguous_buffer, np_dtype, shape_of_list
+from tg_tensor.visibility import on_schedule
 from tg_uop import ConstType, DType, GroupOp, Ops, UOp, dtypes
 from tg_uop.helpers import all_int, prod
+from tg_uop.trace import TRACE
 from tg_uop.uop import sint
 
 sys.setrecursionlimit(max(sys.getrecursionlimit(), 20_000))
@@ -212,7 +214,9 @@ class Tensor(
         """
         tensors = [self, *others]
         roots = [_strip_reshapes(t.uop) for t in tensors]
+        start_us = TRACE.now_us()
         items, becomes = create_schedule([r for r, _ in roots])
+        on_schedule([t.uop for t in tensors], [it.ast for it in items], start_us)
         grad_nodes: set[UOp] = set()
         if not Tensor.no_grad:
             for g in list(_grad_tensors):

@@ -15,6 +15,7 @@ from typing import Any
 
 from tg_uop.dtype import DType
 from tg_uop.ops import GroupOp, Ops
+from tg_uop.trace import TRACE, RuleFire, Step
 from tg_uop.uop import UOp
 
 Store = dict[str, UOp]
@@ -198,8 +199,9 @@ class PatternMatcher:
     and returns the replacement UOp, or None to decline.
     """
 
-    def __init__(self, patterns: Sequence[tuple[UPat, RewriteFn]]) -> None:
+    def __init__(self, patterns: Sequence[tuple[UPat, RewriteFn]], name: str | None = None) -> None:
         self.patterns = list(patterns)
+        self.name = name  # the pass name the viewer shows (graph_rewrite's `name` overrides it)
         self.by_op: dict[Ops, list[tuple[UPat, RewriteFn, bool]]] = {}
         self.any_op: list[tuple[UPat, RewriteFn, bool]] = []
         for pat, fn in self.patterns:
@@ -213,7 +215,7 @@ class PatternMatcher:
                     self.by_op.setdefault(op, list(self.any_op)).append(entry)
 
     def __add__(self, other: PatternMatcher) -> PatternMatcher:
-        return PatternMatcher(self.patterns + other.patterns)
+        return PatternMatcher(self.patterns + other.patterns, self.name or other.name)
 
     def rewrite(self, uop: UOp, ctx: Any = None) -> UOp | None:
         """The first rule's replacement for `uop`, or None when no rule fires."""
@@ -224,24 +226,73 @@ class PatternMatcher:
                     return ret
         return None
 
+    def rewrite_logged(self, uop: UOp, ctx: Any, log: list[RuleFire]) -> UOp | None:
+        """`rewrite`, appending the rule that fired (pattern and where its function is defined) to `log`."""
+        for pat, fn, wants_ctx in self.by_op.get(uop.op, self.any_op):
+            for store in pat.match(uop, {}):
+                ret = fn(ctx=ctx, **store) if wants_ctx else fn(**store)
+                if ret is not None and ret is not uop:
+                    code = getattr(fn, "__code__", None)
+                    where = f"{code.co_filename.rsplit('/', 1)[-1]}:{code.co_firstlineno}" if code else repr(fn)
+                    log.append(RuleFire(_short_pattern(pat), where, uop, ret))
+                    return ret
+        return None
 
-def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: bool = False) -> UOp:
+
+def _short_pattern(pat: UPat) -> str:
+    ops = "any" if pat.op is None else "|".join(sorted(o.name for o in pat.op))
+    srcs = pat.src if isinstance(pat.src, tuple) else (pat.src,) if pat.src is not None else ()
+    inner = f"({', '.join(_short_pattern(s) for s in srcs)})" if srcs else ""
+    return f"{ops}{':' + pat.name if pat.name else ''}{inner}"
+
+
+def graph_rewrite(
+    sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: bool = False, name: str | None = None
+) -> UOp:
     """Rewrite a graph with `pm` until no rule fires, memoized per node.
 
     Default order: sources first, then the node (repeatedly). `bottom_up=True` tries rules on a node
-    before its sources, which lets a rule see the original subtree.
+    before its sources, which lets a rule see the original subtree. `name` labels the pass in the
+    trace (VIZ=1); when tracing is off this costs one flag check.
     """
-    return _Rewriter(pm, ctx, bottom_up).run(sink)
+    if not TRACE.active:
+        return _Rewriter(pm, ctx, bottom_up).run(sink)
+    return _traced_rewrite(sink, pm, ctx, bottom_up, name)
+
+
+def _traced_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any, bottom_up: bool, name: str | None) -> UOp:
+    import sys
+    import time
+
+    if TRACE.depth > 0:  # a rewrite inside a rule (e.g. simplify): part of the outer step
+        return _Rewriter(pm, ctx, bottom_up).run(sink)
+    label = name or pm.name or sys._getframe(2).f_code.co_name
+    log: list[RuleFire] = []
+    rw = _Rewriter(pm, ctx, bottom_up)
+
+    def logged(node: UOp, c: Any) -> UOp | None:
+        return pm.rewrite_logged(node, c, log)
+
+    rw.rewrite = logged
+    TRACE.depth += 1
+    st = time.perf_counter()
+    try:
+        out = rw.run(sink)
+    finally:
+        TRACE.depth -= 1
+    TRACE.add_step(Step(label, "rewrite", graph=out, before=sink, rules=log, seconds=time.perf_counter() - st))
+    return out
 
 
 class _Rewriter:
     def __init__(self, pm: PatternMatcher, ctx: Any, bottom_up: bool) -> None:
         self.pm, self.ctx, self.bottom_up = pm, ctx, bottom_up
+        self.rewrite: Callable[[UOp, Any], UOp | None] = pm.rewrite
         self.done: dict[UOp, UOp] = {}
 
     def _fixed_point(self, node: UOp) -> UOp:
         for _ in range(10_000):
-            nxt = self.pm.rewrite(node, self.ctx)
+            nxt = self.rewrite(node, self.ctx)
             if nxt is None:
                 return node
             node = nxt
@@ -267,7 +318,7 @@ class _Rewriter:
             elif stage == 1:
                 new_src = tuple(done[s] for s in node.src)
                 rebuilt = node if all(a is b for a, b in zip(new_src, node.src)) else node.replace(src=new_src)
-                rewritten = self.pm.rewrite(rebuilt, self.ctx)
+                rewritten = self.rewrite(rebuilt, self.ctx)
                 if rewritten is None:
                     done[node] = rebuilt
                 else:

@@ -9,6 +9,12 @@ from tg import nn
 from tg_runtime import Device
 from tg_tensor import JitError, Tensor, TinyJit
 from tg_uop import Context, GlobalCounters, UOp, Variable, dtypes, getenv
+from tg_uop.trace import VIZ
+
+if VIZ.value:  # the viewer records this program and serves its page (see tg_viz)
+    import tg_viz
+
+    tg_viz.install()
 
 __version__ = "0.1.0"
 __all__ = [

@@ -1,0 +1,134 @@
+"""UOp graphs as plain data (nodes and edges) and as Graphviz DOT.
+
+Movement ops (RESHAPE, PERMUTE, EXPAND, PAD, SHRINK, FLIP) and VIEWs can be folded into the edge they
+sit on, as tinygrad's talk draws a lazy graph: a conv is then two buffers, views on the edges, a MUL
+and a SUM. Buffers are drawn as boxes, constants as plain text, compute as ellipses.
+
+>>> from tg_uop import UOp, dtypes
+>>> from tg_uop.dot import graph_data, to_dot
+>>> g = graph_data(UOp.const(dtypes.float, 1.0) + 2.0)
+>>> [n["op"] for n in g["nodes"]]
+['CONST', 'CONST', 'ADD']
+>>> to_dot(UOp.const(dtypes.float, 1.0) + 2.0).startswith("digraph")
+True
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from typing import Any
+
+from tg_uop.ops import GroupOp, Ops
+from tg_uop.uop import UOp
+
+_FOLDED = GroupOp.Movement | {Ops.VIEW}
+_HIDDEN = {Ops.DEVICE}
+MAX_NODES = 3000
+
+
+def _short(x: Any, n: int = 80) -> str:
+    s = repr(x) if not isinstance(x, str) else x
+    return s if len(s) <= n else s[: n - 3] + "..."
+
+
+def _arg_text(u: UOp) -> str:
+    if u.op is Ops.VIEW:
+        return _short(u.arg)
+    return "" if u.arg is None else _short(u.arg)
+
+
+def graph_data(root: UOp, fold_movement: bool = False, max_nodes: int = MAX_NODES) -> dict[str, Any]:
+    """The graph under `root` as {"nodes": [...], "edges": [...], "truncated": bool}.
+
+    A node is {"id", "op", "dtype", "arg", "src": [ids], "label"}; an edge is {"src", "dst", "label"}
+    from a source to its user (views: the folded movement ops on it; label: them, or a summary when long).
+    """
+    order = root.toposort
+    ids: dict[UOp, int] = {}
+    nodes: list[dict[str, Any]] = []
+    edges: list[dict[str, Any]] = []
+
+    def through(u: UOp) -> tuple[UOp, list[str], str]:
+        # follow a chain of folded views down to the node that produces the data
+        views: list[str] = []
+        top = u
+        while fold_movement and u.op in _FOLDED and u.src and u.src[0].op is not Ops.DEVICE:
+            views.append(f"{u.op.name} {_short(u.arg, 40)}" if u.op is not Ops.VIEW else "VIEW")
+            u = u.src[0]
+        if len(views) <= 3:
+            return u, views[::-1], "\n".join(views[::-1])
+        shape = top.shape
+        return u, views[::-1], f"view: {len(views)} movement ops\n-> {tuple(shape) if shape is not None else '?'}"
+
+    truncated = False
+    for u in order:
+        if u.op in _HIDDEN or (fold_movement and u.op in _FOLDED and u is not root):
+            continue
+        if len(nodes) >= max_nodes:
+            truncated = True
+            break
+        ids[u] = len(nodes)
+        srcs: list[int] = []
+        for s in u.src:
+            base, views, short = through(s)
+            if base in ids:
+                srcs.append(ids[base])
+                edges.append({"src": ids[base], "dst": ids[u], "label": short, "views": views})
+        label = u.op.name
+        if u.op is Ops.BUFFER:
+            dev = next((s.arg for s in u.src if s.op is Ops.DEVICE), "")
+            label = f"BUFFER {u.arg}\n{u.dtype.name} {dev}".rstrip()
+        elif u.op is Ops.CONST:
+            label = f"{u.arg!r} {u.dtype.name}"
+        elif u.arg is not None:
+            label = f"{u.op.name}\n{_arg_text(u)}"
+        nodes.append(
+            {
+                "id": ids[u],
+                "op": u.op.name,
+                "dtype": repr(u.dtype),
+                "arg": _arg_text(u),
+                "src": srcs,
+                "label": label,
+            }
+        )
+    return {"nodes": nodes, "edges": edges, "truncated": truncated}
+
+
+_SHAPES = {"BUFFER": "box", "CONST": "plaintext", "SINK": "doublecircle", "DEFINE_GLOBAL": "box"}
+
+
+def to_dot(root: UOp, fold_movement: bool = True, title: str = "") -> str:
+    """The graph under `root` in Graphviz DOT (movement ops folded into edges unless told otherwise)."""
+    g = graph_data(root, fold_movement)
+    lines = ["digraph tg {", "  rankdir=LR;", '  node [fontname="monospace" fontsize=10];']
+    if title:
+        lines.append(f"  label={_quote(title)}; labelloc=t;")
+    for n in g["nodes"]:
+        shape = _SHAPES.get(n["op"], "ellipse")
+        lines.append(f"  n{n['id']} [label={_quote(n['label'])} shape={shape}];")
+    for e in g["edges"]:
+        attrs = f" [label={_quote(e['label'])} style=dashed]" if e["label"] else ""
+        lines.append(f"  n{e['src']} -> n{e['dst']}{attrs};")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _quote(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def write_dot(dot: str, path: str) -> list[str]:
+    """Write `dot` to `path` (and an SVG beside it when Graphviz's `dot` is installed); return the paths."""
+    with open(path, "w") as f:
+        f.write(dot)
+    written = [path]
+    if (exe := shutil.which("dot")) is not None:
+        svg = path.rsplit(".", 1)[0] + ".svg"
+        try:
+            subprocess.run([exe, "-Tsvg", path, "-o", svg], check=True, capture_output=True, timeout=60)
+            written.append(svg)
+        except (subprocess.SubprocessError, OSError):
+            pass
+    return written

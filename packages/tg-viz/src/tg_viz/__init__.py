@@ -1,0 +1,69 @@
+"""tg_viz: the VIZ=1 viewer. A page on 127.0.0.1 listing the kernels a program compiled, the rewrite
+passes of each, the UOp graph after each pass (laid out with dagre), the rules that fired, the
+linear UOps and the generated source.
+
+`install()` is what `import tg` calls when VIZ is set: VIZ=1 serves when the program ends (until
+Ctrl-C), VIZ=2 also serves while it runs. The port is $VIZ_PORT, or a free one; the URL is printed.
+
+>>> from tg_viz import VizServer, VizError
+>>> issubclass(VizError, RuntimeError)
+True
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+
+from tg_uop.trace import TRACE, VIZ
+from tg_viz.server import VizError, VizServer
+
+__version__ = "0.1.0"
+__all__ = ["VizError", "VizServer", "install", "serve_until_interrupted"]
+
+_installed: list[VizServer | None] = []
+
+
+def serve_until_interrupted(srv: VizServer) -> None:
+    """Block until Ctrl-C (SIGINT), then stop the server cleanly."""
+    print(f"VIZ: serving {len(TRACE.groups)} groups at {srv.url} (Ctrl-C to stop)", flush=True)
+    stop = threading.Event()
+    try:
+        while not stop.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    srv.stop()
+    print("VIZ: stopped", flush=True)
+
+
+def _port() -> int:
+    raw = os.environ.get("VIZ_PORT", "0")
+    try:
+        port = int(raw)
+    except ValueError:
+        raise VizError(f"VIZ_PORT={raw!r} is not a port number (expected an integer 0..65535)") from None
+    if not 0 <= port <= 65535:
+        raise VizError(f"VIZ_PORT={port} is out of range (expected 0..65535)")
+    return port
+
+
+def install() -> None:
+    """Turn on recording and arrange serving (called by `import tg` when VIZ is set; idempotent)."""
+    if _installed:
+        return
+    TRACE.active = True
+    TRACE.profiling = True
+    srv = VizServer(TRACE, _port())  # binds now: a port in use fails at the start, not at the end
+    if VIZ.value >= 2:
+        srv.start()
+        print(f"VIZ: live at {srv.url}", flush=True)
+    _installed.append(srv)
+
+    def at_exit() -> None:
+        if srv.thread is None:
+            srv.start()
+        serve_until_interrupted(srv)
+
+    atexit.register(at_exit)

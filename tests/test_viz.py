@@ -1,0 +1,265 @@
+"""GRAPH=1, VIZ=1 and PROFILE=1 on real programs: the JSON the page reads, the DOT files, the trace
+events, a failing program, a port in use, and the page itself in a headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tg import Tensor, TinyJit
+from tg_uop.trace import tracing
+from tg_viz import data
+from tg_viz.server import VizServer
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "build" / "artifacts"
+
+
+def conv_program() -> Tensor:
+    """The seed's conv example: a conv is two views, a MUL and a SUM."""
+    x = Tensor.rand(1, 1, 8, 8).realize()
+    w = Tensor.rand(2, 1, 3, 3).realize()
+    return x.conv2d(w).realize()
+
+
+def matmul_program() -> Tensor:
+    a = Tensor.rand(16, 32).realize()
+    b = Tensor.rand(32, 8).realize()
+    return (a @ b).realize()
+
+
+@pytest.mark.parametrize("program", [conv_program, matmul_program])
+def test_json_for_program(program):
+    with tracing() as tr:
+        out = program()
+    rows = data.kernels(tr)
+    kernels = [r for r in rows if r["kind"] == "kernel"]
+    schedules = [r for r in rows if r["kind"] == "schedule"]
+    assert schedules and kernels
+    last = kernels[-1]  # the conv/matmul itself: a reduction kernel
+    assert last["name"].lower().startswith("r_") and last["device"] == out.device and last["launches"] == 1
+    assert last["time_us"] > 0 and len(last["shape"]) >= 2
+    g = data.group(tr, last["id"])
+    assert g is not None
+    names = [s["name"] for s in g["steps"]]
+    lowered = "lowered (indexing, ranges, loads and stores)"
+    for want in ("kernel AST (from the scheduler)", lowered, "linearized", "source"):
+        assert want in names, names
+    ast = data.step(tr, last["id"], names.index("kernel AST (from the scheduler)"))
+    assert ast is not None and ast["graph"] is not None
+    ops = {n["op"] for n in ast["graph"]["nodes"]}
+    assert {"REDUCE_AXIS", "MUL", "STORE", "SINK"} <= ops, ops
+    src = data.step(tr, last["id"], names.index("source"))
+    assert src is not None and src["text"] and last["name"] in src["text"]
+    fired = [data.step(tr, last["id"], i) for i, s in enumerate(g["steps"]) if s["rules"]]
+    assert fired and all(f is not None and f["rules_fired"] for f in fired)
+    # the schedule's lazy graph, with the movement ops folded into edges
+    sched = data.group(tr, schedules[-1]["id"])
+    assert sched is not None
+    lazy = data.step(tr, schedules[-1]["id"], 0)
+    assert lazy is not None and lazy["name"] == "lazy graph"
+    lazy_ops = sorted(n["op"] for n in lazy["graph"]["nodes"])
+    assert lazy_ops == ["BUFFER", "BUFFER", "MUL", "REDUCE_AXIS", "SINK"], lazy_ops
+
+
+def run_py(code: str, env: dict[str, str], timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], env={**os.environ, **env}, capture_output=True, text=True,
+        timeout=timeout, cwd=ROOT,
+    )
+
+
+def test_graph_writes_dot_matching_lazy_graph(tmp_path):
+    code = """
+    from tg import Tensor
+    x = Tensor.rand(1, 1, 8, 8).realize(); w = Tensor.rand(2, 1, 3, 3).realize()
+    x.conv2d(w).realize()
+    """
+    r = run_py(code, {"GRAPH": "2", "GRAPH_DIR": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    assert "GRAPH: " in r.stdout
+    dots = sorted(p.name for p in tmp_path.glob("realize_*.dot"))
+    assert "realize_3.dot" in dots and "realize_3_k0.dot" in dots, dots
+    dot = (tmp_path / "realize_3.dot").read_text()
+    labels = re.findall(r'^  n\d+ \[label="([^"]*)"', dot, re.M)
+    kinds = sorted(lab.split("\\n")[0].split(" ")[0] for lab in labels)
+    assert kinds == ["BUFFER", "BUFFER", "MUL", "REDUCE_AXIS", "SINK"], kinds
+    edges = re.findall(r"n(\d+) -> n(\d+)", dot)
+    assert len(edges) == 4
+    assert "movement ops" in dot or "EXPAND" in dot  # the views are drawn on the edges
+    kernel_dot = (tmp_path / "realize_3_k0.dot").read_text()
+    assert "STORE" in kernel_dot and "REDUCE_AXIS" in kernel_dot
+
+
+def test_profile_one_event_per_launch(tmp_path):
+    path = tmp_path / "trace.json"
+    code = """
+    from tg import Tensor, TinyJit, GlobalCounters
+    x = Tensor.rand(16, 16).realize()
+    @TinyJit
+    def step(a):
+        return (a * 2 + 1).sum(axis=0).realize()
+    for _ in range(4):
+        step(x)
+    y = (x @ x).realize().numpy()
+    print("KERNELS", GlobalCounters.kernel_count)
+    """
+    r = run_py(code, {"PROFILE": "1", "PROFILE_PATH": str(path)})
+    assert r.returncode == 0, r.stderr
+    count = int(re.search(r"KERNELS (\d+)", r.stdout).group(1))  # type: ignore[union-attr]
+    assert f"written to {path}" in r.stdout
+    trace = json.loads(path.read_text())
+    events = trace["traceEvents"]
+    launches = [e for e in events if e.get("cat") == "kernel"]
+    assert len(launches) == count >= 6  # jit replays included
+    for e in launches:
+        assert e["ph"] == "X" and e["dur"] >= 0 and e["ts"] >= 0 and isinstance(e["name"], str)
+    cats = {e.get("cat") for e in events}
+    assert {"kernel", "compile", "codegen", "schedule"} <= cats, cats
+    tracks = {e["args"]["name"] for e in events if e["ph"] == "M"}
+    assert "CPU" in tracks or os.environ.get("DEV")
+
+
+def test_jit_replays_are_profiled():
+    x = Tensor.rand(8).realize()
+
+    @TinyJit
+    def f(a: Tensor) -> Tensor:
+        return (a + 1).realize()
+
+    with tracing() as tr:
+        for _ in range(5):
+            f(x)
+    assert len([e for e in tr.events if e.cat == "kernel"]) == 5
+
+
+def _read_url(proc: subprocess.Popen[str], deadline: float) -> str:
+    assert proc.stdout is not None
+    seen = []
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        if m := re.search(r"(http://127\.0\.0\.1:\d+/)", line):
+            return m.group(1)
+    raise AssertionError(f"no VIZ url printed: {''.join(seen)}")
+
+
+def _get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return json.loads(r.read())
+
+
+FAILING = """
+from tg import Tensor
+a = Tensor.rand(4, 4).realize()
+b = (a * 2).sum().realize()
+raise SystemExit("boom: the program fails half-way")
+"""
+
+
+def _viz_program(code: str, extra_env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    env = {**os.environ, "VIZ": "1", "PYTHONUNBUFFERED": "1", **(extra_env or {})}
+    return subprocess.Popen(
+        [sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT
+    )
+
+
+def test_viz_failing_program_still_served_and_ctrl_c_stops():
+    proc = _viz_program(FAILING)
+    try:
+        url = _read_url(proc, time.time() + 120)
+        rows = _get_json(url + "api/kernels")
+        assert any(r["kind"] == "kernel" and r["name"].lower().startswith("r_") for r in rows), rows
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill() if proc.poll() is None else None
+    assert "boom" in err
+    assert "VIZ: stopped" in out
+    assert "Traceback" not in err.replace("boom", "")  # Ctrl-C is a clean stop, not a crash in the server
+
+
+def test_viz_port_in_use_is_a_clear_error():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        r = run_py("import tg", {"VIZ": "1", "VIZ_PORT": str(port)}, timeout=120)
+    assert r.returncode != 0
+    assert f"port {port} on 127.0.0.1 is already in use" in r.stderr
+
+
+def _chromium() -> tuple[str, str] | None:
+    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    driver = shutil.which("chromedriver")
+    return (browser, driver) if browser and driver else None
+
+
+NO_BROWSER = "no chromium + chromedriver on this machine (apt-get install chromium chromium-driver)"
+
+
+@pytest.mark.skipif(_chromium() is None, reason=NO_BROWSER)
+def test_page_in_headless_chromium():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    with tracing() as tr:
+        conv_program()
+    srv = VizServer(tr, 0).start()
+    found = _chromium()
+    assert found is not None
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = found[0]
+    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1600,1000"):
+        opts.add_argument(a)
+    driver = webdriver.Chrome(service=Service(found[1]), options=opts)
+    try:
+        driver.get(srv.url)
+        wait = WebDriverWait(driver, 30)
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#kernels tr.kernel"))
+        rows = driver.find_elements(By.CSS_SELECTOR, "#kernels tr.kernel")
+        want = [r["name"] for r in data.kernels(tr) if r["kind"] == "kernel"]
+        assert [r.find_elements(By.TAG_NAME, "td")[1].text for r in rows] == want
+        rows[-1].click()  # the conv's reduction kernel
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#graph svg g.node"))
+        passes = [li.text for li in driver.find_elements(By.CSS_SELECTOR, "#steps li")]
+        assert any(p.startswith("kernel AST") for p in passes) and any(p.startswith("source") for p in passes)
+        nodes = driver.find_elements(By.CSS_SELECTOR, "#graph svg g.node")
+        assert len(nodes) >= 5
+        nodes[0].click()
+        wait.until(lambda d: "op " in d.find_element(By.ID, "node").text)
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(ARTIFACTS / "viz_conv_graph.png"))
+        source = next(li for li in driver.find_elements(By.CSS_SELECTOR, "#steps li") if li.text.startswith("source"))
+        source.click()
+        wait.until(lambda d: "void " in d.find_element(By.ID, "text").text)
+        assert want[-1] in driver.find_element(By.ID, "text").text
+        driver.save_screenshot(str(ARTIFACTS / "viz_conv_source.png"))
+        # the conv's lazy graph, as the talk draws it: two buffers, views on the edges, a MUL and a SUM
+        driver.find_elements(By.CSS_SELECTOR, "#kernels tr.schedule")[-1].click()
+        wait.until(lambda d: d.find_element(By.ID, "step-title").text == "lazy graph")
+        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#graph svg g.node")) == 5)
+        drawn = driver.find_elements(By.CSS_SELECTOR, "#graph g.node")
+        ops = sorted(g.get_attribute("class").split()[1] for g in drawn)
+        assert ops == ["BUFFER", "BUFFER", "MUL", "REDUCE_AXIS", "SINK"]
+        driver.save_screenshot(str(ARTIFACTS / "viz_conv_lazy.png"))
+    finally:
+        driver.quit()
+        srv.stop()
