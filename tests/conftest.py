@@ -51,3 +51,12 @@ def mnist_dir() -> str:
         if candidate and all(os.path.exists(os.path.join(candidate, n + ".gz")) for n in MNIST_FILES):
             return candidate
     pytest.skip("MNIST files not found: set MNIST_DIR (CI sets it to ../shared/datasets/mnist)")
+
+
+@pytest.fixture
+def shakespeare_dir() -> str:
+    """SHAKESPEARE_DIR, else ../shared/datasets/shakespeare beside the repository; skips when absent."""
+    for candidate in (os.getenv("SHAKESPEARE_DIR"), str(ROOT.parent / "shared" / "datasets" / "shakespeare")):
+        if candidate and os.path.exists(os.path.join(candidate, "shakespeare.txt.gz")):
+            return candidate
+    pytest.skip("the Shakespeare text was not found: set SHAKESPEARE_DIR (CI: ../shared/datasets/shakespeare)")

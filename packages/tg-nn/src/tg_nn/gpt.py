@@ -1,0 +1,226 @@
+"""A GPT (decoder-only transformer) whose parameter names and layouts are those of Hugging Face's GPT-2
+safetensors files, so a local GPT-2 checkpoint loads with `safe_load` + `load_gpt2`.
+
+Layout as in GPT-2: token and position embeddings, pre-norm blocks (LayerNorm, causal multi-head
+attention, LayerNorm, a GELU MLP), a final LayerNorm, and the output projection tied to the token
+embedding. GPT-2's `Conv1D` layers keep their weight as (in, out), and so do these.
+
+>>> from tg import Tensor
+>>> from tg_nn.gpt import GPT, GPTConfig
+>>> model = GPT(GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=2, n_embd=8))
+>>> model(Tensor([[1, 2, 3]])).shape
+(1, 3, 11)
+>>> sorted(get_state_dict(model))[:3]
+['h.0.attn.c_attn.bias', 'h.0.attn.c_attn.weight', 'h.0.attn.c_proj.bias']
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tg_nn.layers import Embedding
+from tg_nn.norm import LayerNorm
+from tg_nn.state import get_state_dict, load_state_dict
+from tg_nn.util import own_buffer
+from tg_tensor import Tensor
+from tg_uop import dtypes
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    """The shape of a GPT. GPT-2 small is (50257, 1024, 12, 12, 768)."""
+
+    vocab_size: int = 50257
+    block_size: int = 1024
+    n_layer: int = 12
+    n_head: int = 12
+    n_embd: int = 768
+    dropout: float = 0.0
+    layer_norm_eps: float = 1e-5
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"GPTConfig: {name}={v!r} must be a positive int")
+        if self.n_embd % self.n_head:
+            raise ValueError(f"GPTConfig: n_embd={self.n_embd} must be divisible by n_head={self.n_head}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"GPTConfig: dropout={self.dropout!r} must be in [0, 1)")
+
+
+class Conv1D:
+    """GPT-2's linear layer: y = x @ weight + bias with weight stored as (in, out)."""
+
+    def __init__(self, n_in: int, n_out: int, std: float = 0.02) -> None:
+        self.weight = own_buffer(Tensor.normal(n_in, n_out, std=std))
+        self.bias = own_buffer(Tensor.zeros(n_out))
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return x @ self.weight + self.bias
+
+
+class Attention:
+    """Causal multi-head self-attention with GPT-2's fused q/k/v projection (`c_attn`)."""
+
+    def __init__(self, cfg: GPTConfig) -> None:
+        self.n_head, self.n_embd, self.dropout = cfg.n_head, cfg.n_embd, cfg.dropout
+        self.c_attn = Conv1D(cfg.n_embd, 3 * cfg.n_embd)
+        self.c_proj = Conv1D(cfg.n_embd, cfg.n_embd, std=0.02 / math.sqrt(2 * cfg.n_layer))
+
+    def __call__(self, x: Tensor) -> Tensor:
+        b, t, c = (int(s) for s in x.shape)
+        hd = c // self.n_head
+        qkv = self.c_attn(x).reshape(b, t, 3, self.n_head, hd).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        y = q.scaled_dot_product_attention(k, v, is_causal=True)
+        y = y.permute(0, 2, 1, 3).reshape(b, t, c)
+        return self.c_proj(y).dropout(self.dropout)
+
+
+class MLP:
+    def __init__(self, cfg: GPTConfig) -> None:
+        self.c_fc = Conv1D(cfg.n_embd, 4 * cfg.n_embd)
+        self.c_proj = Conv1D(4 * cfg.n_embd, cfg.n_embd, std=0.02 / math.sqrt(2 * cfg.n_layer))
+        self.dropout = cfg.dropout
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return self.c_proj(self.c_fc(x).gelu()).dropout(self.dropout)
+
+
+class Block:
+    """x + attn(ln_1(x)), then + mlp(ln_2(x)) (pre-norm, as GPT-2)."""
+
+    def __init__(self, cfg: GPTConfig) -> None:
+        self.ln_1 = LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps)
+        self.attn = Attention(cfg)
+        self.ln_2 = LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps)
+        self.mlp = MLP(cfg)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT:
+    """The model: `model(idx)` maps (batch, time) token ids to (batch, time, vocab) logits."""
+
+    def __init__(self, cfg: GPTConfig) -> None:
+        self.config = cfg
+        self.wte = Embedding(cfg.vocab_size, cfg.n_embd)
+        self.wte.weight = own_buffer(Tensor.normal(cfg.vocab_size, cfg.n_embd, std=0.02))
+        self.wpe = Embedding(cfg.block_size, cfg.n_embd)
+        self.wpe.weight = own_buffer(Tensor.normal(cfg.block_size, cfg.n_embd, std=0.01))
+        self.h = [Block(cfg) for _ in range(cfg.n_layer)]
+        self.ln_f = LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps)
+
+    def __call__(self, idx: Tensor) -> Tensor:
+        if idx.ndim != 2:
+            raise ValueError(f"GPT: expected token ids of shape (batch, time), got {idx.shape}")
+        t = int(idx.shape[1])
+        if not 1 <= t <= self.config.block_size:
+            raise ValueError(f"GPT: sequence length {t} must be in 1..block_size={self.config.block_size}")
+        pos = Tensor.arange(t, device=idx.device).reshape(1, t)
+        x = (self.wte(idx) + self.wpe(pos)).dropout(self.config.dropout)
+        for block in self.h:
+            x = block(x)
+        return self.ln_f(x) @ self.wte.weight.T
+
+    def loss(self, idx: Tensor, targets: Tensor) -> Tensor:
+        """Mean cross-entropy of the next-token predictions (nats per token)."""
+        logits = self(idx)
+        return logits.reshape(-1, self.config.vocab_size).sparse_categorical_crossentropy(targets.reshape(-1))
+
+    def generate(
+        self, prompt: list[int], max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
+        seed: int | None = None,
+    ) -> list[int]:
+        """Sample `max_new_tokens` after `prompt` (greedy when temperature == 0), without a cache.
+
+        Every step runs the model on a window of exactly block_size tokens (the prompt so far, padded
+        on the right): causal attention makes the padding invisible to the positions read, and one
+        window shape means the kernels are compiled once for the whole generation.
+        """
+        _check_prompt(prompt, self.config)
+        if len(prompt) > self.config.block_size:
+            raise ValueError(
+                f"generate: the prompt has {len(prompt)} tokens, more than the context (block_size="
+                f"{self.config.block_size}); crop it to its last {self.config.block_size} tokens"
+            )
+        if temperature < 0:
+            raise ValueError(f"generate: temperature={temperature!r} must be >= 0")
+        rng = np.random.default_rng(seed)
+        toks = list(prompt)
+        bs = self.config.block_size
+        for _ in range(max_new_tokens):
+            window = toks[-bs:]
+            idx = Tensor([window + [0] * (bs - len(window))], dtype=dtypes.int32)
+            logits = self(idx)[0, len(window) - 1].numpy().astype(np.float64)
+            toks.append(sample_logits(logits, temperature, top_k, rng))
+        return toks
+
+
+def _check_prompt(prompt: list[int], cfg: GPTConfig) -> None:
+    if not prompt:
+        raise ValueError("generate: the prompt must hold at least one token")
+    bad = [t for t in prompt if not isinstance(t, (int, np.integer)) or not 0 <= t < cfg.vocab_size]
+    if bad:
+        raise ValueError(f"generate: token {bad[0]!r} is not an id in 0..{cfg.vocab_size - 1}")
+
+
+def sample_logits(logits: np.ndarray, temperature: float, top_k: int | None, rng: np.random.Generator) -> int:
+    """One token id from a vector of logits: argmax at temperature 0, else softmax(logits/T) over the top k."""
+    if temperature == 0:
+        return int(np.argmax(logits))
+    z = logits / temperature
+    if top_k is not None:
+        if top_k < 1:
+            raise ValueError(f"sample: top_k={top_k!r} must be >= 1")
+        kth = np.sort(z)[-min(top_k, len(z))]
+        z = np.where(z < kth, -np.inf, z)
+    p = np.exp(z - z.max())
+    p /= p.sum()
+    return int(rng.choice(len(p), p=p))
+
+
+# ---- Hugging Face GPT-2 checkpoints ----
+_IGNORED_SUFFIXES = (".attn.bias", ".attn.masked_bias")  # causal-mask buffers some GPT-2 files carry
+
+
+def gpt2_keys(state: dict[str, Any]) -> dict[str, Any]:
+    """A GPT-2 state dict with the names this model uses: `transformer.` prefixes dropped, the causal
+    mask buffers and a tied `lm_head.weight` removed."""
+    out: dict[str, Any] = {}
+    for k, v in state.items():
+        name = k.removeprefix("transformer.")
+        if name.endswith(_IGNORED_SUFFIXES) or name == "lm_head.weight":
+            continue
+        out[name] = v
+    return out
+
+
+def load_gpt2(model: GPT, state: dict[str, Tensor]) -> GPT:
+    """Load a Hugging Face GPT-2 state dict (e.g. `safe_load("model.safetensors")`) into `model`.
+
+    Raises ValueError naming every missing, unexpected or mis-shaped key.
+    """
+    load_state_dict(model, gpt2_keys(state), strict=True)
+    return model
+
+
+def config_from_gpt2(state: dict[str, Tensor], n_head: int) -> GPTConfig:
+    """The GPTConfig of a GPT-2 state dict (the head count is not in the file: pass it)."""
+    s = gpt2_keys(state)
+    for key in ("wte.weight", "wpe.weight"):
+        if key not in s:
+            raise KeyError(f"config_from_gpt2: the state dict has no {key!r}")
+    vocab, n_embd = (int(d) for d in s["wte.weight"].shape)
+    n_layer = len({k.split(".")[1] for k in s if k.startswith("h.")})
+    return GPTConfig(vocab, int(s["wpe.weight"].shape[0]), n_layer, n_head, n_embd)
+
+
+__all__ = ["GPT", "GPTConfig", "config_from_gpt2", "get_state_dict", "gpt2_keys", "load_gpt2", "sample_logits"]
