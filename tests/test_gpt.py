@@ -216,3 +216,35 @@ def test_small_gpt_learns_shakespeare(shakespeare_dir):
     assert losses[0] > math.log(len(vocab)) - 0.5  # starts near uniform
     assert np.mean(losses[-5:]) < 3.3, losses  # and learns the character frequencies and more
     assert os.path.isdir(shakespeare_dir)
+
+
+def test_kv_cache_logits_and_greedy_generation_match_no_cache():
+    cfg = GPTConfig(vocab_size=13, block_size=16, n_layer=2, n_head=2, n_embd=8)
+    state = random_gpt2_state(cfg, seed=7)
+    model = load_gpt2(GPT(cfg), {k: Tensor(v) for k, v in state.items()})
+    prompt = [3, 1, 4, 1, 5]
+    model.reset_cache(1)
+    got = model.forward_cached(Tensor([prompt], dtype=dtypes.int32), Tensor([0], dtype=dtypes.int32)).numpy()
+    np.testing.assert_allclose(got, np_forward(state, np.array([prompt]), cfg), rtol=2e-4, atol=2e-4)
+    toks = list(prompt)
+    for tok in (9, 2, 6):  # one token at a time at positions 5, 6, 7
+        step = model.forward_cached(Tensor([[tok]], dtype=dtypes.int32), Tensor([len(toks)], dtype=dtypes.int32))
+        toks.append(tok)
+        want = np_forward(state, np.array([toks]), cfg)[0, -1]
+        np.testing.assert_allclose(step.numpy()[0, 0], want, rtol=2e-4, atol=2e-4)
+    cached = model.generate_cached(prompt, 11, temperature=0.0)
+    assert cached == model.generate(prompt, 11, temperature=0.0)
+    assert len(set(cached[len(prompt) :])) > 1  # a real sequence, not one repeated token
+
+
+def test_kv_cache_decode_step_compiles_once():
+    from tg_runtime.runner import _runner_cache
+
+    cfg = GPTConfig(vocab_size=13, block_size=32, n_layer=2, n_head=2, n_embd=8)
+    model = load_gpt2(GPT(cfg), {k: Tensor(v) for k, v in random_gpt2_state(cfg, seed=8).items()})
+    model.generate_cached([1, 2, 3], 4, temperature=0.0)
+    kernels = len(_runner_cache)
+    model.generate_cached([4, 5, 6], 20, temperature=1.0, seed=1)  # 16 more positions: the same kernels
+    assert len(_runner_cache) == kernels
+    with pytest.raises(ValueError, match=r"prompt \(3 tokens\) plus 30 new tokens exceed the context"):
+        model.generate_cached([1, 2, 3], 30)

@@ -26,7 +26,7 @@ from tg_nn.layers import Embedding
 from tg_nn.norm import LayerNorm
 from tg_nn.state import get_state_dict, load_state_dict
 from tg_nn.util import own_buffer
-from tg_tensor import Tensor
+from tg_tensor import Tensor, TinyJit
 from tg_uop import dtypes
 
 
@@ -72,14 +72,50 @@ class Attention:
         self.c_attn = Conv1D(cfg.n_embd, 3 * cfg.n_embd)
         self.c_proj = Conv1D(cfg.n_embd, cfg.n_embd, std=0.02 / math.sqrt(2 * cfg.n_layer))
 
-    def __call__(self, x: Tensor) -> Tensor:
+    def __call__(self, x: Tensor, cache: KVCache | None = None, pos: Tensor | None = None) -> Tensor:
+        """Attention over `x` (batch, time, embd); with `cache`, the keys and values of `x` are written
+        into it at positions `pos`..`pos`+time-1 and the queries attend to every cached position <= theirs."""
         b, t, c = (int(s) for s in x.shape)
         hd = c // self.n_head
         qkv = self.c_attn(x).reshape(b, t, 3, self.n_head, hd).permute(2, 0, 3, 1, 4)
         q, k, v = qkv[0], qkv[1], qkv[2]
-        y = q.scaled_dot_product_attention(k, v, is_causal=True)
+        if cache is None:
+            y = q.scaled_dot_product_attention(k, v, is_causal=True)
+        else:
+            assert pos is not None
+            keys, values, visible = cache.write(k, v, pos)
+            y = q.scaled_dot_product_attention(keys, values, attn_mask=visible)
         y = y.permute(0, 2, 1, 3).reshape(b, t, c)
         return self.c_proj(y).dropout(self.dropout)
+
+
+class KVCache:
+    """One layer's keys and values for positions 0..block_size-1, as realized buffers updated in place.
+
+    Its shapes never change: a write selects the positions `pos`..`pos`+t-1 with a mask, and reads see
+    every position with a mask of the ones at or before each query, so a decode step of any position
+    is the same kernels (TinyJit captures it once).
+    """
+
+    def __init__(self, batch: int, n_head: int, block_size: int, head_dim: int, device: str | None = None) -> None:
+        self.keys = Tensor.zeros(batch, n_head, block_size, head_dim, device=device).contiguous().realize()
+        self.values = Tensor.zeros(batch, n_head, block_size, head_dim, device=device).contiguous().realize()
+        self.block_size = block_size
+
+    def write(self, k: Tensor, v: Tensor, pos: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Store k, v (batch, heads, t, head_dim) at positions pos..pos+t-1; return the updated keys and
+        values and the (t, block_size) mask of the positions each of the t queries may see."""
+        t = int(k.shape[2])
+        slots = Tensor.arange(self.block_size, device=k.device).reshape(1, self.block_size)
+        offs = Tensor.arange(t, device=k.device).reshape(t, 1) + pos.reshape(1, 1)  # each query's position
+        # select[i, j]: slot j receives new row i
+        select = (slots == offs).cast(k.dtype)  # (t, block)
+        written = select.sum(0).reshape(1, 1, self.block_size, 1) > 0
+        new_k = select.T.reshape(1, 1, self.block_size, t) @ k  # (b, h, block, hd): row i moved to slot pos+i
+        new_v = select.T.reshape(1, 1, self.block_size, t) @ v
+        self.keys.assign(written.where(new_k, self.keys))
+        self.values.assign(written.where(new_v, self.values))
+        return self.keys, self.values, slots <= offs
 
 
 class MLP:
@@ -101,8 +137,8 @@ class Block:
         self.ln_2 = LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps)
         self.mlp = MLP(cfg)
 
-    def __call__(self, x: Tensor) -> Tensor:
-        x = x + self.attn(self.ln_1(x))
+    def __call__(self, x: Tensor, cache: KVCache | None = None, pos: Tensor | None = None) -> Tensor:
+        x = x + self.attn(self.ln_1(x), cache, pos)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -117,6 +153,9 @@ class GPT:
         self.wpe.weight = own_buffer(Tensor.normal(cfg.block_size, cfg.n_embd, std=0.01))
         self.h = [Block(cfg) for _ in range(cfg.n_layer)]
         self.ln_f = LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps)
+        self._window_step: TinyJit[Tensor] | None = None
+        self._decode_step: TinyJit[Tensor] | None = None
+        self.caches: list[KVCache] = []
 
     def __call__(self, idx: Tensor) -> Tensor:
         if idx.ndim != 2:
@@ -129,6 +168,63 @@ class GPT:
         for block in self.h:
             x = block(x)
         return self.ln_f(x) @ self.wte.weight.T
+
+    def forward_cached(self, idx: Tensor, pos: Tensor) -> Tensor:
+        """Logits of `idx` (batch, t) at positions pos..pos+t-1 (`pos`: an int32 Tensor of shape (1,)),
+        reading and extending the KV caches (see `reset_cache`). Realizes the logits and the caches."""
+        if not self.caches:
+            raise RuntimeError("forward_cached: call reset_cache(batch) first")
+        t = int(idx.shape[1])
+        offs = Tensor.arange(t, device=idx.device).reshape(1, t) + pos.reshape(1, 1)
+        x = self.wte(idx) + self.wpe(offs)
+        for block, cache in zip(self.h, self.caches):
+            x = block(x, cache, pos)
+        logits = self.ln_f(x) @ self.wte.weight.T
+        Tensor.realize(logits, *[c.keys for c in self.caches], *[c.values for c in self.caches])
+        return logits
+
+    def reset_cache(self, batch: int = 1) -> None:
+        """Empty KV caches (one per layer) for `batch` sequences of up to block_size tokens."""
+        cfg = self.config
+        hd = cfg.n_embd // cfg.n_head
+        if self.caches and int(self.caches[0].keys.shape[0]) == batch:
+            for c in self.caches:  # in place: a captured decode step keeps reading these buffers
+                c.keys.assign(Tensor.zeros(*c.keys.shape, device=c.keys.device))
+                c.values.assign(Tensor.zeros(*c.values.shape, device=c.values.device))
+            Tensor.realize(*[c.keys for c in self.caches], *[c.values for c in self.caches])
+            return
+        device = self.wte.weight.device
+        self.caches = [KVCache(batch, cfg.n_head, cfg.block_size, hd, device) for _ in range(cfg.n_layer)]
+        self._decode_step = None
+
+    def generate_cached(
+        self, prompt: list[int], max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
+        seed: int | None = None,
+    ) -> list[int]:
+        """As `generate`, with a KV cache: the prompt in one pass, then one jitted step per token (the
+        same kernels at every position). The prompt plus the new tokens must fit in block_size."""
+        _check_prompt(prompt, self.config)
+        if temperature < 0:
+            raise ValueError(f"generate: temperature={temperature!r} must be >= 0")
+        if len(prompt) + max_new_tokens > self.config.block_size:
+            raise ValueError(
+                f"generate_cached: the prompt ({len(prompt)} tokens) plus {max_new_tokens} new tokens exceed the "
+                f"context (block_size={self.config.block_size}); use generate() to slide the window"
+            )
+        rng = np.random.default_rng(seed)
+        self.reset_cache(1)
+        if self._decode_step is None:
+            self._decode_step = TinyJit(lambda idx, pos: self.forward_cached(idx, pos))
+        toks = list(prompt)
+        logits = self.forward_cached(Tensor([prompt], dtype=dtypes.int32), Tensor([0], dtype=dtypes.int32))
+        row = logits[0, len(prompt) - 1].numpy().astype(np.float64)
+        for i in range(max_new_tokens):
+            toks.append(sample_logits(row, temperature, top_k, rng))
+            if i == max_new_tokens - 1:
+                break
+            pos = Tensor([len(toks) - 1], dtype=dtypes.int32)
+            row = self._decode_step(Tensor([[toks[-1]]], dtype=dtypes.int32), pos)[0, 0].numpy().astype(np.float64)
+        return toks
 
     def loss(self, idx: Tensor, targets: Tensor) -> Tensor:
         """Mean cross-entropy of the next-token predictions (nats per token)."""
@@ -156,10 +252,12 @@ class GPT:
         rng = np.random.default_rng(seed)
         toks = list(prompt)
         bs = self.config.block_size
+        if self._window_step is None:  # one shape for every step: captured once, replayed per token
+            self._window_step = TinyJit(lambda idx: self(idx).realize())
         for _ in range(max_new_tokens):
             window = toks[-bs:]
             idx = Tensor([window + [0] * (bs - len(window))], dtype=dtypes.int32)
-            logits = self(idx)[0, len(window) - 1].numpy().astype(np.float64)
+            logits = self._window_step(idx)[0, len(window) - 1].numpy().astype(np.float64)
             toks.append(sample_logits(logits, temperature, top_k, rng))
         return toks
 
@@ -223,4 +321,4 @@ def config_from_gpt2(state: dict[str, Tensor], n_head: int) -> GPTConfig:
     return GPTConfig(vocab, int(s["wpe.weight"].shape[0]), n_layer, n_head, n_embd)
 
 
-__all__ = ["GPT", "GPTConfig", "config_from_gpt2", "get_state_dict", "gpt2_keys", "load_gpt2", "sample_logits"]
+__all__ = ["GPT", "GPTConfig", "KVCache", "config_from_gpt2", "gpt2_keys", "load_gpt2", "sample_logits"]

@@ -1,0 +1,151 @@
+"""A character-level GPT trained on the complete works of Shakespeare, then sampled.
+
+    uv run examples/gpt_shakespeare.py                 # CPU defaults: 4 layers, 4 heads, 128 dims, block 64
+    DEV=CUDA BIG=1 uv run examples/gpt_shakespeare.py  # GPU: 6 layers, 6 heads, 384 dims, block 256
+
+The model is tg_nn.gpt.GPT (GPT-2's layout: token + position embeddings, pre-norm blocks with causal
+multi-head attention and a GELU MLP, the output tied to the token embedding). Training: AdamW with a
+linear warm-up and cosine decay, global gradient-norm clipping, dropout, one jitted step (forward,
+backward and update), a progress line with train/val loss and tokens/s, a safetensors checkpoint at
+the end, then a sample with temperature and top-k.
+
+Settings (environment): STEPS, BS (sequences per step), BLOCK, LAYERS, HEADS, EMBD, DROPOUT, LR,
+WARMUP, CLIP, EVAL_EVERY, EVAL_BATCHES, SEED, CKPT (checkpoint path), SAMPLE (characters to
+generate), TEMP, TOPK, PROMPT, TIME_LIMIT (seconds; stop early and still evaluate, save, sample).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+from tg import Tensor, TinyJit, dtypes
+from tg.nn.datasets import shakespeare
+from tg.nn.optim import AdamW
+from tg.nn.state import get_parameters, get_state_dict, safe_save
+from tg_nn.gpt import GPT, GPTConfig
+
+
+def env(name: str, default: float | int | str) -> float | int | str:
+    raw = os.getenv(name)
+    return default if raw is None else type(default)(raw)
+
+
+BIG = bool(int(env("BIG", 0)))
+STEPS = int(env("STEPS", 5000 if BIG else 2000))
+BS = int(env("BS", 64 if BIG else 32))
+BLOCK = int(env("BLOCK", 256 if BIG else 64))
+LAYERS = int(env("LAYERS", 6 if BIG else 4))
+HEADS = int(env("HEADS", 6 if BIG else 4))
+EMBD = int(env("EMBD", 384 if BIG else 128))
+DROPOUT = float(env("DROPOUT", 0.2 if BIG else 0.0))
+LR = float(env("LR", 1e-3 if BIG else 2e-3))
+WARMUP = int(env("WARMUP", 100))
+CLIP = float(env("CLIP", 1.0))
+EVAL_EVERY = int(env("EVAL_EVERY", 250))
+EVAL_BATCHES = int(env("EVAL_BATCHES", 20))
+SEED = int(env("SEED", 1337))
+CKPT = str(env("CKPT", "gpt_shakespeare.safetensors"))
+SAMPLE = int(env("SAMPLE", 400))
+TEMP = float(env("TEMP", 0.8))
+TOPK = int(env("TOPK", 20))
+PROMPT = str(env("PROMPT", "ROMEO:\n"))
+TIME_LIMIT = float(env("TIME_LIMIT", 0))
+
+
+def lr_at(step: int) -> float:
+    """Linear warm-up to LR, then cosine decay to LR/10 at the last step."""
+    if step < WARMUP:
+        return LR * (step + 1) / WARMUP
+    frac = (step - WARMUP) / max(1, STEPS - WARMUP)
+    return LR * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
+
+
+def batches(data: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    starts = rng.integers(0, len(data) - BLOCK - 1, BS)
+    x = np.stack([data[s : s + BLOCK] for s in starts])
+    y = np.stack([data[s + 1 : s + BLOCK + 1] for s in starts])
+    return x, y
+
+
+def main() -> None:
+    Tensor.manual_seed(SEED)
+    rng = np.random.default_rng(SEED)
+    train_t, val_t, vocab = shakespeare()
+    train, val = train_t.numpy(), val_t.numpy()
+    cfg = GPTConfig(vocab_size=len(vocab), block_size=BLOCK, n_layer=LAYERS, n_head=HEADS, n_embd=EMBD, dropout=DROPOUT)
+    model = GPT(cfg)
+    params = get_parameters(model)
+    n_params = sum(int(np.prod(p.shape)) for p in params)
+    print(f"GPT {LAYERS} layers, {HEADS} heads, {EMBD} dims, block {BLOCK}, vocab {len(vocab)}: {n_params / 1e6:.2f}M "
+          f"parameters; {STEPS} steps of {BS}x{BLOCK} characters on {train_t.device}")
+    opt = AdamW(params, lr=LR, weight_decay=0.1)
+
+    @TinyJit
+    def train_step(x: Tensor, y: Tensor) -> Tensor:
+        with Tensor.train():
+            opt.zero_grad()
+            loss = model.loss(x, y)
+            loss.backward()
+            grads = [p.grad for p in opt.params if p.grad is not None]
+            norm = Tensor.stack(*[(g.float() * g.float()).sum() for g in grads]).sum().sqrt()
+            scale = (CLIP / (norm + 1e-6)).minimum(1.0)
+            for p in opt.params:
+                if p.grad is not None:
+                    p.grad = p.grad * scale
+            opt.step()
+        return loss.realize()
+
+    @TinyJit
+    def eval_step(x: Tensor, y: Tensor) -> Tensor:
+        return model.loss(x, y).realize()
+
+    def evaluate(data: np.ndarray) -> float:
+        erng = np.random.default_rng(0)  # the same batches every time: comparable figures
+        losses = []
+        for _ in range(EVAL_BATCHES):
+            x, y = batches(data, erng)
+            losses.append(eval_step(Tensor(x, dtype=dtypes.int32), Tensor(y, dtype=dtypes.int32)).item())
+        return float(np.mean(losses))
+
+    start = time.perf_counter()
+    last_t, last_step, val_loss, train_loss = start, 0, float("nan"), float("nan")
+    step = 0
+    for step in range(STEPS):
+        opt.lr.assign(Tensor([lr_at(step)], dtype=dtypes.float32, device=opt.lr.device)).realize()
+        x, y = batches(train, rng)
+        loss = train_step(Tensor(x, dtype=dtypes.int32), Tensor(y, dtype=dtypes.int32))
+        if step % 10 == 0 or step == STEPS - 1:
+            train_loss = loss.item()
+            now = time.perf_counter()
+            tok_s = (step - last_step) * BS * BLOCK / max(now - last_t, 1e-9) if step > last_step else 0.0
+            last_t, last_step = now, step
+            bar = "#" * int(30 * (step + 1) / STEPS)
+            print(f"\r[{bar:<30s}] step {step + 1:5d}/{STEPS} loss {train_loss:.3f} val {val_loss:.3f} "
+                  f"{tok_s:8.0f} tok/s {now - start:6.0f}s", end="", flush=True)
+        if (step + 1) % EVAL_EVERY == 0:
+            val_loss = evaluate(val)
+            seconds = time.perf_counter() - start
+            print(f"\nstep {step + 1}: train {evaluate(train):.4f} val {val_loss:.4f} ({seconds:.0f}s)")
+        if TIME_LIMIT and time.perf_counter() - start > TIME_LIMIT:
+            print(f"\nTIME_LIMIT={TIME_LIMIT:.0f}s reached at step {step + 1}")
+            break
+    elapsed = time.perf_counter() - start
+    train_final, val_final = evaluate(train), evaluate(val)
+    print(f"\nfinal: train loss {train_final:.4f} val loss {val_final:.4f} after {step + 1} steps in {elapsed:.0f}s "
+          f"({(step + 1) * BS * BLOCK / elapsed:.0f} tokens/s)")
+    safe_save(get_state_dict(model), CKPT)
+    print(f"checkpoint: {CKPT}")
+    stoi = {c: i for i, c in enumerate(vocab)}
+    prompt = [stoi[c] for c in PROMPT if c in stoi] or [0]
+    out = model.generate(prompt[-BLOCK:], SAMPLE, temperature=TEMP, top_k=TOPK, seed=SEED)
+    print("sample:\n" + "".join(vocab[i] for i in out))
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
