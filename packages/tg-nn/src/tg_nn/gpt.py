@@ -24,7 +24,7 @@ import numpy as np
 
 from tg_nn.layers import Embedding
 from tg_nn.norm import LayerNorm
-from tg_nn.state import get_state_dict, load_state_dict
+from tg_nn.state import get_state_dict, load_state_dict  # noqa: F401  (get_state_dict: the doctest)
 from tg_nn.util import own_buffer
 from tg_tensor import Tensor, TinyJit
 from tg_uop import dtypes
