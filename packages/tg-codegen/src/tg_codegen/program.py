@@ -11,8 +11,8 @@ from tg_codegen.kernel import Kernel
 from tg_codegen.linearize import linearize
 from tg_codegen.lowerer import lower
 from tg_codegen.opt import Opt
-from tg_codegen.renderer import ProgramSpec, Renderer, estimate
-from tg_uop import Ops, UOp
+from tg_codegen.renderer import KernelParamError, ProgramSpec, Renderer, buffer_params, estimate
+from tg_uop import DType, Ops, PtrDType, UOp
 from tg_uop.helpers import DEBUG, NOOPT
 from tg_uop.trace import TRACE
 
@@ -46,7 +46,7 @@ def program_for_kernel(k: Kernel, name_override: str | None = None) -> ProgramSp
         TRACE.text_step("optimizations", f"full_shape={k.full_shape}\naxes={k.axis_types}\nopts={k.applied_opts}")
     lowered = lower(k)
     TRACE.graph_step("lowered (indexing, ranges, loads and stores)", lowered)
-    uops = linearize(lowered)
+    uops = with_every_buffer(k, linearize(lowered))
     if DEBUG >= 5:
         print(format_linear(uops))
     name = name_override or k.name
@@ -60,7 +60,7 @@ def program_for_kernel(k: Kernel, name_override: str | None = None) -> ProgramSp
     if DEBUG >= 4:
         print(src)
     ops, mem = estimate(uops)
-    bufs = [u for u in uops if u.op is Ops.DEFINE_GLOBAL]
+    bufs = buffer_params(name, uops)
     stored = (u.src[0].src[0] for u in uops if u.op is Ops.STORE)
     outs = tuple(sorted({b.arg for b in stored if b.op is Ops.DEFINE_GLOBAL}))
     return ProgramSpec(
@@ -72,12 +72,32 @@ def program_for_kernel(k: Kernel, name_override: str | None = None) -> ProgramSp
         device=renderer.device,
         uops=tuple(uops),
         globals=tuple(b.arg for b in bufs),
+        buffer_dtypes=tuple(_element(b.dtype) for b in bufs),
         outs=outs,
         vars=tuple(u for u in uops if u.op is Ops.DEFINE_VAR),
         estimated_ops=ops,
         estimated_mem=mem,
         applied_opts=tuple(k.applied_opts),
     )
+
+
+def with_every_buffer(k: Kernel, uops: list[UOp]) -> list[UOp]:
+    """The linear program declaring every buffer of the kernel AST, used or not.
+
+    The launcher passes one buffer per DEFINE_GLOBAL of the AST, in number order. When simplification
+    deletes the last use of one (`c.where(b, b) -> b` drops the load of `c`), its DEFINE_GLOBAL is put
+    back so the signature still has that parameter and later arguments do not shift.
+    """
+    ast_bufs = buffer_params(k.name, k.bufs)
+    used = {u.arg: u for u in uops if u.op is Ops.DEFINE_GLOBAL}
+    for arg, u in used.items():
+        if arg >= len(ast_bufs) or _element(ast_bufs[arg].dtype) != _element(u.dtype):
+            raise KernelParamError(f"kernel {k.name}: the program uses data{arg} ({u.dtype}), not a buffer of its AST")
+    return [b for b in ast_bufs if b.arg not in used] + uops
+
+
+def _element(dt: DType) -> DType:
+    return dt.base if isinstance(dt, PtrDType) else dt
 
 
 def format_linear(uops: list[UOp]) -> str:

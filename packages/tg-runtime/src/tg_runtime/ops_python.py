@@ -13,7 +13,7 @@ import struct
 import time
 from typing import Any
 
-from tg_codegen.renderer import Renderer
+from tg_codegen.renderer import Renderer, buffer_params
 from tg_runtime.device import Allocator, Compiled, Compiler
 from tg_uop import DType, Ops, UOp, dtypes
 from tg_uop.uop import bitcast_const, exec_alu
@@ -26,6 +26,7 @@ class PythonRenderer(Renderer):
     has_threads = True  # a THREAD axis is an ordinary loop here
 
     def render(self, name: str, uops: list[UOp]) -> str:
+        buffer_params(name, uops)  # refuses a gap in data0..data{n-1}: buffer i of a launch is DEFINE_GLOBAL i
         return base64.b64encode(pickle.dumps(list(uops))).decode()
 
 

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from tg_codegen.opt import Opt
 from tg_codegen.program import get_program
@@ -37,9 +38,15 @@ class CompiledRunner:
     def name(self) -> str:
         return self.spec.name
 
+    def launch_args(self, bufs: list[Buffer]) -> list[Any]:
+        """The device handles to pass, one per buffer parameter; KernelParamError (naming the kernel) when
+        `bufs` do not match the parameters one for one. Every launch path goes through here."""
+        self.spec.check_buffers([b.dtype for b in bufs])
+        return [b.opaque for b in bufs]
+
     def __call__(self, bufs: list[Buffer], var_vals: dict[UOp, int] | None = None, wait: bool = False) -> float | None:
         vals = tuple((var_vals or {})[v] for v in self.spec.vars)
-        opaque = [b.opaque for b in bufs]
+        opaque = self.launch_args(bufs)
         timed = wait or DEBUG >= 2 or TRACE.profiling
         start_us = TRACE.now_us() if TRACE.profiling else 0.0
         et = self.program(

@@ -40,7 +40,8 @@ class DeviceSearchTarget:
     def time(self, spec: ProgramSpec, lib: bytes, runs: int, cutoff: float) -> float:
         """Best of `runs` launches in seconds (stops early when a launch is slower than `cutoff`)."""
         prg = Device[self.device].runtime(spec.function_name, lib)
-        opaque = [self.bufs[g].opaque for g in range(len(self.bufs))]
+        spec.check_buffers([b.dtype for b in self.bufs])
+        opaque = [b.opaque for b in self.bufs]
         best = float("inf")
         for _ in range(runs):
             et = prg(*opaque, global_size=spec.global_size, local_size=spec.local_size, wait=True)

@@ -259,7 +259,9 @@ class TinyJit(Generic[ReturnType]):
             return _rebuild(rec.ret, [buffer_tensor(fresh[i], shape) for i, shape in rec.output_map])
         if rec.graph is not None:
             for li in rec.swapped:
-                rec.graph.update(li, [b.opaque for b in rec.launches[li].bufs])
+                runner = rec.launches[li].runner
+                if runner is not None:  # a device graph holds kernels only
+                    rec.graph.update(li, runner.launch_args(rec.launches[li].bufs))
             rec.graph()
         else:
             for li in rec.swapped:
@@ -316,9 +318,9 @@ def _bind(launch: _Launch) -> Callable[[], Any]:
     if launch.runner is None:
         return functools.partial(run_copy, launch.bufs[0], launch.bufs[1])
     program, spec = launch.runner.program, launch.runner.spec
+    opaque = launch.runner.launch_args(launch.bufs)
     if isinstance(program, CPUProgram):  # its calling convention: one void* per buffer (no vars: refused)
-        return functools.partial(program.fxn, *[ctypes.c_void_p(ctypes.addressof(b.opaque)) for b in launch.bufs])
-    opaque = [b.opaque for b in launch.bufs]
+        return functools.partial(program.fxn, *[ctypes.c_void_p(ctypes.addressof(b)) for b in opaque])
     return functools.partial(program, *opaque, global_size=spec.global_size, local_size=spec.local_size)
 
 
@@ -331,7 +333,7 @@ def _device_graph(launches: list[_Launch]) -> DeviceGraph | None:
     graph_launches: list[GraphLaunch] = [
         (
             launch.runner.program,
-            [b.opaque for b in launch.bufs],
+            launch.runner.launch_args(launch.bufs),
             launch.runner.spec.global_size,
             launch.runner.spec.local_size,
             (),

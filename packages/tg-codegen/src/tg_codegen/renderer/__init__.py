@@ -7,9 +7,40 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from tg_uop import Ops, UOp
+from tg_uop import DType, Ops, UOp
+
+
+class KernelParamError(ValueError):
+    """A kernel's buffer parameters disagree with its AST or with the buffers it is launched with."""
+
+
+def buffer_params(name: str, uops: Sequence[UOp]) -> list[UOp]:
+    """The DEFINE_GLOBALs of a linear program in parameter order: `data0 .. data{n-1}`, one per buffer.
+
+    The contract between kernel AST, renderers and launchers: buffer `i` of a launch is parameter `i`
+    (DEFINE_GLOBAL number `i`). A gap in the numbering would shift every later argument, so it is refused.
+
+    >>> from tg_uop import dtypes
+    >>> g = [UOp(Ops.DEFINE_GLOBAL, dtypes.float32.ptr(), (), i) for i in (1, 0)]
+    >>> [u.arg for u in buffer_params("E_2", g)]
+    [0, 1]
+    """
+    by_arg: dict[int, UOp] = {}
+    for u in uops:
+        if u.op is not Ops.DEFINE_GLOBAL:
+            continue
+        if (other := by_arg.setdefault(u.arg, u)) is not u and other.dtype != u.dtype:
+            raise KernelParamError(f"kernel {name}: buffer parameter data{u.arg} is both {other.dtype} and {u.dtype}")
+    args = sorted(by_arg)
+    if args != list(range(len(args))):
+        raise KernelParamError(
+            f"kernel {name}: buffer parameters {[f'data{a}' for a in args]} have a gap; a kernel must declare "
+            "data0..data{n-1}, one per buffer it is launched with, used or not (else later arguments shift)"
+        )
+    return [by_arg[a] for a in args]
 
 
 @dataclass(frozen=True)
@@ -23,12 +54,25 @@ class ProgramSpec:
     uops: tuple[UOp, ...] = ()
     global_size: tuple[int, ...] | None = None
     local_size: tuple[int, ...] | None = None
-    globals: tuple[int, ...] = ()
+    globals: tuple[int, ...] = ()  # buffer parameters, always 0..n-1 (see buffer_params)
+    buffer_dtypes: tuple[DType, ...] = ()  # the element dtype of each buffer parameter
     outs: tuple[int, ...] = ()
     vars: tuple[UOp, ...] = ()
     estimated_ops: int = 0
     estimated_mem: int = 0
     applied_opts: tuple[object, ...] = field(default_factory=tuple)
+
+    def check_buffers(self, dts: Sequence[DType]) -> None:
+        """Raise KernelParamError unless a launch's buffers (given by dtype) match the parameters one for one.
+
+        Every launcher (runner, TinyJit's recorded launches and device graphs, BEAM timing) calls this."""
+        if len(dts) != len(self.buffer_dtypes) or any(a != b for a, b in zip(dts, self.buffer_dtypes)):
+            want = ", ".join(f"data{i}: {dt.name}" for i, dt in enumerate(self.buffer_dtypes))
+            got = ", ".join(dt.name for dt in dts)
+            raise KernelParamError(
+                f"kernel {self.name} takes {len(self.buffer_dtypes)} buffers ({want}) but was launched with "
+                f"{len(dts)} ({got})"
+            )
 
 
 class Renderer:

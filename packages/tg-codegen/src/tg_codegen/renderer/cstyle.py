@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from tg_codegen.renderer import Renderer
+from tg_codegen.renderer import Renderer, buffer_params
 from tg_uop import DType, Ops, PtrDType, UOp, dtypes
 
 
@@ -157,6 +157,7 @@ class CStyleLanguage(Renderer):
 
     # ---- the driver ----
     def render(self, name: str, uops: list[UOp]) -> str:
+        buffer_params(name, uops)  # refuses a gap in data0..data{n-1}: later arguments would shift
         names: dict[UOp, str] = {}
         counters: dict[str, int] = {}
         body: list[str] = []
