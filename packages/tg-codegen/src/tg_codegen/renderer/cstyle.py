@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from tg_codegen.renderer import Renderer, buffer_params
 from tg_uop import DType, Ops, PtrDType, UOp, dtypes
+from tg_uop.dtype import truncate_const
 
 
 def _infix(sym: str) -> Callable[..., str]:
@@ -66,26 +67,36 @@ class CStyleLanguage(Renderer):
             return self.type_map.get(dt.scalar(), dt.scalar().name).replace(" ", "_") + str(dt.count)
         return self.type_map.get(dt, dt.name)
 
+    # integer dtypes written as plain literals with this suffix (others are casts of an int literal)
+    int_suffix: dict[DType, str] = {dtypes.int32: "", dtypes.uint32: "u", dtypes.int64: "ll", dtypes.uint64: "ull"}
+
     def render_const(self, x: float | int | bool, dt: DType) -> str:
+        """A literal that can stand next to any operator: a negative value is parenthesized (`a-(-2.0f)`,
+        never `a--2.0f`), a type's minimum is written as `(-MAX-1)`, NaN and +-inf use the NAN/INFINITY
+        macros, -0.0 keeps its sign, an int wraps into its dtype's range (the value the dtype holds)."""
         if dt == dtypes.bool:
             return "1" if x else "0"
         if dtypes.is_float(dt):
-            if math.isnan(x):
-                val = "NAN"
-            elif math.isinf(x):
-                val = ("-" if x < 0 else "") + "INFINITY"
-            else:
-                val = f"{float(x)!r}" if dt == dtypes.float64 else f"{float(x)!r}f"
+            val = self.render_float(float(x), dt)
             return val if dt in (dtypes.float32, dtypes.float64) else f"(({self.render_dtype(dt)}){val})"
-        if dt == dtypes.int64:
-            return f"{int(x)}ll"
-        if dt == dtypes.uint64:
-            return f"{int(x)}ull"
-        if dt == dtypes.uint32:
-            return f"{int(x)}u"
-        if dt == dtypes.int32 and x == dtypes.min(dtypes.int32):
-            return "(-2147483647-1)"
-        return str(int(x)) if dt in (dtypes.int32,) else f"(({self.render_dtype(dt)}){int(x)})"
+        v = int(truncate_const(int(x), dt))
+        if (suffix := self.int_suffix.get(dt)) is None:
+            return f"(({self.render_dtype(dt)}){v})"  # small ints: `((short)-2)` is a cast of an int literal
+        if v == dtypes.min(dt) and v < 0:  # the literal 2147483648 does not fit the type: negate MAX and subtract 1
+            return f"({v + 1}{suffix}-1{suffix})"
+        return f"({v}{suffix})" if v < 0 else f"{v}{suffix}"
+
+    def render_float(self, x: float, dt: DType) -> str:
+        """A float literal; float16/bfloat16 values are exact in float32 and are written as float32 literals."""
+        if math.isnan(x):
+            return "NAN"
+        if math.isinf(x):
+            return "INFINITY" if x > 0 else "(-INFINITY)"
+        if dt == dtypes.float64:
+            text = repr(x)
+        else:  # the float32 value itself, so the C compiler's decimal conversion cannot round a second time
+            text = repr(truncate_const(x, dtypes.float32)) + "f"
+        return f"({text})" if math.copysign(1.0, x) < 0 else text
 
     def render_cast(self, x: str, dt: DType) -> str:
         return f"(({self.render_dtype(dt)})({x}))"

@@ -57,12 +57,10 @@ class OpenCLRenderer(CStyleLanguage):
             raise NotImplementedError("this OpenCL device has no float64 (cl_khr_fp64)")
         return super().render_dtype(dt)
 
+    int_suffix = {dtypes.int32: "", dtypes.uint32: "u", dtypes.int64: "l", dtypes.uint64: "ul"}
+
     def render_const(self, x: float | int | bool, dt: DType) -> str:
-        if dt == dtypes.int64:
-            return f"{int(x)}l"
-        if dt == dtypes.uint64:
-            return f"{int(x)}ul"
-        if dt == dtypes.float16:
+        if dt == dtypes.float16:  # half computes in float here (or converts implicitly with cl_khr_fp16)
             return super().render_const(x, dtypes.float32)
         return super().render_const(x, dt)
 
