@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tg_tensor.util import normalize_axis, varargs_shape
-from tg_uop import dtypes
+from tg_uop import UOp, dtypes
 from tg_uop.helpers import prod
 from tg_uop.uop import sint
 
@@ -49,7 +49,7 @@ class MovementMixin:
             new = tuple(self.numel() // known if s == -1 else s for s in new)
         if any(isinstance(s, int) and s < 0 for s in new):
             raise ValueError(f"reshape: negative dimension in {new}")
-        if prod(new) != self.numel():
+        if not same_size(prod(new), self.numel()):
             raise ValueError(f"reshape: cannot reshape {self.shape} (size {self.numel()}) to {new} (size {prod(new)})")
         return type(self)(self.uop.reshape(new))
 
@@ -263,3 +263,12 @@ class MovementMixin:
             if k:
                 x = x._slice(d, n - k, n).cat(x._slice(d, 0, n - k), dim=d)
         return x
+
+
+def same_size(a: sint, b: sint) -> bool:
+    """Equal sizes, also when symbolic (`n*1` and `1*n` of one Variable are the same size)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    ua = a if isinstance(a, UOp) else UOp.const(dtypes.int32, a)
+    ub = b if isinstance(b, UOp) else UOp.const(dtypes.int32, b)
+    return ua.simplify() is ub.simplify()

@@ -39,7 +39,7 @@ def run_schedule(items: list[ScheduleItem]) -> None:
         if item.ast.op is Ops.COPY:
             run_copy(item.bufs[0], item.bufs[1])
             continue
-        get_runner(item.bufs[0].device, item.ast)(item.bufs)
+        get_runner(item.bufs[0].device, item.ast)(item.bufs, item.var_vals)
         kernels += 1
     if DEBUG >= 1 and items:
         et = time.perf_counter() - st

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from tg_runtime.device import Buffer
 from tg_shape import ShapeTracker
 from tg_tensor.split_reduce import split_reduces
+from tg_tensor.symbolic import unbind_ast
 from tg_uop import GroupOp, Ops, UOp, dtypes
 from tg_uop.helpers import prod
 
@@ -68,6 +69,11 @@ class ScheduleItem:
     bufs: list[Buffer]
     outputs: int = 1
     metadata: dict[str, object] = field(default_factory=dict)
+    var_vals: dict[UOp, int] = field(default_factory=dict)  # values of the AST's symbolic variables
+
+    def __post_init__(self) -> None:
+        self.ast, found = unbind_ast(self.ast)  # the AST never holds a value: one kernel for every value
+        self.var_vals.update(found)
 
 
 # items handed out by Tensor.schedule() that have not run yet; realize() runs them first
@@ -324,7 +330,13 @@ class Scheduler:
     def _new_output(self, node: UOp) -> UOp:
         shape = tuple(node.shape or ())
         assert node.device is not None
-        return UOp.new_buffer(node.device, prod(shape), node.dtype)
+        size = prod(shape)
+        if not isinstance(size, int):
+            raise NotImplementedError(
+                f"realizing a tensor of symbolic shape {shape} into its own buffer is not supported yet; "
+                "reduce over the Variable's axis in the same expression (one kernel), or shrink after realizing"
+            )
+        return UOp.new_buffer(node.device, size, node.dtype)
 
     def _schedule_copy(self, node: UOp) -> None:
         src = node.src[0]

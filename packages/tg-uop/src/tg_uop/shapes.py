@@ -40,7 +40,7 @@ def uop_shape(u: UOp) -> tuple[sint, ...] | None:
     if op is Ops.PAD:
         return tuple(s + b + a for s, (b, a) in zip(src_shape, u.arg))
     if op is Ops.SHRINK:
-        return tuple(e - b for b, e in u.arg)
+        return tuple(e if isinstance(b, int) and b == 0 else e - b for b, e in u.arg)
     if op is Ops.REDUCE_AXIS:
         return tuple(1 if i in u.arg[1] else s for i, s in enumerate(src_shape))
     if op in GroupOp.Elementwise and op is Ops.WHERE:
