@@ -75,9 +75,10 @@ def _mod(x: int, y: int) -> int:
 
 
 def _max(x: Any, y: Any) -> Any:
+    """NaN if either is NaN, else `x > y ? x : y` as the C renderers write it (max(0.0, -0.0) is -0.0)."""
     if isinstance(x, float) and math.isnan(x) or isinstance(y, float) and math.isnan(y):
         return math.nan
-    return max(x, y)
+    return x if x > y else y
 
 
 PYTHON_ALU: dict[Ops, Callable[..., Any]] = {

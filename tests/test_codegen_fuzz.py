@@ -14,8 +14,11 @@ What tg promises, and so what the oracle checks (programs that would depend on m
   sums that round) are compared with a tolerance, and comparisons, casts to int/bool, reciprocals and
   square roots are only applied to exact nodes (a last-ulp difference would flip them).
 
-Run it: `python tests/codegen_fuzz.py --device CPU --start 0 --count 1000` (chunks in subprocesses, counts
-crashes); `python tests/codegen_fuzz.py --device CPU --seed 17 -v` replays one program with its steps.
+In the test run: CI runs a sample (about 280 programs over PYTHON, CPU and CL; one in three with NOOPT=1).
+`FUZZ=1` runs 2,000 per device; `FUZZ_N=<n>` sets the count per device and `FUZZ_SEED=<s>` the first seed.
+Long runs: `python tests/test_codegen_fuzz.py --device CPU --start 0 --count 1000` (chunks in subprocesses,
+so a crash is counted and the run goes on); `python tests/test_codegen_fuzz.py --device CPU --seed 17`
+replays one program and prints its steps.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pytest
 
 from tg import Tensor, dtypes
 from tg_uop import DType
@@ -71,6 +75,20 @@ class Reject(Exception):
 
 def _f64(a: np.ndarray) -> np.ndarray:
     return a.astype(np.float64)
+
+
+def _maximum(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """tg's max: NaN if either is NaN, else `x > y ? x : y` (so max(0.0, -0.0) is -0.0, the second)."""
+    return (
+        np.where(np.isnan(x) | np.isnan(y), np.nan, np.where(x > y, x, y)) if x.dtype.kind == "f" else np.maximum(x, y)
+    )
+
+
+def _minimum(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """tg's min, -max(-x, -y): NaN if either is NaN, else `x < y ? x : y`."""
+    return (
+        np.where(np.isnan(x) | np.isnan(y), np.nan, np.where(x < y, x, y)) if x.dtype.kind == "f" else np.minimum(x, y)
+    )
 
 
 def _round(r: np.ndarray, dt: DType, exact_in: bool) -> tuple[np.ndarray, bool]:
@@ -118,7 +136,9 @@ class Program:
         self.rng = random.Random(seed)
         self.device = device
         self.steps: list[str] = []
-        self.sums = False  # a sum of one -0.0 is -0.0 in tg and 0.0 in numpy: zero signs are not compared then
+        # a sum of one -0.0 is -0.0 in tg and 0.0 in numpy, the max of 0.0 and -0.0 depends on the order:
+        # after a reduction the signs of zeros are not compared
+        self.sums = False
         self.nodes: list[Node] = []
         ndim = self.rng.randint(1, 3)
         self.base = tuple(self.rng.randint(1, 4) for _ in range(ndim))
@@ -248,9 +268,9 @@ class Program:
             return self._new(t, r, True, what)
         xw, yw = (_f64(xa), _f64(yb)) if dt in FLOATS else (xa.astype(np.int64), yb.astype(np.int64))
         with np.errstate(all="ignore"):
-            r = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "maximum": np.maximum, "minimum": np.minimum}[
-                name
-            ](xw, yw)
+            r = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "maximum": _maximum, "minimum": _minimum}[name](
+                xw, yw
+            )
         exact = dt not in FLOATS or (x.exact and y_exact)
         return self._new(t, r, exact, what)
 
@@ -433,6 +453,7 @@ class Program:
         w = _f64(a) if x.dt in FLOATS or name == "mean" else a.astype(np.int64)
         with np.errstate(all="ignore"):
             if name == "max" or name == "min":
+                self.sums = True
                 r = (np.max if name == "max" else np.min)(w, axis=axis, keepdims=keep)
                 exact = x.exact
             else:
@@ -518,6 +539,30 @@ def run_program(seed: int, device: str, verbose: bool = False) -> Program:
                 + "\n  ".join(p.steps),
             )
     return p
+
+
+# ---- the test ----
+FUZZ = os.getenv("FUZZ", "0") not in ("", "0")
+SEED = int(os.getenv("FUZZ_SEED", "0"))
+CI_COUNTS = {"PYTHON": 200, "CPU": 60, "CL": 16}  # compiles dominate: PoCL's take ~1 s, gcc's ~0.1 s
+SHARDS = 4
+
+
+def _count(device: str) -> int:
+    if n := int(os.getenv("FUZZ_N", "0")):
+        return n
+    return 2000 if FUZZ else CI_COUNTS.get(device, 16)
+
+
+@pytest.mark.parametrize("shard", range(SHARDS))
+def test_random_programs_match_numpy(device: str, shard: int) -> None:
+    failures = []
+    for seed in range(SEED + shard, SEED + _count(device), SHARDS):
+        try:
+            run_program(seed, device)
+        except AssertionError as e:
+            failures.append(str(e))
+    assert not failures, f"{len(failures)} programs differ from numpy on {device}:\n\n" + "\n\n".join(failures[:5])
 
 
 # ---- long runs: chunks in subprocesses, so that a crash (a segfault) is counted and the run goes on ----
