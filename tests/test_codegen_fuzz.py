@@ -589,6 +589,13 @@ def _chunk(device: str, start: int, count: int) -> None:
 def _drive(device: str, start: int, count: int, chunk: int, log: str | None) -> int:
     st = time.perf_counter()
     bad: list[dict[str, Any]] = []
+
+    def record(rec: dict[str, Any]) -> None:
+        bad.append(rec)
+        if log:  # as they happen, so a long run that is cut off still has them
+            with open(log, "a") as f:
+                f.write(json.dumps(rec) + "\n")
+
     seed = start
     while seed < start + count:
         n = min(chunk, start + count - seed)
@@ -605,11 +612,18 @@ def _drive(device: str, start: int, count: int, chunk: int, log: str | None) -> 
             elif "done" in rec:
                 done = True
             else:
-                bad.append(rec)
+                record({"device": device, **rec})
         if done:
             seed += n
         else:  # the process died inside program `last`
-            bad.append({"seed": last, "kind": "crash", "msg": f"exit {proc.returncode}: {proc.stderr[-2000:]}"})
+            record(
+                {
+                    "device": device,
+                    "seed": last,
+                    "kind": "crash",
+                    "msg": f"exit {proc.returncode}: {proc.stderr[-2000:]}",
+                }
+            )
             seed = last + 1
         print(f"{device}: seeds {start}..{seed - 1} done, {len(bad)} bad, {time.perf_counter() - st:.0f} s", flush=True)
     kinds = {k: sum(1 for b in bad if b["kind"] == k) for k in ("mismatch", "error", "crash")}
@@ -618,8 +632,6 @@ def _drive(device: str, start: int, count: int, chunk: int, log: str | None) -> 
     if log:
         with open(log, "a") as f:
             f.write(json.dumps(summary) + "\n")
-            for b in bad:
-                f.write(json.dumps(b) + "\n")
     return 1 if bad else 0
 
 

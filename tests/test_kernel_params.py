@@ -125,3 +125,18 @@ def test_launch_with_wrong_buffer_dtype_names_the_kernel() -> None:
     spec = get_runner("PYTHON", item.ast).spec
     with pytest.raises(KernelParamError, match=rf"kernel {spec.name} takes 3 buffers \(data0: float, "):
         spec.check_buffers([dtypes.float32, dtypes.int32, dtypes.float32])
+
+
+def test_jit_replays_a_lost_load_kernel_with_the_right_buffers(device: str) -> None:
+    """TinyJit's recorded launches (bound calls on CPU) pass one argument per parameter, in order."""
+    from tg import TinyJit
+
+    @TinyJit
+    def f(a: Tensor, b: Tensor, c: Tensor) -> Tensor:
+        return (a > 0).where(b, b) + c * 0 + (c - c)
+
+    rng = np.random.default_rng(0)
+    for _ in range(4):
+        a, b, c = (rng.integers(-5, 5, 6).astype(np.int32) for _ in range(3))
+        got = f(*(Tensor(x, device=device) for x in (a, b, c))).numpy()
+        np.testing.assert_array_equal(got, b)
