@@ -158,7 +158,7 @@ class ElementwiseMixin:
     def abs(self: Tensor) -> Tensor:
         if self.dtype == dtypes.bool or dtypes.is_unsigned(self.dtype):
             return self
-        return (self < 0).where(-self, self)
+        return (self <= 0).where(0 - self, self)  # 0 - x, not -x: abs(0.0) and abs(-0.0) are both 0.0
 
     def sign(self: Tensor) -> Tensor:
         """-1, 0 or 1 by the sign (0 stays 0; NaN stays NaN)."""

@@ -26,6 +26,7 @@ from tg_tensor.split_reduce import split_reduces
 from tg_tensor.symbolic import unbind_ast
 from tg_uop import GroupOp, Ops, UOp, dtypes
 from tg_uop.helpers import prod
+from tg_uop.uop import arg_key
 
 Movement = tuple[tuple[Ops, object], ...]
 
@@ -427,7 +428,7 @@ def _structure(roots: list[UOp]) -> tuple[tuple[object, ...], list[UOp]]:
                 key.append(("BUF", leaf_of[r], r.dtype, r.arg[1], r.src[0].arg))
             elif ready or not r.src:
                 ids[node] = len(key)
-                key.append((r.op, r.dtype, r.arg, tuple(ids[s] for s in r.src)))
+                key.append((r.op, r.dtype, arg_key(r.arg), tuple(ids[s] for s in r.src)))  # -0.0 is not 0.0
             else:
                 stack.append((node, True))
                 stack.extend((s, False) for s in r.src if s not in ids)

@@ -13,6 +13,8 @@ so rules that only hold for floor division check that the operands are non-negat
 
 from __future__ import annotations
 
+import math
+
 from tg_uop.alu import exec_alu
 from tg_uop.dtype import dtypes
 from tg_uop.ops import GroupOp, Ops
@@ -86,6 +88,10 @@ def max_by_bounds(x: UOp, y: UOp) -> UOp | None:
 
 
 _INTS = dtypes.ints
+
+
+def _is_minus_zero(v: object) -> bool:
+    return isinstance(v, float) and v == 0 and math.copysign(1.0, v) < 0
 _B = dtypes.bool
 
 symbolic_simple = PatternMatcher(
@@ -102,8 +108,9 @@ symbolic_simple = PatternMatcher(
             lambda x, c: x.const_like(exec_alu(Ops.CAST, x.dtype, [c.arg])) if x.dtype.count == 1 else None,
         ),
         # identities
-        (UPat.var("x") + 0, lambda x: x),
-        (UPat.var("x") - 0, lambda x: x),
+        # not for floats: -0.0 + 0.0 is 0.0 and -0.0 - -0.0 is 0.0 (the pattern's 0 also matches -0.0)
+        (UPat.var("x") + 0, lambda x: None if dtypes.is_float(x.dtype) else x),
+        (UPat.var("x") - UPat.cvar("c"), lambda x, c: x if c.arg == 0 and not _is_minus_zero(c.arg) else None),
         (UPat.var("x") * 1, lambda x: x),
         (UPat.var("x") // 1, lambda x: x),
         (UPat.var("x", dtype=_INTS) % 1, lambda x: x.const_like(0)),

@@ -30,12 +30,12 @@ __all__ = ["PYTHON_ALU", "UOp", "bitcast_const", "cast_const", "exec_alu", "pret
 sint = int | Any  # an int or a symbolic UOp (Any keeps mypy from demanding casts everywhere)
 
 
-def _arg_key(arg: Any) -> Any:
+def arg_key(arg: Any) -> Any:
     """A hashable key for an arg that keeps -0.0 apart from 0.0 and lets NaN match NaN."""
     if isinstance(arg, float):
         return ("float", struct.pack("<d", arg))
     if isinstance(arg, tuple):
-        return tuple(_arg_key(a) for a in arg)
+        return tuple(arg_key(a) for a in arg)
     return (type(arg), arg)
 
 
@@ -73,7 +73,7 @@ class UOpMetaClass(type):
 
     def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
         t = type(arg)
-        key = (op, dtype, src, (t, arg) if t is int or t is str or t is bool or arg is None else _arg_key(arg))
+        key = (op, dtype, src, (t, arg) if t is int or t is str or t is bool or arg is None else arg_key(arg))
         ref = UOpMetaClass.ucache.get(key)
         if ref is not None and (live := ref()) is not None:
             return live

@@ -1,0 +1,70 @@
+"""Failures the codegen fuzzer (tests/test_codegen_fuzz.py) found, one named test each, on every device.
+
+Seeds are those of `python tests/test_codegen_fuzz.py --device PYTHON --seed <s>` when they were found.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tg import Tensor, dtypes
+
+ZEROS = np.array([-0.0, 0.0, -1.5, 2.0, np.nan], np.float32)
+
+
+def _same(got: np.ndarray, want: np.ndarray) -> None:
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want), err_msg="signs of zeros differ")
+
+
+def test_abs_of_negative_zero_is_zero(device: str) -> None:
+    """seed 300213: abs(-0.0) was -0.0 ((x < 0).where(-x, x) keeps it)."""
+    for dt, npdt in ((dtypes.float32, np.float32), (dtypes.float16, np.float16)):
+        _same(Tensor(ZEROS.astype(npdt), device=device).cast(dt).abs().numpy(), np.abs(ZEROS.astype(npdt)))
+
+
+def test_plus_zero_turns_negative_zero_positive(device: str) -> None:
+    """seeds 300555, 300601: the rewrite x + 0 -> x is wrong for floats, -0.0 + 0.0 is 0.0."""
+    x = Tensor(ZEROS, device=device)
+    _same((x + 0).numpy(), ZEROS + np.float32(0))
+    _same((x.cast(dtypes.float16) + 0).numpy(), ZEROS.astype(np.float16) + np.float16(0))
+
+
+def test_minus_negative_zero_turns_negative_zero_positive(device: str) -> None:
+    """seed 300865: x - (-0.0) -> x is wrong for x = -0.0 (the pattern's 0 also matched -0.0)."""
+    x = Tensor(ZEROS, device=device)
+    _same((x - Tensor.full((5,), -0.0, device=device)).numpy(), ZEROS - np.float32(-0.0))
+    _same((x - (-0.0)).numpy(), ZEROS - np.float32(-0.0))
+    _same((x - 0.0).numpy(), ZEROS - np.float32(0.0))  # x - (+0.0) is x, -0.0 included
+
+
+def test_negative_zero_minus_itself_is_zero(device: str) -> None:
+    """seed 300706: -0.0 - -0.0 is 0.0; x - x is not folded for floats (inf - inf and NaN - NaN are NaN)."""
+    x = Tensor(ZEROS, device=device)
+    with np.errstate(invalid="ignore"):
+        _same((x - x).numpy(), ZEROS - ZEROS)
+    inf = Tensor(np.array([np.inf, -np.inf], np.float32), device=device)
+    assert np.isnan((inf - inf).numpy()).all()
+
+
+def test_max_of_opposite_zeros_agrees_on_every_device(device: str) -> None:
+    """max(a, b) is `a > b ? a : b` everywhere (the PYTHON device took the first of equal values, C the second)."""
+    a = Tensor(np.array([0.0, -0.0], np.float32), device=device)
+    b = Tensor(np.array([-0.0, 0.0], np.float32), device=device)
+    _same(a.maximum(b).numpy(), np.array([-0.0, 0.0], np.float32))
+
+
+def test_relu_keeps_nan(device: str) -> None:
+    """relu is max(x, 0): NaN stays NaN, as in numpy's maximum (the fuzzer's first oracle made it 0)."""
+    _same(Tensor(ZEROS, device=device).relu().numpy(), np.maximum(ZEROS, np.float32(0)) + np.float32(0))
+
+
+def test_schedule_cache_keeps_negative_zero_apart_from_zero(device: str) -> None:
+    """Found by test_minus_negative_zero above: the schedule cache keyed constants by value, and -0.0 == 0.0,
+    so `x * -0.0` replayed the kernel of `x * 0.0` and 1 / full(-0.0) gave +inf."""
+    x = Tensor(np.array([1.0, -2.0], np.float32), device=device)
+    _same((x * 0.0).numpy(), np.array([0.0, -0.0], np.float32))
+    _same((x * -0.0).numpy(), np.array([-0.0, 0.0], np.float32))
+    full = Tensor.full((2,), 0.0, device=device).reciprocal().numpy()
+    _same(full, np.array([np.inf, np.inf], np.float32))
+    _same(Tensor.full((2,), -0.0, device=device).reciprocal().numpy(), np.array([-np.inf, -np.inf], np.float32))
