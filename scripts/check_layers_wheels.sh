@@ -17,6 +17,9 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DISTS=(tg-uop tg-shape tg-codegen tg-runtime tg-tensor tg-nn tg)
 # packages beside the stack: each needs only tg-uop (checked alone with it), and `tg` pulls them in
 SIDE=(tg-viz)
+# packages above tg-nn (checked with tg-uop..tg-nn installed, plus their test tools), also pulled in by `tg`
+ABOVE=(tg-llm)
+ABOVE_THIRD_PARTY=(gguf)
 THIRD_PARTY=(numpy pytest hypothesis)
 
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/tg-wheels.XXXXXX")"
@@ -29,7 +32,7 @@ fail() { printf 'check_layers_wheels: FAIL: %s\n' "$*" >&2; exit 1; }
 
 say "building all wheels into $DIST"
 (cd "$REPO" && uv build --all-packages -o "$DIST")
-for dist in "${DISTS[@]}" "${SIDE[@]}"; do
+for dist in "${DISTS[@]}" "${SIDE[@]}" "${ABOVE[@]}"; do
     ls "$DIST/${dist//-/_}"-*.whl >/dev/null 2>&1 || fail "no wheel built for $dist"
 done
 
@@ -62,7 +65,7 @@ write_guard_conftest() {
 import os
 import sys
 
-_ROOTS = {"tg_uop", "tg_shape", "tg_codegen", "tg_runtime", "tg_tensor", "tg_nn", "tg", "tg_viz"}
+_ROOTS = {"tg_uop", "tg_shape", "tg_codegen", "tg_runtime", "tg_tensor", "tg_nn", "tg", "tg_viz", "tg_llm"}
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -90,7 +93,7 @@ for k in "${!DISTS[@]}"; do
     venv="$TMP/venv-$dist"
     new_venv "$venv" "${installed[@]}"
     if [[ "$dist" == tg ]]; then
-        check_installed "$venv" "${installed[@]}" "${SIDE[@]}"  # the meta-package pulls in the side packages
+        check_installed "$venv" "${installed[@]}" "${SIDE[@]}" "${ABOVE[@]}"  # the meta-package pulls them in
     else
         check_installed "$venv" "${installed[@]}"
     fi
@@ -127,14 +130,34 @@ for dist in "${SIDE[@]}"; do
     [[ $rc -eq 0 ]] || fail "$dist: pytest failed (exit $rc) with only tg-uop $dist installed"
 done
 
+for dist in "${ABOVE[@]}"; do
+    below=(tg-uop tg-shape tg-codegen tg-runtime tg-tensor tg-nn)
+    say "package $dist above the stack (installed: ${below[*]} $dist)"
+    venv="$TMP/venv-$dist"
+    new_venv "$venv" "${below[@]}" "$dist"
+    uv pip install -q --python "$venv/bin/python" "${ABOVE_THIRD_PARTY[@]}"
+    check_installed "$venv" "${below[@]}" "$dist"
+    run="$TMP/run-$dist"
+    mkdir -p "$run"
+    cp -r "$REPO/packages/$dist/tests" "$run/tests"
+    printf '[pytest]\n' > "$run/pytest.ini"
+    write_guard_conftest "$run"
+    set +e
+    (cd "$run" && "$venv/bin/python" -m pytest tests -q -p no:cacheprovider --import-mode=importlib \
+        --rootdir "$run" -c "$run/pytest.ini")
+    rc=$?
+    set -e
+    [[ $rc -eq 0 ]] || fail "$dist: pytest failed (exit $rc) with only ${below[*]} $dist installed"
+done
+
 say "examples/quickstart.py with only the tg wheel (+ its dependencies from the built wheels)"
 [[ -f "$REPO/examples/quickstart.py" ]] || fail "examples/quickstart.py is missing"
 venv="$TMP/venv-quickstart"
 (cd "$REPO" && uv venv -q "$venv")
 uv pip install -q --python "$venv/bin/python" numpy
 uv pip install -q --python "$venv/bin/python" --no-index --find-links "$DIST" tg
-check_installed "$venv" "${DISTS[@]}" "${SIDE[@]}"
+check_installed "$venv" "${DISTS[@]}" "${SIDE[@]}" "${ABOVE[@]}"
 # Run from the temp dir: only examples/ itself joins sys.path, never packages/*/src.
 (cd "$TMP" && "$venv/bin/python" "$REPO/examples/quickstart.py") || fail "examples/quickstart.py failed"
 
-say "check_layers_wheels: all 7 layers and ${SIDE[*]} pass from their wheels; quickstart runs"
+say "check_layers_wheels: all 7 layers, ${SIDE[*]} and ${ABOVE[*]} pass from their wheels; quickstart runs"

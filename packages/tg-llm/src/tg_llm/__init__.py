@@ -1,0 +1,34 @@
+"""tg-llm: run GGUF language models (Llama family) with tg: a model, a tokenizer, a chat CLI and a server.
+
+>>> from tg_llm import load_model
+>>> model, tokenizer = load_model("model.gguf")  # doctest: +SKIP
+>>> tokenizer.decode(model.generate(tokenizer.encode("Hello"), max_new_tokens=8))  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+
+from tg_llm.model import Llama, LlamaConfig, with_context
+from tg_llm.tokenizer import Tokenizer
+from tg_nn.gguf import GGUFError, gguf_load
+from tg_runtime import Device
+from tg_uop import DType, dtypes
+
+__all__ = ["GGUFError", "Llama", "LlamaConfig", "Tokenizer", "load_model"]
+
+
+def load_model(
+    path: str | os.PathLike[str], device: str | None = None, dtype: DType | None = None, context: int | None = None
+) -> tuple[Llama, Tokenizer]:
+    """The model and tokenizer of a GGUF file. `dtype` of the weights: float16 on GPUs, float32 elsewhere by
+    default; `context` caps the KV cache (the file's context length when None)."""
+    device = Device.canonicalize(device) if device is not None else Device.DEFAULT
+    metadata, state = gguf_load(path, device)
+    if "token_embd.weight" not in state:
+        raise GGUFError(f"load_model: {os.fspath(path)!r} has no token_embd.weight: not a language model")
+    cfg = with_context(LlamaConfig.from_gguf(metadata, int(state["token_embd.weight"].shape[0])), context)
+    if dtype is None:
+        dtype = dtypes.float16 if device.split(":")[0] in ("CUDA", "CL") else dtypes.float32
+    tokenizer = Tokenizer.from_gguf(metadata)
+    return Llama(cfg, state, device, dtype), tokenizer

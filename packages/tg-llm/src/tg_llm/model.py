@@ -1,0 +1,314 @@
+"""A Llama-family transformer (Llama 2/3, Mistral, Qwen2/3) built from a GGUF file's metadata and tensors.
+
+RMSNorm, rotary position embeddings (the model's theta, linear scaling or llama3's per-frequency
+factors), grouped-query attention, a SwiGLU MLP, a tied or separate output head. Parameter names are
+the GGUF ones (`blk.0.attn_q.weight`, ...), weights (out, in) as in the file.
+
+The KV cache has a fixed shape (context length) and the position is an int32 Tensor, not a shape: a
+write selects slots pos..pos+t-1 with a mask and a read masks the slots after each query, so the one
+TinyJit-captured decode step serves every position with no recompiles (tg has no symbolic shapes).
+The token embedding is looked up on the host (a row copy per token) so that decode reads each weight
+once, never the whole embedding table.
+
+>>> cfg = LlamaConfig(vocab_size=16, dim=8, n_layers=1, n_heads=2, n_kv_heads=1, hidden_dim=16, context_length=8)
+>>> model = Llama(cfg)
+>>> model.forward([1, 2, 3], start_pos=0).shape
+(3, 16)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from tg_tensor import Tensor, TinyJit
+from tg_uop import DType, dtypes
+
+__all__ = ["ARCHITECTURES", "Llama", "LlamaConfig"]
+
+# architecture -> rotary style: "norm" rotates adjacent pairs (x[2i], x[2i+1]); "neox" rotates halves
+ARCHITECTURES = {"llama": "norm", "mistral": "norm", "qwen2": "neox", "qwen3": "neox"}
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    """The shape and constants of a model; `from_gguf` reads them from a file's metadata."""
+
+    vocab_size: int
+    dim: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    hidden_dim: int
+    context_length: int
+    head_dim: int = 0  # 0: dim // n_heads
+    norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    rope_style: str = "norm"
+    rope_linear_factor: float = 1.0
+    architecture: str = "llama"
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads", "hidden_dim", "context_length"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"LlamaConfig: {name}={v!r} must be a positive int")
+        if self.head_dim == 0:
+            if self.dim % self.n_heads:
+                raise ValueError(f"LlamaConfig: dim={self.dim} is not divisible by n_heads={self.n_heads}")
+            object.__setattr__(self, "head_dim", self.dim // self.n_heads)
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(f"LlamaConfig: n_heads={self.n_heads} is not a multiple of n_kv_heads={self.n_kv_heads}")
+        if self.head_dim % 2:
+            raise ValueError(f"LlamaConfig: head_dim={self.head_dim} must be even for rotary embeddings")
+        if self.rope_style not in ("norm", "neox"):
+            raise ValueError(f"LlamaConfig: rope_style={self.rope_style!r} must be 'norm' or 'neox'")
+
+    @classmethod
+    def from_gguf(cls, metadata: dict[str, Any], vocab_size: int) -> LlamaConfig:
+        """The config in a GGUF file's metadata (`vocab_size`: rows of token_embd.weight)."""
+        arch = metadata.get("general.architecture")
+        if arch not in ARCHITECTURES:
+            raise ValueError(
+                f"Llama: unsupported architecture {arch!r}; tg runs {', '.join(sorted(ARCHITECTURES))}"
+            )
+
+        def get(key: str, default: Any = None) -> Any:
+            v = metadata.get(f"{arch}.{key}", default)
+            if v is None:
+                raise ValueError(f"Llama: the GGUF metadata has no {arch}.{key}")
+            return v
+
+        n_heads = int(get("attention.head_count"))
+        scaling = metadata.get(f"{arch}.rope.scaling.type", "none")
+        factor = 1.0
+        if scaling == "linear":
+            factor = float(get("rope.scaling.factor"))
+        elif scaling not in ("none", None):
+            raise ValueError(f"Llama: rope scaling {scaling!r} is not supported (tg reads none, linear, llama3)")
+        dim = int(get("embedding_length"))
+        head_dim = int(get("attention.key_length", dim // n_heads))
+        rope_dims = int(get("rope.dimension_count", head_dim))
+        if rope_dims != head_dim:
+            raise ValueError(f"Llama: partial rotary embeddings ({rope_dims} of {head_dim} dims) are not supported")
+        return cls(
+            vocab_size=vocab_size, dim=dim, n_layers=int(get("block_count")), n_heads=n_heads,
+            n_kv_heads=int(get("attention.head_count_kv", n_heads)), hidden_dim=int(get("feed_forward_length")),
+            context_length=int(get("context_length")), head_dim=head_dim,
+            norm_eps=float(get("attention.layer_norm_rms_epsilon", 1e-5)), rope_theta=float(get("rope.freq_base", 1e4)),
+            rope_style=ARCHITECTURES[arch], rope_linear_factor=factor, architecture=arch,
+        )
+
+
+def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    return x * (x.square().mean(-1, keepdim=True) + eps).rsqrt() * weight
+
+
+def rope(x: Tensor, cos: Tensor, sin: Tensor, style: str) -> Tensor:
+    """Rotate x (..., t, head_dim) by the angles whose cos/sin are (t, head_dim/2)."""
+    half = int(x.shape[-1]) // 2
+    if style == "norm":
+        pairs = x.reshape(*x.shape[:-1], half, 2)
+        a, b = pairs[..., 0], pairs[..., 1]
+        return Tensor.stack(a * cos - b * sin, a * sin + b * cos, dim=-1).reshape(x.shape)
+    a, b = x[..., :half], x[..., half:]
+    return (a * cos - b * sin).cat(a * sin + b * cos, dim=-1)
+
+
+class KVCache:
+    """One layer's keys and values for every position of the context, updated in place (fixed shapes)."""
+
+    def __init__(self, n_kv_heads: int, context: int, head_dim: int, device: str) -> None:
+        self.keys = Tensor.zeros(n_kv_heads, context, head_dim, device=device).contiguous().realize()
+        self.values = Tensor.zeros(n_kv_heads, context, head_dim, device=device).contiguous().realize()
+        self.context = context
+
+    def write(self, k: Tensor, v: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """Store k, v (kv_heads, t, head_dim) at the slots `positions` (t,); return the updated caches."""
+        t = int(k.shape[1])
+        slots = Tensor.arange(self.context, device=k.device).reshape(1, self.context)
+        select = (slots == positions.reshape(t, 1)).cast(k.dtype)  # (t, context): row i goes to slot positions[i]
+        written = select.sum(0).reshape(1, self.context, 1) > 0
+        moved_k = select.T.reshape(1, self.context, t) @ k
+        moved_v = select.T.reshape(1, self.context, t) @ v
+        self.keys.assign(written.where(moved_k, self.keys))
+        self.values.assign(written.where(moved_v, self.values))
+        return self.keys, self.values
+
+
+class Block:
+    def __init__(self, cfg: LlamaConfig, params: dict[str, Tensor], i: int) -> None:
+        p = f"blk.{i}."
+        self.cfg = cfg
+        self.attn_norm, self.ffn_norm = params[p + "attn_norm.weight"], params[p + "ffn_norm.weight"]
+        self.wq, self.wk, self.wv = (params[p + f"attn_{n}.weight"] for n in "qkv")
+        self.bq, self.bk, self.bv = (params.get(p + f"attn_{n}.bias") for n in "qkv")
+        self.q_norm, self.k_norm = params.get(p + "attn_q_norm.weight"), params.get(p + "attn_k_norm.weight")
+        self.wo = params[p + "attn_output.weight"]
+        self.w_gate, self.w_up, self.w_down = (params[p + f"ffn_{n}.weight"] for n in ("gate", "up", "down"))
+
+    def attention(self, x: Tensor, cache: KVCache, positions: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        cfg = self.cfg
+        t, hd, kv, group = int(x.shape[0]), cfg.head_dim, cfg.n_kv_heads, cfg.n_heads // cfg.n_kv_heads
+        q, k, v = x @ self.wq.T, x @ self.wk.T, x @ self.wv.T
+        if self.bq is not None and self.bk is not None and self.bv is not None:
+            q, k, v = q + self.bq, k + self.bk, v + self.bv
+        q = q.reshape(t, cfg.n_heads, hd).permute(1, 0, 2)  # (heads, t, hd)
+        k = k.reshape(t, kv, hd).permute(1, 0, 2)
+        v = v.reshape(t, kv, hd).permute(1, 0, 2)
+        if self.q_norm is not None and self.k_norm is not None:  # qwen3: RMSNorm of each head
+            q, k = rms_norm(q, self.q_norm, cfg.norm_eps), rms_norm(k, self.k_norm, cfg.norm_eps)
+        q, k = rope(q, cos, sin, cfg.rope_style), rope(k, cos, sin, cfg.rope_style)
+        keys, values = cache.write(k, v, positions)
+        slots = Tensor.arange(cache.context, device=x.device).reshape(1, cache.context)
+        visible = slots <= positions.reshape(t, 1)  # (t, context)
+        q = q.reshape(kv, group * t, hd)  # the heads sharing one kv head, side by side
+        scores = (q @ keys.transpose(-2, -1)).reshape(kv, group, t, cache.context) / math.sqrt(hd)
+        weights = visible.where(scores, -math.inf).softmax(-1).reshape(kv, group * t, cache.context)
+        out = (weights @ values).reshape(cfg.n_heads, t, hd).permute(1, 0, 2).reshape(t, cfg.n_heads * hd)
+        return out @ self.wo.T
+
+    def __call__(self, x: Tensor, cache: KVCache, positions: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        x = x + self.attention(rms_norm(x, self.attn_norm, self.cfg.norm_eps), cache, positions, cos, sin)
+        h = rms_norm(x, self.ffn_norm, self.cfg.norm_eps)
+        return x + ((h @ self.w_gate.T).silu() * (h @ self.w_up.T)) @ self.w_down.T
+
+
+class Llama:
+    """The model. `forward(tokens, start_pos)` -> logits (t, vocab) of one sequence, extending the KV cache.
+
+    `params` are the GGUF-named tensors (moved to `device`, cast to `dtype`); without them the weights
+    are random (normal, std 0.02), which the tests and benchmarks use.
+    """
+
+    def __init__(
+        self, cfg: LlamaConfig, params: dict[str, Tensor] | None = None, device: str | None = None,
+        dtype: DType = dtypes.float32,
+    ) -> None:
+        self.cfg = cfg
+        params = dict(params) if params is not None else _random_params(cfg)
+        missing = [k for k in _param_shapes(cfg, "output.weight" in params) if k not in params]
+        if missing:
+            raise ValueError(f"Llama: the model file lacks the tensors {missing[:8]}")
+        first = params["token_embd.weight"]
+        self.device = device or first.device
+        if self.device.startswith("DISK"):
+            raise ValueError("Llama: pass a compute device (DISK holds files only)")
+        self.dtype = dtype
+        norms = ("norm.weight", "bias")  # small vectors: kept in float32 whatever the weights' dtype
+        loaded = {
+            k: v.to(self.device).cast(dtypes.float32 if k.endswith(norms) or k == "rope_freqs.weight" else dtype)
+            .contiguous()
+            for k, v in params.items()
+        }
+        Tensor.realize(*loaded.values())
+        self.params = loaded
+        for k, shape in _param_shapes(cfg, "output.weight" in loaded).items():
+            if loaded[k].shape != shape:
+                raise ValueError(f"Llama: tensor {k!r} has shape {loaded[k].shape}, expected {shape} from the metadata")
+        # the embedding table on the host, for row lookups (decode never reads the whole table on the device)
+        self.embed_host = loaded["token_embd.weight"].numpy()
+        self.output = loaded.get("output.weight", loaded["token_embd.weight"])  # tied when the file has no head
+        self.output_norm = loaded["output_norm.weight"]
+        self.blocks = [Block(cfg, loaded, i) for i in range(cfg.n_layers)]
+        self.inv_freq = Tensor(_inv_freq(cfg, loaded.get("rope_freqs.weight")), device=self.device).realize()
+        self.caches = [KVCache(cfg.n_kv_heads, cfg.context_length, cfg.head_dim, self.device) for _ in self.blocks]
+        self._decode = TinyJit(self._step)
+
+    def _step(self, x: Tensor, positions: Tensor) -> Tensor:
+        """Logits (t, vocab) of the embedded tokens x (t, dim) at `positions` (t,), realized with the caches."""
+        angles = positions.cast(dtypes.float32).reshape(-1, 1) * self.inv_freq.reshape(1, -1)
+        cos, sin = angles.cos(), angles.sin()
+        for block, cache in zip(self.blocks, self.caches):
+            x = block(x, cache, positions, cos, sin)
+        logits = rms_norm(x, self.output_norm, self.cfg.norm_eps) @ self.output.T
+        logits = logits.cast(dtypes.float32)
+        Tensor.realize(logits, *[c.keys for c in self.caches], *[c.values for c in self.caches])
+        return logits
+
+    def embed(self, tokens: list[int]) -> Tensor:
+        bad = [t for t in tokens if not isinstance(t, (int, np.integer)) or not 0 <= t < self.cfg.vocab_size]
+        if bad:
+            raise ValueError(f"Llama: token {bad[0]!r} is not an id in 0..{self.cfg.vocab_size - 1}")
+        rows = self.embed_host[np.asarray(tokens, dtype=np.int64)].astype(np.float32)
+        return Tensor(rows, device=self.device)
+
+    def forward(self, tokens: list[int], start_pos: int) -> Tensor:
+        """Logits (len(tokens), vocab) of `tokens` at positions start_pos.. (prefill: all in one pass).
+
+        One token goes through the jitted decode step (the same kernels at every position).
+        """
+        if not tokens:
+            raise ValueError("Llama: forward needs at least one token")
+        if start_pos < 0 or start_pos + len(tokens) > self.cfg.context_length:
+            raise ValueError(
+                f"Llama: positions {start_pos}..{start_pos + len(tokens) - 1} exceed the context of "
+                f"{self.cfg.context_length} tokens"
+            )
+        positions = Tensor(list(range(start_pos, start_pos + len(tokens))), dtype=dtypes.int32, device=self.device)
+        x = self.embed(tokens)
+        if len(tokens) == 1:
+            return self._decode(x, positions)
+        return self._step(x, positions)
+
+    def reset(self) -> None:
+        """Nothing to clear: positions after the ones written are never read (kept for API symmetry)."""
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of the weights a decode step reads (all but the host embedding, which the tied head reads)."""
+        n = sum(int(v.numel()) * v.dtype.itemsize for k, v in self.params.items() if k != "token_embd.weight")
+        if "output.weight" not in self.params:
+            emb = self.params["token_embd.weight"]
+            n += int(emb.numel()) * emb.dtype.itemsize
+        return n
+
+
+def _inv_freq(cfg: LlamaConfig, factors: Tensor | None) -> np.ndarray:
+    half = cfg.head_dim // 2
+    inv = 1.0 / (cfg.rope_theta ** (np.arange(half, dtype=np.float64) * 2 / cfg.head_dim))
+    inv /= cfg.rope_linear_factor
+    if factors is not None:  # llama3-style scaling: the file stores a divisor per frequency
+        f = factors.numpy().astype(np.float64).reshape(-1)
+        if f.shape != (half,):
+            raise ValueError(f"Llama: rope_freqs.weight has {f.size} values, expected {half}")
+        inv /= f
+    return inv.astype(np.float32)
+
+
+def _param_shapes(cfg: LlamaConfig, separate_head: bool) -> dict[str, tuple[int, ...]]:
+    hd, d = cfg.head_dim, cfg.dim
+    shapes: dict[str, tuple[int, ...]] = {"token_embd.weight": (cfg.vocab_size, d), "output_norm.weight": (d,)}
+    if separate_head:
+        shapes["output.weight"] = (cfg.vocab_size, d)
+    for i in range(cfg.n_layers):
+        p = f"blk.{i}."
+        shapes |= {
+            p + "attn_norm.weight": (d,), p + "ffn_norm.weight": (d,),
+            p + "attn_q.weight": (cfg.n_heads * hd, d), p + "attn_k.weight": (cfg.n_kv_heads * hd, d),
+            p + "attn_v.weight": (cfg.n_kv_heads * hd, d), p + "attn_output.weight": (d, cfg.n_heads * hd),
+            p + "ffn_gate.weight": (cfg.hidden_dim, d), p + "ffn_up.weight": (cfg.hidden_dim, d),
+            p + "ffn_down.weight": (d, cfg.hidden_dim),
+        }
+    return shapes
+
+
+def _random_params(cfg: LlamaConfig, seed: int = 0) -> dict[str, Tensor]:
+    rng = np.random.default_rng(seed)
+    out = {}
+    for k, shape in _param_shapes(cfg, separate_head=True).items():
+        a = 1 + 0.1 * rng.standard_normal(shape) if k.endswith("norm.weight") else 0.02 * rng.standard_normal(shape)
+        out[k] = Tensor(a.astype(np.float32))
+    return out
+
+
+def with_context(cfg: LlamaConfig, context: int | None) -> LlamaConfig:
+    """`cfg` with its context cut to `context` tokens (a smaller KV cache); None keeps the file's."""
+    if context is None:
+        return cfg
+    if not 1 <= context:
+        raise ValueError(f"Llama: context={context} must be >= 1")
+    return replace(cfg, context_length=min(context, cfg.context_length))

@@ -1,0 +1,193 @@
+"""Tokenizers from a GGUF file's metadata: byte-level BPE (gpt2/llama3/qwen2 style) and sentencepiece (llama).
+
+`tokenizer.ggml.model` says which: "gpt2" is byte-level BPE (every byte is a printable character, the
+text is split by a pre-tokenizer regex, then the file's merges are applied by rank); "llama" is
+sentencepiece (spaces become "▁", the highest-scoring adjacent pair in the vocabulary is merged
+first, and characters outside it fall back to <0xNN> byte tokens). Control and user-defined tokens
+(`<|eot_id|>`, `<s>`) are matched whole in the text when `allow_special`.
+
+>>> tok = Tokenizer(["a", "b", "ab"], merges=["a b"])
+>>> tok.encode("abab"), tok.decode(tok.encode("abab"))
+([2, 2], 'abab')
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+from collections.abc import Iterable, Iterator
+from functools import cache
+from typing import Any
+
+__all__ = ["PRE_PATTERNS", "Tokenizer", "byte_encoder"]
+
+# token types in tokenizer.ggml.token_type
+NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
+
+# pre-tokenizer patterns (Python's re has no \p{L}/\p{N}: letters are [^\W\d_], numbers \d)
+_L, _N, _O = r"[^\W\d_]", r"\d", r"(?:[^\s\w]|_)"  # letter, number, other (not space)
+_CONTRACTIONS, _WS = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)", r"\s*[\r\n]+|\s+(?!\S)|\s+"
+PRE_PATTERNS = {
+    "llama3": rf"{_CONTRACTIONS}|(?:[^\r\n\w]|_)?{_L}+|{_N}{{1,3}}| ?{_O}+[\r\n]*|{_WS}",
+    "qwen2": rf"{_CONTRACTIONS}|(?:[^\r\n\w]|_)?{_L}+|{_N}| ?{_O}+[\r\n]*|{_WS}",
+    "gpt2": rf"'s|'t|'re|'ve|'m|'ll|'d| ?{_L}+| ?{_N}+| ?{_O}+|\s+(?!\S)|\s+",
+}
+_PRE_OF = {"llama-bpe": "llama3", "llama3": "llama3", "qwen2": "qwen2", "default": "gpt2", "gpt2": "gpt2"}
+
+
+@cache
+def byte_encoder() -> dict[int, str]:
+    """GPT-2's map of the 256 bytes to printable characters (printable ASCII/Latin-1 keep their own)."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    out, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            out[b] = chr(b)
+        else:
+            out[b] = chr(256 + extra)
+            extra += 1
+    return out
+
+
+class Tokenizer:
+    """Encode text to token ids and back. Build it with `from_gguf(metadata)`."""
+
+    def __init__(
+        self, tokens: list[str], merges: list[str] | None = None, scores: list[float] | None = None,
+        token_types: list[int] | None = None, model: str = "gpt2", pre: str = "gpt2", bos_id: int | None = None,
+        eos_id: int | None = None, add_bos: bool = False, add_space_prefix: bool = True,
+        chat_template: str | None = None,
+    ) -> None:
+        if model not in ("gpt2", "llama"):
+            raise ValueError(f"Tokenizer: tokenizer model {model!r} is not supported (gpt2 or llama)")
+        self.tokens, self.model = tokens, model
+        self.ids = {t: i for i, t in enumerate(tokens)}
+        self.types = token_types or [NORMAL] * len(tokens)
+        self.scores = scores or [0.0] * len(tokens)
+        self.ranks = {tuple(m.split(" ", 1)): i for i, m in enumerate(merges or [])}
+        self.pattern = re.compile(PRE_PATTERNS[_PRE_OF.get(pre, "gpt2")])
+        self.bos_id, self.eos_id, self.add_bos, self.add_space_prefix = bos_id, eos_id, add_bos, add_space_prefix
+        self.chat_template = chat_template
+        special = [t for t, ty in zip(tokens, self.types) if ty in (CONTROL, USER_DEFINED) and t]
+        self.special_re = re.compile("|".join(re.escape(s) for s in sorted(special, key=len, reverse=True)) or "(?!)")
+        self.byte_ids = {int(t[3:5], 16): i for i, t in enumerate(tokens) if self.types[i] == BYTE and len(t) == 6}
+        self._byte_dec = {c: b for b, c in byte_encoder().items()}
+        self._bpe_cache: dict[str, list[str]] = {}
+        self.stop_ids = {i for i in (eos_id,) if i is not None} | {
+            self.ids[t] for t in ("<|eot_id|>", "<|im_end|>", "<|end_of_text|>", "<|endoftext|>", "</s>", "<|end|>")
+            if t in self.ids
+        }
+
+    @classmethod
+    def from_gguf(cls, metadata: dict[str, Any]) -> Tokenizer:
+        """The tokenizer stored in a GGUF file's metadata (`tokenizer.ggml.*`)."""
+        if "tokenizer.ggml.tokens" not in metadata:
+            raise ValueError("Tokenizer: the GGUF metadata has no tokenizer.ggml.tokens")
+        def g(key: str, default: Any = None) -> Any:
+            return metadata.get(f"tokenizer.ggml.{key}", default)
+
+        model = str(g("model", "gpt2"))
+        return cls(
+            list(g("tokens")), merges=g("merges"), scores=g("scores"), token_types=g("token_type"), model=model,
+            pre=str(g("pre", "default")), bos_id=g("bos_token_id"), eos_id=g("eos_token_id"),
+            add_bos=bool(g("add_bos_token", model == "llama")), add_space_prefix=bool(g("add_space_prefix", True)),
+            chat_template=metadata.get("tokenizer.chat_template"),
+        )
+
+    # ---- encoding ----
+    def encode(self, text: str, allow_special: bool = True, add_bos: bool | None = None) -> list[int]:
+        """Token ids of `text`; control tokens written in the text are single tokens when allow_special."""
+        if not isinstance(text, str):
+            raise TypeError(f"Tokenizer.encode: expected a str, got {type(text).__name__}")
+        out = [self.bos_id] if (self.add_bos if add_bos is None else add_bos) and self.bos_id is not None else []
+        pos, first = 0, True
+        for m in self.special_re.finditer(text) if allow_special else ():
+            out += self._encode_plain(text[pos : m.start()], first)
+            out.append(self.ids[m.group()])
+            pos, first = m.end(), False
+        return out + self._encode_plain(text[pos:], first)
+
+    def _encode_plain(self, text: str, first: bool) -> list[int]:
+        if not text:
+            return []
+        if self.model == "llama":
+            return self._spm(("▁" if first and self.add_space_prefix else "") + text.replace(" ", "▁"))
+        enc = byte_encoder()
+        out: list[int] = []
+        for word in self.pattern.findall(text):
+            for piece in self._bpe("".join(enc[b] for b in word.encode("utf-8"))):
+                out.append(self.ids[piece])
+        return out
+
+    def _bpe(self, word: str) -> list[str]:
+        """Merge the characters of one pre-token by the merges' ranks, lowest rank first."""
+        if (hit := self._bpe_cache.get(word)) is not None:
+            return hit
+        parts = list(word)
+        while len(parts) > 1:
+            ranked = [(self.ranks.get((a, b), 1 << 62), i) for i, (a, b) in enumerate(zip(parts, parts[1:]))]
+            rank, i = min(ranked)
+            if rank == 1 << 62:
+                break
+            parts[i : i + 2] = [parts[i] + parts[i + 1]]
+        missing = [p for p in parts if p not in self.ids]
+        if missing:
+            raise ValueError(f"Tokenizer: the piece {missing[0]!r} is not in the vocabulary (a broken BPE vocab?)")
+        self._bpe_cache[word] = parts
+        return parts
+
+    def _spm(self, text: str) -> list[int]:
+        """Sentencepiece: merge the adjacent pair with the best score while the merge is a vocabulary piece."""
+        parts = list(text)
+        while len(parts) > 1:
+            best, at = None, -1
+            for i in range(len(parts) - 1):
+                j = self.ids.get(parts[i] + parts[i + 1])
+                if j is not None and (best is None or self.scores[j] > self.scores[best]):
+                    best, at = j, i
+            if best is None:
+                break
+            parts[at : at + 2] = [parts[at] + parts[at + 1]]
+        out = []
+        for p in parts:
+            if p in self.ids:
+                out.append(self.ids[p])
+                continue
+            for b in p.encode("utf-8"):
+                if b not in self.byte_ids:
+                    raise ValueError(f"Tokenizer: {p!r} is not in the vocabulary and it has no byte token <0x{b:02X}>")
+                out.append(self.byte_ids[b])
+        return out
+
+    # ---- decoding ----
+    def token_bytes(self, i: int, skip_special: bool = True) -> bytes:
+        """The bytes token `i` stands for (control tokens: b"" when skip_special, else their text)."""
+        if not 0 <= i < len(self.tokens):
+            raise ValueError(f"Tokenizer: token id {i} is not in 0..{len(self.tokens) - 1}")
+        t, ty = self.tokens[i], self.types[i]
+        if ty == CONTROL or ty == UNKNOWN:
+            return b"" if skip_special else t.encode("utf-8")
+        if ty == USER_DEFINED:
+            return t.encode("utf-8")
+        if self.model == "llama":
+            if ty == BYTE:
+                return bytes([int(t[3:5], 16)])
+            return t.replace("▁", " ").encode("utf-8")
+        return bytes(self._byte_dec[c] for c in t if c in self._byte_dec)
+
+    def decode(self, ids: Iterable[int], skip_special: bool = True) -> str:
+        """The text of `ids` (invalid UTF-8 becomes U+FFFD)."""
+        text = b"".join(self.token_bytes(i, skip_special) for i in ids).decode("utf-8", errors="replace")
+        return text[1:] if self.model == "llama" and self.add_space_prefix and text.startswith(" ") else text
+
+    def stream(self, ids: Iterable[int]) -> Iterator[str]:
+        """Text pieces as the tokens arrive, never splitting a UTF-8 character."""
+        dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        for i in ids:
+            if s := dec.decode(self.token_bytes(i)):
+                yield s
+        if tail := dec.decode(b"", final=True):
+            yield tail
+
+    def __len__(self) -> int:
+        return len(self.tokens)

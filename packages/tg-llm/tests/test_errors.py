@@ -1,0 +1,91 @@
+"""Bad input: truncated or corrupt GGUF files, unsupported types and architectures, prompts over the context."""
+
+from __future__ import annotations
+
+import pathlib
+import struct
+
+import gguf
+import numpy as np
+import pytest
+
+from tg_llm import load_model
+from tg_llm.random_model import write_random_gguf
+from tg_nn.gguf import GGUFError, dequantize, gguf_load
+from tg_tensor import Tensor
+from tg_uop import dtypes
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    path = tmp_path_factory.mktemp("m") / "m.gguf"
+    write_random_gguf(path, qtype="Q8_0", context_length=16)
+    return path
+
+
+def test_truncated_file_names_the_tensor(model_file: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    data = model_file.read_bytes()
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(data[: len(data) - 100])
+    with pytest.raises(GGUFError, match="truncated file: tensor 'output.weight'"):
+        gguf_load(cut)
+    cut.write_bytes(data[:300])  # inside the metadata
+    with pytest.raises(GGUFError, match="truncated or corrupt"):
+        gguf_load(cut)
+
+
+def test_corrupt_headers(tmp_path: pathlib.Path) -> None:
+    bad = tmp_path / "bad.gguf"
+    cases = {
+        b"GGML" + bytes(20): "not a GGUF file",
+        b"GGUF" + struct.pack("<IQQ", 9, 0, 0): "version 9",
+        b"GGUF" + struct.pack("<IQQ", 3, 1 << 60, 0): "corrupt header",
+        b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 3) + b"abc" + struct.pack("<I", 99): "unknown value",
+        b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 2) + b"\xff\xfe": "not valid UTF-8",
+        b"": "the magic needs 4 bytes at offset 0, but the file has 0 bytes",
+    }
+    for blob, msg in cases.items():
+        bad.write_bytes(blob)
+        with pytest.raises(GGUFError, match=msg):
+            gguf_load(bad)
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        gguf_load(tmp_path / "missing.gguf")
+    with pytest.raises(TypeError, match="a path or a uint8 Tensor"):
+        gguf_load(3)  # type: ignore[arg-type]
+
+
+def test_unsupported_quantization_is_named(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "q5.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_tensor("x", gguf.quants.quantize(np.ones((2, 32), np.float32), gguf.GGMLQuantizationType.Q5_0),
+                 raw_dtype=gguf.GGMLQuantizationType.Q5_0)
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()  # noqa: E702
+    with pytest.raises(GGUFError, match="'x' is Q5_0, which tg cannot read; supported: F32, F16, BF16, Q8_0"):
+        gguf_load(path)
+    with pytest.raises(GGUFError, match="cannot dequantize IQ2_XS"):
+        dequantize(Tensor([0] * 74, dtype=dtypes.uint8), "IQ2_XS", (256,))
+
+
+def test_unsupported_architecture(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "gemma.gguf"
+    write_random_gguf(path, arch="gemma", n_layers=1)
+    with pytest.raises(ValueError, match="unsupported architecture 'gemma'; tg runs llama, mistral, qwen2, qwen3"):
+        load_model(path, "CPU")
+
+
+def test_prompt_longer_than_context(model_file: pathlib.Path) -> None:
+    model, tok = load_model(model_file, "CPU")
+    with pytest.raises(ValueError, match="positions 0..16 exceed the context of 16 tokens"):
+        model.forward(list(range(17)), 0)
+    with pytest.raises(ValueError, match="token 100000 is not an id"):
+        model.forward([100000], 0)
+
+
+def test_load_from_a_uint8_tensor(model_file: pathlib.Path) -> None:
+    """A tensor of the file's bytes on a compute device reads the same as the file."""
+    raw = Tensor(np.frombuffer(model_file.read_bytes(), np.uint8), device="CPU")
+    meta, got = gguf_load(raw, "CPU")
+    _, want = gguf_load(model_file, "CPU")
+    assert meta["general.architecture"] == "llama" and got.keys() == want.keys()
+    for k in ("blk.0.attn_norm.weight", "blk.1.ffn_up.weight"):
+        np.testing.assert_array_equal(got[k].numpy(), want[k].numpy())

@@ -1,0 +1,71 @@
+"""tg's Llama on tiny random GGUF models equals a numpy Llama on the weights gguf itself dequantizes."""
+
+from __future__ import annotations
+
+import pathlib
+
+import gguf
+import llm_reference as ref
+import numpy as np
+import pytest
+
+from tg_llm import load_model
+from tg_llm.random_model import write_random_gguf
+from tg_nn.gguf import gguf_load
+
+# every ggml type tg reads; K-quants need rows that are multiples of 256
+QTYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K"]
+SHAPE = dict(dim=256, hidden_dim=256, n_heads=4, n_kv_heads=2, n_layers=2, context_length=32)
+
+
+@pytest.mark.parametrize("qtype", QTYPES)
+def test_dequantize_matches_gguf(tmp_path: pathlib.Path, qtype: str) -> None:
+    path = str(tmp_path / "m.gguf")
+    write_random_gguf(path, qtype=qtype, dim=256, hidden_dim=256, n_heads=4, n_kv_heads=2, n_layers=1, tied=True)
+    _, want = ref.read_weights(path)
+    _, got = gguf_load(path, "CPU")
+    for name in ("token_embd.weight", "blk.0.ffn_down.weight", "blk.0.attn_norm.weight"):
+        np.testing.assert_array_equal(got[name].numpy().astype(np.float32), want[name], err_msg=f"{qtype} {name}")
+
+
+# the architectures' variants: GQA and rope styles, biases, per-head norms, tied heads, llama3 rope factors
+VARIANTS = {
+    "F32": dict(arch="llama"),
+    "F16": dict(arch="qwen2", qkv_bias=True, tied=True),
+    "BF16": dict(arch="qwen3", qk_norm=True),
+    "Q8_0": dict(arch="llama", rope_freqs=True, tied=True),
+    "Q4_0": dict(arch="mistral"),
+    "Q4_1": dict(arch="qwen2", qkv_bias=True),
+    "Q4_K": dict(arch="llama", tokenizer="llama"),
+    "Q5_K": dict(arch="qwen3", qk_norm=True, tied=True),
+    "Q6_K": dict(arch="llama", rope_theta=500000.0),
+}
+
+
+@pytest.mark.parametrize("qtype", QTYPES)
+def test_forward_and_greedy_decode_match_numpy(tmp_path: pathlib.Path, qtype: str) -> None:
+    path = str(tmp_path / "m.gguf")
+    write_random_gguf(path, qtype=qtype, seed=QTYPES.index(qtype), **SHAPE, **VARIANTS[qtype])  # type: ignore[arg-type]
+    meta, weights = ref.read_weights(path)
+    model, tok = load_model(path, "CPU")
+    prompt = tok.encode("The quick brown fox")[:6]
+    got = model.forward(prompt, 0).numpy()
+    want = ref.forward(meta, weights, prompt)
+    scale = np.abs(want).max()
+    np.testing.assert_allclose(got, want, atol=2e-4 * scale, rtol=1e-3)
+    toks = list(prompt)
+    for _ in range(4):  # greedy decode through the jitted one-token step; the reference recomputes everything
+        nxt = int(np.argmax(ref.forward(meta, weights, toks)[-1]))
+        step = model.forward([toks[-1]], len(toks) - 1).numpy()[0] if len(toks) > len(prompt) else got[-1]
+        assert int(np.argmax(step)) == nxt
+        toks.append(nxt)
+    last = model.forward([toks[-1]], len(toks) - 1).numpy()[0]
+    np.testing.assert_allclose(last, ref.forward(meta, weights, toks)[-1], atol=2e-4 * scale, rtol=1e-3)
+
+
+def test_gguf_type_names_agree_with_gguf() -> None:
+    from tg_nn.gguf_format import GGML_TYPES
+
+    for tid, (name, block, size) in GGML_TYPES.items():  # ids and block sizes of every type gguf knows
+        q = gguf.GGMLQuantizationType(tid)
+        assert q.name == name and gguf.GGML_QUANT_SIZES[q] == (block, size)
