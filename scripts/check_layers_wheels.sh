@@ -19,7 +19,7 @@ DISTS=(tg-uop tg-shape tg-codegen tg-runtime tg-tensor tg-nn tg)
 SIDE=(tg-viz)
 # packages above tg-nn (checked with tg-uop..tg-nn installed, plus their test tools), also pulled in by `tg`
 ABOVE=(tg-llm)
-ABOVE_THIRD_PARTY=(gguf)
+ABOVE_THIRD_PARTY=(gguf openai jinja2)
 THIRD_PARTY=(numpy pytest hypothesis)
 
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/tg-wheels.XXXXXX")"

@@ -57,9 +57,15 @@ def test_corrupt_headers(tmp_path: pathlib.Path) -> None:
 def test_unsupported_quantization_is_named(tmp_path: pathlib.Path) -> None:
     path = tmp_path / "q5.gguf"
     w = gguf.GGUFWriter(str(path), "llama")
-    w.add_tensor("x", gguf.quants.quantize(np.ones((2, 32), np.float32), gguf.GGMLQuantizationType.Q5_0),
-                 raw_dtype=gguf.GGMLQuantizationType.Q5_0)
-    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()  # noqa: E702
+    w.add_tensor(
+        "x",
+        gguf.quants.quantize(np.ones((2, 32), np.float32), gguf.GGMLQuantizationType.Q5_0),
+        raw_dtype=gguf.GGMLQuantizationType.Q5_0,
+    )
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()  # noqa: E702
     with pytest.raises(GGUFError, match="'x' is Q5_0, which tg cannot read; supported: F32, F16, BF16, Q8_0"):
         gguf_load(path)
     with pytest.raises(GGUFError, match="cannot dequantize IQ2_XS"):

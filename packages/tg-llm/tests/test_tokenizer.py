@@ -11,9 +11,16 @@ from tg_llm.tokenizer import Tokenizer, byte_encoder
 from tg_nn.gguf import gguf_read_header
 
 TEXTS = [
-    "Hello, world!", "The quick brown fox jumps over the lazy dog.", "  leading spaces and trailing  ",
-    "naïve café déjà vu", "emoji 🙂 and 中文", "numbers 1234567 and 3.14", "tabs\tand\nnew lines\n\n", "it's we'll",
-    "snake_case_name", "",
+    "Hello, world!",
+    "The quick brown fox jumps over the lazy dog.",
+    "  leading spaces and trailing  ",
+    "naïve café déjà vu",
+    "emoji 🙂 and 中文",
+    "numbers 1234567 and 3.14",
+    "tabs\tand\nnew lines\n\n",
+    "it's we'll",
+    "snake_case_name",
+    "",
 ]
 
 

@@ -14,12 +14,13 @@ from __future__ import annotations
 import os
 import pickle
 import sqlite3
+import threading
 import warnings
 from typing import Any
 
 from tg_uop.helpers import CACHELEVEL, cache_dir
 
-_conns: dict[str, sqlite3.Connection | None] = {}
+_conns: dict[tuple[str, int], sqlite3.Connection | None] = {}  # per file and thread (SQLite objects are per-thread)
 _owner: dict[str, int] = {}
 
 
@@ -34,11 +35,12 @@ def _warn(what: str, err: Exception) -> None:
 
 def _connect() -> sqlite3.Connection | None:
     path = cache_path()
+    key = (path, threading.get_ident())
     if _owner.get("pid") != os.getpid():  # a forked child must not use its parent's connections
         _conns.clear()
         _owner["pid"] = os.getpid()
-    if path in _conns:
-        return _conns[path]
+    if key in _conns:
+        return _conns[key]
     conn: sqlite3.Connection | None = None
     try:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -47,7 +49,7 @@ def _connect() -> sqlite3.Connection | None:
     except (sqlite3.Error, OSError) as e:
         _warn("cannot open", e)
         conn = None
-    _conns[path] = conn
+    _conns[key] = conn
     return conn
 
 
@@ -60,7 +62,7 @@ def diskcache_get(table: str, key: str) -> Any:
         return pickle.loads(row[0]) if row is not None else None
     except (sqlite3.Error, pickle.UnpicklingError, EOFError, ValueError) as e:
         _warn("cannot read", e)
-        _conns[cache_path()] = None
+        _conns[(cache_path(), threading.get_ident())] = None
         return None
 
 
@@ -72,7 +74,7 @@ def diskcache_put(table: str, key: str, value: Any) -> None:
         conn.execute("REPLACE INTO cache (tbl, key, val) VALUES (?, ?, ?)", (table, key, pickle.dumps(value)))
     except sqlite3.Error as e:
         _warn("cannot write", e)
-        _conns[cache_path()] = None
+        _conns[(cache_path(), threading.get_ident())] = None
 
 
 def reset_connections() -> None:

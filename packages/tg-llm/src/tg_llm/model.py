@@ -72,9 +72,7 @@ class LlamaConfig:
         """The config in a GGUF file's metadata (`vocab_size`: rows of token_embd.weight)."""
         arch = metadata.get("general.architecture")
         if arch not in ARCHITECTURES:
-            raise ValueError(
-                f"Llama: unsupported architecture {arch!r}; tg runs {', '.join(sorted(ARCHITECTURES))}"
-            )
+            raise ValueError(f"Llama: unsupported architecture {arch!r}; tg runs {', '.join(sorted(ARCHITECTURES))}")
 
         def get(key: str, default: Any = None) -> Any:
             v = metadata.get(f"{arch}.{key}", default)
@@ -95,11 +93,19 @@ class LlamaConfig:
         if rope_dims != head_dim:
             raise ValueError(f"Llama: partial rotary embeddings ({rope_dims} of {head_dim} dims) are not supported")
         return cls(
-            vocab_size=vocab_size, dim=dim, n_layers=int(get("block_count")), n_heads=n_heads,
-            n_kv_heads=int(get("attention.head_count_kv", n_heads)), hidden_dim=int(get("feed_forward_length")),
-            context_length=int(get("context_length")), head_dim=head_dim,
-            norm_eps=float(get("attention.layer_norm_rms_epsilon", 1e-5)), rope_theta=float(get("rope.freq_base", 1e4)),
-            rope_style=ARCHITECTURES[arch], rope_linear_factor=factor, architecture=arch,
+            vocab_size=vocab_size,
+            dim=dim,
+            n_layers=int(get("block_count")),
+            n_heads=n_heads,
+            n_kv_heads=int(get("attention.head_count_kv", n_heads)),
+            hidden_dim=int(get("feed_forward_length")),
+            context_length=int(get("context_length")),
+            head_dim=head_dim,
+            norm_eps=float(get("attention.layer_norm_rms_epsilon", 1e-5)),
+            rope_theta=float(get("rope.freq_base", 1e4)),
+            rope_style=ARCHITECTURES[arch],
+            rope_linear_factor=factor,
+            architecture=arch,
         )
 
 
@@ -185,7 +191,10 @@ class Llama:
     """
 
     def __init__(
-        self, cfg: LlamaConfig, params: dict[str, Tensor] | None = None, device: str | None = None,
+        self,
+        cfg: LlamaConfig,
+        params: dict[str, Tensor] | None = None,
+        device: str | None = None,
         dtype: DType = dtypes.float32,
     ) -> None:
         self.cfg = cfg
@@ -200,7 +209,8 @@ class Llama:
         self.dtype = dtype
         norms = ("norm.weight", "bias")  # small vectors: kept in float32 whatever the weights' dtype
         loaded = {
-            k: v.to(self.device).cast(dtypes.float32 if k.endswith(norms) or k == "rope_freqs.weight" else dtype)
+            k: v.to(self.device)
+            .cast(dtypes.float32 if k.endswith(norms) or k == "rope_freqs.weight" else dtype)
             .contiguous()
             for k, v in params.items()
         }
@@ -287,10 +297,14 @@ def _param_shapes(cfg: LlamaConfig, separate_head: bool) -> dict[str, tuple[int,
     for i in range(cfg.n_layers):
         p = f"blk.{i}."
         shapes |= {
-            p + "attn_norm.weight": (d,), p + "ffn_norm.weight": (d,),
-            p + "attn_q.weight": (cfg.n_heads * hd, d), p + "attn_k.weight": (cfg.n_kv_heads * hd, d),
-            p + "attn_v.weight": (cfg.n_kv_heads * hd, d), p + "attn_output.weight": (d, cfg.n_heads * hd),
-            p + "ffn_gate.weight": (cfg.hidden_dim, d), p + "ffn_up.weight": (cfg.hidden_dim, d),
+            p + "attn_norm.weight": (d,),
+            p + "ffn_norm.weight": (d,),
+            p + "attn_q.weight": (cfg.n_heads * hd, d),
+            p + "attn_k.weight": (cfg.n_kv_heads * hd, d),
+            p + "attn_v.weight": (cfg.n_kv_heads * hd, d),
+            p + "attn_output.weight": (d, cfg.n_heads * hd),
+            p + "ffn_gate.weight": (cfg.hidden_dim, d),
+            p + "ffn_up.weight": (cfg.hidden_dim, d),
             p + "ffn_down.weight": (d, cfg.hidden_dim),
         }
     return shapes

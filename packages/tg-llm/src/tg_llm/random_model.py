@@ -126,10 +126,24 @@ def _encode_weight(a: np.ndarray, qtype: Any, rng: np.random.Generator) -> tuple
 
 
 def write_random_gguf(
-    path: str | os.PathLike[str], *, arch: str = "llama", dim: int = 64, n_layers: int = 2, n_heads: int = 4,
-    n_kv_heads: int = 2, hidden_dim: int = 128, context_length: int = 64, vocab_size: int | None = None,
-    qtype: str = "F32", tokenizer: str = "gpt2", tied: bool = False, seed: int = 0, rope_theta: float = 10000.0,
-    rope_freqs: bool = False, qkv_bias: bool = False, qk_norm: bool = False,
+    path: str | os.PathLike[str],
+    *,
+    arch: str = "llama",
+    dim: int = 64,
+    n_layers: int = 2,
+    n_heads: int = 4,
+    n_kv_heads: int = 2,
+    hidden_dim: int = 128,
+    context_length: int = 64,
+    vocab_size: int | None = None,
+    qtype: str = "F32",
+    tokenizer: str = "gpt2",
+    tied: bool = False,
+    seed: int = 0,
+    rope_theta: float = 10000.0,
+    rope_freqs: bool = False,
+    qkv_bias: bool = False,
+    qk_norm: bool = False,
 ) -> None:
     """Write a random model of the given shape to `path` as GGUF (every matrix in ggml type `qtype`)."""
     try:

@@ -53,9 +53,17 @@ class Tokenizer:
     """Encode text to token ids and back. Build it with `from_gguf(metadata)`."""
 
     def __init__(
-        self, tokens: list[str], merges: list[str] | None = None, scores: list[float] | None = None,
-        token_types: list[int] | None = None, model: str = "gpt2", pre: str = "gpt2", bos_id: int | None = None,
-        eos_id: int | None = None, add_bos: bool = False, add_space_prefix: bool = True,
+        self,
+        tokens: list[str],
+        merges: list[str] | None = None,
+        scores: list[float] | None = None,
+        token_types: list[int] | None = None,
+        model: str = "gpt2",
+        pre: str = "gpt2",
+        bos_id: int | None = None,
+        eos_id: int | None = None,
+        add_bos: bool = False,
+        add_space_prefix: bool = True,
         chat_template: str | None = None,
     ) -> None:
         if model not in ("gpt2", "llama"):
@@ -74,7 +82,8 @@ class Tokenizer:
         self._byte_dec = {c: b for b, c in byte_encoder().items()}
         self._bpe_cache: dict[str, list[str]] = {}
         self.stop_ids = {i for i in (eos_id,) if i is not None} | {
-            self.ids[t] for t in ("<|eot_id|>", "<|im_end|>", "<|end_of_text|>", "<|endoftext|>", "</s>", "<|end|>")
+            self.ids[t]
+            for t in ("<|eot_id|>", "<|im_end|>", "<|end_of_text|>", "<|endoftext|>", "</s>", "<|end|>")
             if t in self.ids
         }
 
@@ -83,14 +92,22 @@ class Tokenizer:
         """The tokenizer stored in a GGUF file's metadata (`tokenizer.ggml.*`)."""
         if "tokenizer.ggml.tokens" not in metadata:
             raise ValueError("Tokenizer: the GGUF metadata has no tokenizer.ggml.tokens")
+
         def g(key: str, default: Any = None) -> Any:
             return metadata.get(f"tokenizer.ggml.{key}", default)
 
         model = str(g("model", "gpt2"))
         return cls(
-            list(g("tokens")), merges=g("merges"), scores=g("scores"), token_types=g("token_type"), model=model,
-            pre=str(g("pre", "default")), bos_id=g("bos_token_id"), eos_id=g("eos_token_id"),
-            add_bos=bool(g("add_bos_token", model == "llama")), add_space_prefix=bool(g("add_space_prefix", True)),
+            list(g("tokens")),
+            merges=g("merges"),
+            scores=g("scores"),
+            token_types=g("token_type"),
+            model=model,
+            pre=str(g("pre", "default")),
+            bos_id=g("bos_token_id"),
+            eos_id=g("eos_token_id"),
+            add_bos=bool(g("add_bos_token", model == "llama")),
+            add_space_prefix=bool(g("add_space_prefix", True)),
             chat_template=metadata.get("tokenizer.chat_template"),
         )
 

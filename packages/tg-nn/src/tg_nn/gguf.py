@@ -89,7 +89,12 @@ def _q6_k(b: Tensor) -> Tensor:
 
 
 _QUANTS: dict[str, Callable[[Tensor], Tensor]] = {
-    "Q8_0": _q8_0, "Q4_0": _q4_0, "Q4_1": _q4_1, "Q4_K": _q4_k, "Q5_K": _q5_k, "Q6_K": _q6_k,
+    "Q8_0": _q8_0,
+    "Q4_0": _q4_0,
+    "Q4_1": _q4_1,
+    "Q4_K": _q4_k,
+    "Q5_K": _q5_k,
+    "Q6_K": _q6_k,
 }
 _NATIVE: dict[str, DType] = {"F32": dtypes.float32, "F16": dtypes.float16, "BF16": dtypes.uint16}
 SUPPORTED_TYPES = tuple(_NATIVE) + tuple(_QUANTS)
@@ -122,8 +127,10 @@ class _Source:
         if isinstance(src, Tensor):
             if src.dtype != dtypes.uint8 or src.ndim != 1:
                 raise GGUFError(f"gguf_load: expected a 1-D uint8 tensor of the file, got {src.dtype} {src.shape}")
-            if src.device.startswith("DISK:") and src.uop.op is Ops.BUFFER or (
-                src.uop.op is Ops.RESHAPE and src.uop.src[0].op is Ops.BUFFER and src.device.startswith("DISK:")
+            if (
+                src.device.startswith("DISK:")
+                and src.uop.op is Ops.BUFFER
+                or (src.uop.op is Ops.RESHAPE and src.uop.src[0].op is Ops.BUFFER and src.device.startswith("DISK:"))
             ):
                 base = src.uop if src.uop.op is Ops.BUFFER else src.uop.src[0]
                 self.path, self.mapping = src.device[5:], memoryview(buffer_of(base).as_bytes())

@@ -1,0 +1,153 @@
+"""`python -m tg.llm --model F.gguf`: chat in the terminal (streamed); `--serve [PORT]`: an OpenAI-compatible
+server on 127.0.0.1; `--benchmark N`: prefill and decode tokens/s; `--prompt TEXT`: one answer, then exit.
+
+>>> main(["--model", "model.gguf", "--prompt", "Hello", "--max-tokens", "8"])  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any, TextIO
+
+from tg_llm import load_model
+from tg_llm.generate import Session
+from tg_nn.gguf import GGUFError
+from tg_uop import dtypes
+
+__all__ = ["benchmark", "main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m tg.llm", description="Run a GGUF language model with tg.")
+    p.add_argument("--model", required=True, help="path of a .gguf file (Llama, Mistral, Qwen2/3 architectures)")
+    p.add_argument(
+        "--serve",
+        nargs="?",
+        type=int,
+        const=8000,
+        default=None,
+        metavar="PORT",
+        help="serve the OpenAI API on 127.0.0.1:PORT (default 8000; 0 picks a free port)",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1)")
+    p.add_argument("--benchmark", type=int, default=None, metavar="N", help="time a prefill and N decode steps")
+    p.add_argument("--prompt", default=None, help="answer this one message and exit")
+    p.add_argument("--device", default=None, help="tg device (default: Device.DEFAULT)")
+    p.add_argument("--dtype", choices=["float32", "float16"], default=None, help="weight dtype (default: per device)")
+    p.add_argument("--context", type=int, default=None, help="cap the context (KV cache) at this many tokens")
+    p.add_argument("--max-tokens", type=int, default=512, help="most tokens per answer (default 512)")
+    p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--system", default=None, help="a system message that starts the conversation")
+    return p
+
+
+def main(argv: list[str] | None = None, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
+    args = _parser().parse_args(argv)
+    stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
+    try:
+        dtype = {"float32": dtypes.float32, "float16": dtypes.float16, None: None}[args.dtype]
+        t0 = time.perf_counter()
+        model, tok = load_model(args.model, args.device, dtype, args.context)
+        print(
+            f"loaded {os.path.basename(args.model)} ({model.cfg.architecture}, {model.cfg.n_layers} layers, "
+            f"context {model.cfg.context_length}) on {model.device} in {time.perf_counter() - t0:.1f} s",
+            file=sys.stderr,
+        )
+    except (GGUFError, ValueError, OSError) as e:
+        print(f"tg.llm: {e}", file=sys.stderr)
+        return 1
+    session = Session(model, tok)
+    if args.benchmark is not None:
+        for line in benchmark(session, args.benchmark):
+            print(json.dumps(line), file=stdout)
+        return 0
+    if args.serve is not None:
+        from tg_llm.server import LLMServer
+
+        srv = LLMServer(session, os.path.basename(args.model), args.host, args.serve)
+        print(f"serving the OpenAI API on {srv.url}/v1 (model {srv.model_id!r}); Ctrl-C stops", file=sys.stderr)
+        try:
+            srv.serve_forever()
+        except KeyboardInterrupt:
+            srv.stop()
+        return 0
+    return _chat(session, args, stdin, stdout)
+
+
+def _chat(session: Session, args: Any, stdin: TextIO, stdout: TextIO) -> int:
+    messages = [{"role": "system", "content": args.system}] if args.system else []
+    interactive = args.prompt is None
+    while True:
+        if interactive:
+            print("> ", end="", file=stdout, flush=True)
+            line = stdin.readline()
+            if not line or line.strip() in ("/exit", "/quit"):
+                return 0
+            text = line.rstrip("\n")
+        else:
+            text = args.prompt
+        messages.append({"role": "user", "content": text})
+        try:
+            prompt = session.encode_chat(messages)
+            answer = ""
+            for piece, _ in session.generate(
+                prompt,
+                min(args.max_tokens, session.model.cfg.context_length - len(prompt)),
+                args.temperature,
+                args.top_p,
+                args.top_k,
+                seed=args.seed,
+            ):
+                answer += piece
+                print(piece, end="", file=stdout, flush=True)
+            print(file=stdout, flush=True)
+        except ValueError as e:  # the conversation outgrew the context: say so and start over
+            print(f"tg.llm: {e}; starting a new conversation", file=sys.stderr)
+            messages = [{"role": "system", "content": args.system}] if args.system else []
+            if not interactive:
+                return 1
+            continue
+        messages.append({"role": "assistant", "content": answer})
+        if not interactive:
+            return 0
+
+
+def benchmark(session: Session, n: int, prompt_len: int = 128) -> list[dict[str, Any]]:
+    """Prefill of a `prompt_len`-token prompt and `n` decode steps (after two warm-up steps that compile
+    and capture the jitted step), as JSON-able figures."""
+    model = session.model
+    ctx = model.cfg.context_length
+    prompt_len = max(2, min(prompt_len, ctx // 2))
+    n = max(1, min(n, ctx - prompt_len - 3))
+    prompt = [(7 * i + 3) % model.cfg.vocab_size for i in range(prompt_len)]
+    model.forward(prompt, 0).numpy()  # compile the prefill kernels
+    t0 = time.perf_counter()
+    logits = model.forward(prompt, 0).numpy()
+    prefill = time.perf_counter() - t0
+    tok, pos = int(logits[-1].argmax()), prompt_len
+    for _ in range(2):  # the eager run and the capture of the decode step
+        tok, pos = int(model.forward([tok], pos).numpy()[0].argmax()), pos + 1
+    t0 = time.perf_counter()
+    for _ in range(n):
+        tok, pos = int(model.forward([tok], pos).numpy()[0].argmax()), pos + 1
+    decode = time.perf_counter() - t0
+    gb = model.weight_bytes / 1e9
+    params = {
+        "device": model.device,
+        "dtype": str(model.dtype),
+        "prompt_tokens": prompt_len,
+        "decode_tokens": n,
+        "weights_GB": round(gb, 4),
+    }
+    return [
+        {"bench": "llm_prefill", "impl": "tg", "value": prompt_len / prefill, "unit": "tok/s", "params": params},
+        {"bench": "llm_decode", "impl": "tg", "value": n / decode, "unit": "tok/s", "params": params},
+        {"bench": "llm_decode_bandwidth", "impl": "tg", "value": gb * n / decode, "unit": "GB/s", "params": params},
+    ]
