@@ -69,3 +69,18 @@ def test_gguf_type_names_agree_with_gguf() -> None:
     for tid, (name, block, size) in GGML_TYPES.items():  # ids and block sizes of every type gguf knows
         q = gguf.GGMLQuantizationType(tid)
         assert q.name == name and gguf.GGML_QUANT_SIZES[q] == (block, size)
+
+
+@pytest.mark.parametrize("qtype", ["Q8_0", "Q4_K"])
+def test_weights_kept_quantized_give_the_same_logits(tmp_path: pathlib.Path, qtype: str) -> None:
+    """keep_quantized: the blocks stay on the device and the matmuls unpack them (no extra kernels)."""
+    path = str(tmp_path / "m.gguf")
+    write_random_gguf(path, qtype=qtype, **SHAPE)  # type: ignore[arg-type]
+    (plain, tok), (kept, _) = load_model(path, "CPU"), load_model(path, "CPU", keep_quantized=True)
+    assert kept.weight_bytes < plain.weight_bytes / 3  # Q8_0: 34 bytes per 32 weights, vs 4 per weight
+    prompt = tok.encode("Hello there")
+    np.testing.assert_allclose(kept.forward(prompt, 0).numpy(), plain.forward(prompt, 0).numpy(), rtol=1e-5, atol=1e-5)
+    for pos in range(len(prompt), len(prompt) + 3):
+        a, b = kept.forward([7], pos).numpy(), plain.forward([7], pos).numpy()
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    assert len(kept._decode.jit_cache) == len(plain._decode.jit_cache)

@@ -11,7 +11,7 @@ import os
 
 from tg_llm.model import Llama, LlamaConfig, with_context
 from tg_llm.tokenizer import Tokenizer
-from tg_nn.gguf import GGUFError, gguf_load
+from tg_nn.gguf import GGUFError, gguf_load, gguf_read_header
 from tg_runtime import Device
 from tg_uop import DType, dtypes
 
@@ -19,16 +19,21 @@ __all__ = ["GGUFError", "Llama", "LlamaConfig", "Tokenizer", "load_model"]
 
 
 def load_model(
-    path: str | os.PathLike[str], device: str | None = None, dtype: DType | None = None, context: int | None = None
+    path: str | os.PathLike[str], device: str | None = None, dtype: DType | None = None, context: int | None = None,
+    keep_quantized: bool = False,
 ) -> tuple[Llama, Tokenizer]:
     """The model and tokenizer of a GGUF file. `dtype` of the weights: float16 on GPUs, float32 elsewhere by
-    default; `context` caps the KV cache (the file's context length when None)."""
+    default; `context` caps the KV cache (the file's context length when None). `keep_quantized`: quantized
+    matrices stay in their blocks on the device and are unpacked by the kernels that read them."""
     device = Device.canonicalize(device) if device is not None else Device.DEFAULT
-    metadata, state = gguf_load(path, device)
+    metadata, state = gguf_load(path, device, keep_quantized)
     if "token_embd.weight" not in state:
         raise GGUFError(f"load_model: {os.fspath(path)!r} has no token_embd.weight: not a language model")
     cfg = with_context(LlamaConfig.from_gguf(metadata, int(state["token_embd.weight"].shape[0])), context)
     if dtype is None:
         dtype = dtypes.float16 if device.split(":")[0] in ("CUDA", "CL") else dtypes.float32
     tokenizer = Tokenizer.from_gguf(metadata)
-    return Llama(cfg, state, device, dtype), tokenizer
+    quantized = frozenset(
+        t.name for t in gguf_read_header(path).tensors if keep_quantized and t.type_name not in ("F32", "F16", "BF16")
+    )
+    return Llama(cfg, state, device, dtype, quantized), tokenizer

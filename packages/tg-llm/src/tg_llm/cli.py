@@ -39,6 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None, help="tg device (default: Device.DEFAULT)")
     p.add_argument("--dtype", choices=["float32", "float16"], default=None, help="weight dtype (default: per device)")
     p.add_argument("--context", type=int, default=None, help="cap the context (KV cache) at this many tokens")
+    p.add_argument("--keep-quantized", action="store_true", help="keep quantized weights in their blocks on the device")
     p.add_argument("--max-tokens", type=int, default=512, help="most tokens per answer (default 512)")
     p.add_argument("--temperature", type=float, default=0.7)
     p.add_argument("--top-p", type=float, default=1.0)
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None, stdin: TextIO | None = None, stdout: Tex
     try:
         dtype = {"float32": dtypes.float32, "float16": dtypes.float16, None: None}[args.dtype]
         t0 = time.perf_counter()
-        model, tok = load_model(args.model, args.device, dtype, args.context)
+        model, tok = load_model(args.model, args.device, dtype, args.context, args.keep_quantized)
         print(
             f"loaded {os.path.basename(args.model)} ({model.cfg.architecture}, {model.cfg.n_layers} layers, "
             f"context {model.cfg.context_length}) on {model.device} in {time.perf_counter() - t0:.1f} s",

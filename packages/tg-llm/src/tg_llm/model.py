@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from tg_tensor import Tensor, TinyJit
-from tg_uop import DType, dtypes
+from tg_uop import DType, Ops, dtypes
 
 __all__ = ["ARCHITECTURES", "Llama", "LlamaConfig"]
 
@@ -196,6 +196,7 @@ class Llama:
         params: dict[str, Tensor] | None = None,
         device: str | None = None,
         dtype: DType = dtypes.float32,
+        quantized: frozenset[str] = frozenset(),
     ) -> None:
         self.cfg = cfg
         params = dict(params) if params is not None else _random_params(cfg)
@@ -208,13 +209,17 @@ class Llama:
             raise ValueError("Llama: pass a compute device (DISK holds files only)")
         self.dtype = dtype
         norms = ("norm.weight", "bias")  # small vectors: kept in float32 whatever the weights' dtype
+        # `quantized`: lazy dequantizations of raw blocks already on the device, kept lazy so that the
+        # matmuls reading them unpack the blocks (the weights stay quantized in memory)
+        kept = {k: v for k, v in params.items() if k in quantized and k != "token_embd.weight"}
         loaded = {
-            k: v.to(self.device)
-            .cast(dtypes.float32 if k.endswith(norms) or k == "rope_freqs.weight" else dtype)
+            k: v.to(self.device).cast(dtypes.float32 if k.endswith(norms) or k == "rope_freqs.weight" else dtype)
             .contiguous()
             for k, v in params.items()
+            if k not in kept
         }
         Tensor.realize(*loaded.values())
+        loaded |= kept
         self.params = loaded
         for k, shape in _param_shapes(cfg, "output.weight" in loaded).items():
             if loaded[k].shape != shape:
@@ -270,11 +275,16 @@ class Llama:
     @property
     def weight_bytes(self) -> int:
         """Bytes of the weights a decode step reads (all but the host embedding, which the tied head reads)."""
-        n = sum(int(v.numel()) * v.dtype.itemsize for k, v in self.params.items() if k != "token_embd.weight")
+        n = sum(_nbytes(v) for k, v in self.params.items() if k != "token_embd.weight")
         if "output.weight" not in self.params:
-            emb = self.params["token_embd.weight"]
-            n += int(emb.numel()) * emb.dtype.itemsize
+            n += _nbytes(self.params["token_embd.weight"])
         return n
+
+
+def _nbytes(t: Tensor) -> int:
+    """Bytes of the buffers `t` reads (the raw blocks of a lazy dequantization)."""
+    bufs = [u for u in t.uop.toposort if u.op is Ops.BUFFER]
+    return sum(int(u.arg[1]) * u.dtype.itemsize for u in bufs) if bufs else int(t.numel()) * t.dtype.itemsize
 
 
 def _inv_freq(cfg: LlamaConfig, factors: Tensor | None) -> np.ndarray:

@@ -165,22 +165,25 @@ def gguf_read_header(src: Tensor | str | os.PathLike[str]) -> GGUFHeader:
 
 
 def gguf_load(
-    src: Tensor | str | os.PathLike[str], device: str | None = None
+    src: Tensor | str | os.PathLike[str], device: str | None = None, keep_quantized: bool = False
 ) -> tuple[dict[str, Any], dict[str, Tensor]]:
     """(metadata, state_dict) of a GGUF file: a path, or a uint8 Tensor of the file's bytes (DISK or not).
 
     Tensors are lazy and live on `device` (Device.DEFAULT when None): F32 and F16 keep their dtype,
     everything else becomes float32 when realized (load_state_dict casts to the model's dtype).
     Shapes are in numpy order: a (out, in) matrix in the file is state[name].shape == (out, in).
+    With `keep_quantized`, the raw blocks of quantized tensors are copied to the device now and each
+    returned tensor stays the (lazy) dequantization of them: a kernel that reads it unpacks the blocks,
+    so the weights stay quantized in device memory.
     """
     source = _Source(src)
     header = parse_gguf(source.mapping)
     dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
-    state = {info.name: _tensor(source, info, dev) for info in header.tensors}
+    state = {info.name: _tensor(source, info, dev, keep_quantized) for info in header.tensors}
     return header.metadata, state
 
 
-def _tensor(source: _Source, info: GGUFTensorInfo, device: str) -> Tensor:
+def _tensor(source: _Source, info: GGUFTensorInfo, device: str, keep_quantized: bool = False) -> Tensor:
     name = info.type_name
     n = 1
     for s in info.shape:
@@ -194,4 +197,7 @@ def _tensor(source: _Source, info: GGUFTensorInfo, device: str) -> Tensor:
         raise GGUFError(
             f"GGUF: tensor {info.name!r} is {name}, which tg cannot read; supported: {', '.join(SUPPORTED_TYPES)}"
         )
-    return dequantize(source.window(info.offset, info.nbytes, dtypes.uint8, device), name, info.shape)
+    raw = source.window(info.offset, info.nbytes, dtypes.uint8, device)
+    if keep_quantized:
+        raw = raw.contiguous().realize()
+    return dequantize(raw, name, info.shape)

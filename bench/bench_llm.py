@@ -1,0 +1,131 @@
+"""LLM inference: prefill and decode tokens/s of a random Llama-style GGUF model in tg and tinygrad, beside
+the memory-bandwidth bound (weights bytes read per token / peak bandwidth).
+
+    uv run python bench/bench_llm.py                       # tiny model on the default device (a smoke run)
+    DEV=CUDA SIZE=1b uv run python bench/bench_llm.py      # the ~1.2B model (Llama 3.2 1B shapes), Q8_0 and F16
+    QTYPES=Q8_0,F16,Q4_K DECODE=64 PROMPT=128 CONTEXT=1024 TINYGRAD_PYTHON=/path/to/python  ...
+
+The model files are written once into $LLM_DIR (default /tmp/tg_bench_llm) with `gguf` (a dev dependency)
+and reused. tinygrad: `$TINYGRAD_PYTHON -m tinygrad.llm --model F --benchmark N --max_context C` (or
+tinygrad.apps.llm for older versions), median of the tok/s it prints after warm-up; skipped with a note
+when that python has no tinygrad. Peak bandwidth: PEAK_GBS, else from nvidia-smi's GPU name (H100 SXM
+3350, H100 PCIe 2000, H200 4800 GB/s), else no bound row. Prints one JSON line per figure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+SIZES: dict[str, dict[str, Any]] = {
+    # Llama 3.2 1B: 16 layers, dim 2048, 32 heads, 8 kv heads, ffn 8192, vocab 128256, tied embeddings
+    "1b": dict(dim=2048, n_layers=16, n_heads=32, n_kv_heads=8, hidden_dim=8192, vocab_size=128256, tied=True),
+    "tiny": dict(dim=256, n_layers=2, n_heads=4, n_kv_heads=2, hidden_dim=512, vocab_size=1024, tied=True),
+}
+SIZE = os.getenv("SIZE", "tiny")
+QTYPES = os.getenv("QTYPES", "Q8_0,F16").split(",")
+DECODE = int(os.getenv("DECODE", "64" if SIZE != "tiny" else "16"))
+PROMPT = int(os.getenv("PROMPT", "128" if SIZE != "tiny" else "32"))
+CONTEXT = int(os.getenv("CONTEXT", "1024" if SIZE != "tiny" else "128"))
+LLM_DIR = os.getenv("LLM_DIR", "/tmp/tg_bench_llm")
+PEAKS = {"H200": 4800.0, "H100 PCIe": 2000.0, "H100": 3350.0, "A100": 2039.0}
+
+
+def emit(bench: str, impl: str, value: float, unit: str, **params: Any) -> None:
+    print(json.dumps({"bench": bench, "impl": impl, "value": round(value, 3), "unit": unit, "params": params}))
+    sys.stdout.flush()
+
+
+def model_file(qtype: str) -> str:
+    from tg_llm.random_model import write_random_gguf
+
+    os.makedirs(LLM_DIR, exist_ok=True)
+    path = os.path.join(LLM_DIR, f"llama-{SIZE}-{qtype}.gguf")
+    if not os.path.exists(path):
+        t0 = time.perf_counter()
+        write_random_gguf(path + ".tmp", qtype=qtype, context_length=CONTEXT, **SIZES[SIZE])
+        os.replace(path + ".tmp", path)
+        print(f"# wrote {path} in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    return path
+
+
+def file_weight_bytes(path: str) -> int:
+    """Bytes of the weights a decode step must read in the file's own format (the embedding table only when
+    it is also the output head, since a lookup reads one row)."""
+    from tg_nn.gguf import gguf_read_header
+
+    tensors = {t.name: t.nbytes for t in gguf_read_header(path).tensors}
+    tied = "output.weight" not in tensors
+    return sum(n for k, n in tensors.items() if k != "token_embd.weight" or tied)
+
+
+def peak_gbs() -> float | None:
+    if os.getenv("PEAK_GBS"):
+        return float(os.environ["PEAK_GBS"])
+    try:
+        name = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                              text=True, timeout=30).stdout.splitlines()[0]
+    except (OSError, IndexError, subprocess.SubprocessError):
+        return None
+    return next((v for k, v in PEAKS.items() if k in name), None)
+
+
+def bench_tg(path: str, qtype: str, keep_quantized: bool) -> None:
+    """impl "tg": weights dequantized once at load (float16 on GPUs); "tg-kept": quantized blocks stay on
+    the device and the matmuls unpack them (load_model(keep_quantized=True))."""
+    from tg_llm import load_model
+    from tg_llm.cli import benchmark
+    from tg_llm.generate import Session
+
+    t0 = time.perf_counter()
+    model, tok = load_model(path, context=CONTEXT, keep_quantized=keep_quantized)
+    load_s = time.perf_counter() - t0
+    impl = "tg-kept" if keep_quantized else "tg"
+    for row in benchmark(Session(model, tok), DECODE, PROMPT):
+        emit(row["bench"], impl, row["value"], row["unit"], qtype=qtype, size=SIZE, load_s=round(load_s, 1),
+             **row["params"])
+
+
+def bench_tinygrad(path: str, qtype: str) -> None:
+    python = os.getenv("TINYGRAD_PYTHON", sys.executable)
+    for module in ("tinygrad.llm", "tinygrad.apps.llm"):
+        cmd = [python, "-m", module, "--model", path, "--benchmark", str(DECODE + 4), "--max_context", str(CONTEXT)]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            print(f"# tinygrad ({module}): {e}", file=sys.stderr)
+            continue
+        rates = [float(x) for x in re.findall(r"([\d.]+) tok/s", r.stdout + r.stderr)]
+        if r.returncode == 0 and rates:
+            steady = rates[len(rates) // 2 :]  # the first steps compile and capture
+            emit("llm_decode", "tinygrad", statistics.median(steady), "tok/s", qtype=qtype, size=SIZE, module=module,
+                 context=CONTEXT)
+            return
+        tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]
+        print(f"# tinygrad ({module}) exit {r.returncode}: {tail[0][:300]}", file=sys.stderr)
+    print("# tinygrad: no figure (not installed, or it cannot run this file)", file=sys.stderr)
+
+
+def main() -> None:
+    peak = peak_gbs()
+    for qtype in QTYPES:
+        path = model_file(qtype)
+        gb = file_weight_bytes(path) / 1e9
+        if peak:
+            emit("llm_decode_bound", "bandwidth", peak / gb, "tok/s", qtype=qtype, size=SIZE, weights_GB=round(gb, 3),
+                 peak_GBs=peak)
+        bench_tg(path, qtype, keep_quantized=False)
+        if qtype.startswith("Q"):
+            bench_tg(path, qtype, keep_quantized=True)
+        if os.getenv("TINYGRAD", "1") != "0":
+            bench_tinygrad(path, qtype)
+
+
+if __name__ == "__main__":
+    main()
