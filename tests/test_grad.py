@@ -126,7 +126,7 @@ GRAD_CASES: dict[str, tuple[F, list[np.ndarray]]] = {
     "softmax": (lambda x: x.softmax(), [_r(2, 3)]),
     "log_softmax": (lambda x: x.log_softmax(0), [_r(2, 3)]),
     "cumsum": (lambda x: x.cumsum(1), [_r(2, 3)]),
-    "cummax": (lambda x: x.cummax(1), [_r(2, 3)]),
+    "cummax": (lambda x: x.cummax(1)[0], [_r(2, 3)]),
     # movement and indexing
     "reshape": (lambda x: x.reshape(3, 2) * Tensor([[1.0], [2.0], [3.0]], device=x.device, dtype=x.dtype), [_r(*U)]),
     "view": (lambda x: x.view(6), [_r(*U)]),

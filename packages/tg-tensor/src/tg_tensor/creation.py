@@ -23,13 +23,17 @@ import numpy as np
 
 from tg_runtime.device import Device
 from tg_tensor.rng import RandomState, to_unit_float
-from tg_tensor.util import const_uop, norm_shape, np_dtype, varargs_shape
+from tg_tensor.util import const_uop, norm_shape, np_dtype, to_dtype, varargs_shape
 from tg_uop import ConstType, DType, UOp, dtypes
 from tg_uop.helpers import prod
 from tg_uop.uop import sint
 
 if TYPE_CHECKING:
     from tg_tensor.tensor import Tensor
+
+def _dt(dtype: DType | str | None) -> DType | None:
+    return None if dtype is None else to_dtype(dtype)
+
 
 _default_state = RandomState(0)  # the stream Tensor.rand and friends draw from (Tensor.manual_seed resets it)
 
@@ -45,7 +49,7 @@ class CreationMixin:
         cls: type[Tensor],
         shape: tuple[sint, ...] | int,
         fill_value: ConstType,
-        dtype: DType | None = None,
+        dtype: DType | str | None = None,
         device: str | None = None,
         **kwargs: Any,
     ) -> Tensor:
@@ -56,50 +60,50 @@ class CreationMixin:
         [7, 7]
         """
         shp = norm_shape(shape)
-        dt = dtype or dtypes.from_py(fill_value)
+        dt = _dt(dtype) or dtypes.from_py(fill_value)
         dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
         return cls(const_uop(fill_value, dt, dev).reshape((1,) * len(shp)).expand(shp), **kwargs)
 
     @classmethod
     def zeros(
-        cls: type[Tensor], *shape: Any, dtype: DType | None = None, device: str | None = None, **kw: Any
+        cls: type[Tensor], *shape: Any, dtype: DType | str | None = None, device: str | None = None, **kw: Any
     ) -> Tensor:
         """Zeros of the given shape (`Tensor.zeros(2, 3)` or `Tensor.zeros((2, 3))`)."""
-        return cls.full(varargs_shape(shape), 0.0, dtype or dtypes.default_float, device, **kw)
+        return cls.full(varargs_shape(shape), 0.0, _dt(dtype) or dtypes.default_float, device, **kw)
 
     @classmethod
     def ones(
-        cls: type[Tensor], *shape: Any, dtype: DType | None = None, device: str | None = None, **kw: Any
+        cls: type[Tensor], *shape: Any, dtype: DType | str | None = None, device: str | None = None, **kw: Any
     ) -> Tensor:
         """Ones of the given shape."""
-        return cls.full(varargs_shape(shape), 1.0, dtype or dtypes.default_float, device, **kw)
+        return cls.full(varargs_shape(shape), 1.0, _dt(dtype) or dtypes.default_float, device, **kw)
 
     @classmethod
     def empty(
-        cls: type[Tensor], *shape: Any, dtype: DType | None = None, device: str | None = None, **kw: Any
+        cls: type[Tensor], *shape: Any, dtype: DType | str | None = None, device: str | None = None, **kw: Any
     ) -> Tensor:
         """An uninitialized tensor with its own buffer (allocated when first used)."""
         shp = norm_shape(varargs_shape(shape))
         dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
-        return cls(UOp.new_buffer(dev, int(prod(shp)), dtype or dtypes.default_float).reshape(shp), **kw)
+        return cls(UOp.new_buffer(dev, int(prod(shp)), _dt(dtype) or dtypes.default_float).reshape(shp), **kw)
 
-    def full_like(self: Tensor, fill_value: ConstType, dtype: DType | None = None, **kw: Any) -> Tensor:
-        return type(self).full(self.shape, fill_value, dtype or self.dtype, self.device, **kw)
+    def full_like(self: Tensor, fill_value: ConstType, dtype: DType | str | None = None, **kw: Any) -> Tensor:
+        return type(self).full(self.shape, fill_value, _dt(dtype) or self.dtype, self.device, **kw)
 
-    def zeros_like(self: Tensor, dtype: DType | None = None, **kw: Any) -> Tensor:
+    def zeros_like(self: Tensor, dtype: DType | str | None = None, **kw: Any) -> Tensor:
         return self.full_like(0, dtype, **kw)
 
-    def ones_like(self: Tensor, dtype: DType | None = None, **kw: Any) -> Tensor:
+    def ones_like(self: Tensor, dtype: DType | str | None = None, **kw: Any) -> Tensor:
         return self.full_like(1, dtype, **kw)
 
-    def empty_like(self: Tensor, dtype: DType | None = None, **kw: Any) -> Tensor:
-        return type(self).empty(self.shape, dtype=dtype or self.dtype, device=self.device, **kw)
+    def empty_like(self: Tensor, dtype: DType | str | None = None, **kw: Any) -> Tensor:
+        return type(self).empty(self.shape, dtype=_dt(dtype) or self.dtype, device=self.device, **kw)
 
-    def rand_like(self: Tensor, dtype: DType | None = None, **kw: Any) -> Tensor:
-        return type(self).rand(self.shape, dtype=dtype or _float_or_default(self.dtype), device=self.device, **kw)
+    def rand_like(self: Tensor, dtype: DType | str | None = None, **kw: Any) -> Tensor:
+        return type(self).rand(self.shape, dtype=_dt(dtype) or _float_or_default(self.dtype), device=self.device, **kw)
 
-    def randn_like(self: Tensor, dtype: DType | None = None, **kw: Any) -> Tensor:
-        return type(self).randn(self.shape, dtype=dtype or _float_or_default(self.dtype), device=self.device, **kw)
+    def randn_like(self: Tensor, dtype: DType | str | None = None, **kw: Any) -> Tensor:
+        return type(self).randn(self.shape, dtype=_dt(dtype) or _float_or_default(self.dtype), device=self.device, **kw)
 
     # ---- ranges ----
     @classmethod
@@ -108,7 +112,7 @@ class CreationMixin:
         start: int | float,
         stop: int | float | None = None,
         step: int | float = 1,
-        dtype: DType | None = None,
+        dtype: DType | str | None = None,
         device: str | None = None,
         **kw: Any,
     ) -> Tensor:
@@ -124,7 +128,7 @@ class CreationMixin:
             raise ValueError("arange: step must not be zero")
         n = max(0, math.ceil((stop - start) / step))
         is_float = any(isinstance(v, float) for v in (start, stop, step))
-        dt = dtype or (dtypes.default_float if is_float else dtypes.default_int)
+        dt = _dt(dtype) or (dtypes.default_float if is_float else dtypes.default_int)
         values = np.array([start + i * step for i in range(n)], dtype=np.float64)
         return cls(values.astype(np_dtype(dt)) if dt != dtypes.bfloat16 else values, device=device, dtype=dt, **kw)
 
@@ -134,7 +138,7 @@ class CreationMixin:
         start: float,
         stop: float,
         steps: int,
-        dtype: DType | None = None,
+        dtype: DType | str | None = None,
         device: str | None = None,
         **kw: Any,
     ) -> Tensor:
@@ -146,7 +150,7 @@ class CreationMixin:
         """
         if not isinstance(steps, int) or steps < 0:
             raise ValueError(f"linspace: steps must be a non-negative int, got {steps!r}")
-        dt = dtype or dtypes.default_float
+        dt = _dt(dtype) or dtypes.default_float
         values = np.linspace(start, stop, steps, dtype=np.float64)
         return cls(values.astype(np_dtype(dt)) if dt != dtypes.bfloat16 else values, device=device, dtype=dt, **kw)
 
@@ -155,7 +159,7 @@ class CreationMixin:
         cls: type[Tensor],
         n: int,
         m: int | None = None,
-        dtype: DType | None = None,
+        dtype: DType | str | None = None,
         device: str | None = None,
         **kw: Any,
     ) -> Tensor:
@@ -170,7 +174,7 @@ class CreationMixin:
             raise ValueError(f"eye: sizes must be non-negative, got n={n}, m={m}")
         rows = cls.arange(n, device=device).reshape(n, 1)
         cols = cls.arange(m, device=device).reshape(1, m)
-        return cls((rows == cols).cast(dtype or dtypes.default_float).uop, **kw)
+        return cls((rows == cols).cast(_dt(dtype) or dtypes.default_float).uop, **kw)
 
     # ---- random ----
     @staticmethod
@@ -182,8 +186,9 @@ class CreationMixin:
         _default_state.reseed(seed)
 
     @classmethod
-    def _random(cls: type[Tensor], values: UOp, dtype: DType | None, default: DType, **kw: Any) -> Tensor:
-        dt = dtype or default
+    def _random(cls: type[Tensor], values: UOp, dtype: DType | str | None, default: DType, **kw: Any) -> Tensor:
+        dt = _dt(dtype) or default
+        kw.pop("contiguous", None)  # tinygrad's layout hint: tg's random tensors are always laid out in order
         return cls(values if values.dtype == dt else values.cast(dt), **kw)
 
     @classmethod
@@ -197,7 +202,7 @@ class CreationMixin:
 
     @classmethod
     def rand(
-        cls: type[Tensor], *shape: Any, dtype: DType | None = None, device: str | None = None, **kw: Any
+        cls: type[Tensor], *shape: Any, dtype: DType | str | None = None, device: str | None = None, **kw: Any
     ) -> Tensor:
         """Uniform random numbers in [0, 1), made on the device (Threefry-2x32 of a seed and a counter).
 
@@ -212,7 +217,7 @@ class CreationMixin:
 
     @classmethod
     def randn(
-        cls: type[Tensor], *shape: Any, dtype: DType | None = None, device: str | None = None, **kw: Any
+        cls: type[Tensor], *shape: Any, dtype: DType | str | None = None, device: str | None = None, **kw: Any
     ) -> Tensor:
         """Standard normal random numbers (Box-Muller of the two uniform outputs of one draw)."""
         shp, dev, bits0, bits1 = cls._bits(shape, device)
@@ -223,7 +228,7 @@ class CreationMixin:
 
     @classmethod
     def randint(
-        cls: type[Tensor], *shape: Any, low: int = 0, high: int = 10, dtype: DType | None = None, **kw: Any
+        cls: type[Tensor], *shape: Any, low: int = 0, high: int = 10, dtype: DType | str | None = None, **kw: Any
     ) -> Tensor:
         """Random integers in [low, high) (the bits modulo the range: bias below range / 2**32)."""
         if not isinstance(low, int) or not isinstance(high, int) or low >= high:
@@ -231,7 +236,7 @@ class CreationMixin:
         if high - low > 2**32:
             raise ValueError(f"randint: the range high - low = {high - low} is larger than 2**32")
         _, _, bits, _ = cls._bits(shape, kw.pop("device", None))
-        dt = dtype or dtypes.int32
+        dt = _dt(dtype) or dtypes.int32
         values = cls(bits) % (high - low) if high - low < 2**32 else cls(bits)
         return cls._random((values.cast(dtypes.int64) + low).cast(dt).uop, dt, dt, **kw)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from tg_tensor.util import broadcast_shape, const_uop, scalar_dtype
+from tg_tensor.util import broadcast_shape, const_uop, scalar_dtype, to_dtype
 from tg_uop import DType, Ops, dtypes
 from tg_uop.uop import sint
 
@@ -323,13 +323,13 @@ class ElementwiseMixin:
         self._require_int("bitwise_not")
         return self.logical_not() if self.dtype == dtypes.bool else self._binop(Ops.XOR, -1)
 
-    def lshift(self: Tensor, x: int) -> Tensor:
+    def lshift(self: Tensor, x: TensorLike, reverse: bool = False) -> Tensor:
         self._require_int("lshift")
-        return self._binop(Ops.SHL, x)
+        return self._binop(Ops.SHL, x, reverse)
 
-    def rshift(self: Tensor, x: int) -> Tensor:
+    def rshift(self: Tensor, x: TensorLike, reverse: bool = False) -> Tensor:
         self._require_int("rshift")
-        return self._binop(Ops.SHR, x)
+        return self._binop(Ops.SHR, x, reverse)
 
     # ---- operators ----
     def __add__(self: Tensor, x: TensorLike) -> Tensor:
@@ -408,15 +408,14 @@ class ElementwiseMixin:
         return self.rshift(x)
 
     # ---- casts ----
-    def cast(self: Tensor, dtype: DType) -> Tensor:
-        if not isinstance(dtype, DType):
-            raise TypeError(f"cast: expected a tg DType, got {dtype!r}")
+    def cast(self: Tensor, dtype: DType | str) -> Tensor:
+        """This tensor as `dtype` (a DType or its name, e.g. "uint8")."""
+        dtype = to_dtype(dtype)
         return self if self.dtype == dtype else type(self)(self.uop.cast(dtype))
 
-    def bitcast(self: Tensor, dtype: DType) -> Tensor:
+    def bitcast(self: Tensor, dtype: DType | str) -> Tensor:
         """Reinterpret the bits as `dtype` (same item size)."""
-        if not isinstance(dtype, DType):
-            raise TypeError(f"bitcast: expected a tg DType, got {dtype!r}")
+        dtype = to_dtype(dtype)
         return self if self.dtype == dtype else type(self)(self.uop.bitcast(dtype))
 
     def float(self: Tensor) -> Tensor:

@@ -39,7 +39,10 @@ class MovementMixin:
         >>> Tensor.arange(6).reshape(2, -1).shape
         (2, 3)
         """
-        new = varargs_shape((shape, *args))
+        entries = tuple(shape) if isinstance(shape, (tuple, list)) and not args else (shape, *args)
+        if len(entries) == self.ndim:  # None keeps that dim's size, as tinygrad
+            entries = tuple(self.shape[i] if e is None else e for i, e in enumerate(entries))
+        new = varargs_shape(entries)
         if sum(1 for s in new if s == -1) > 1:
             raise ValueError(f"reshape: only one dimension can be -1, got {new}")
         if -1 in new:
@@ -115,7 +118,7 @@ class MovementMixin:
         return ((0, 0),) * (self.ndim - len(pairs)) + tuple(pairs)
 
     def pad(self: Tensor, padding: Padding, mode: str = "constant", value: float = 0.0) -> Tensor:
-        """Pad with `value` ("constant"), mirrored values ("reflect") or edge values ("replicate").
+        """Pad with `value` ("constant"), mirrored ("reflect"), edge ("replicate") or wrapped ("circular") values.
 
         Negative padding removes elements.
         >>> from tg_tensor import Tensor
@@ -128,11 +131,11 @@ class MovementMixin:
         pos = tuple((max(b, 0), max(a, 0)) for b, a in pairs)
         if mode == "constant":
             return x._pad_constant(pos, value)
-        if mode in ("reflect", "replicate"):
+        if mode in ("reflect", "replicate", "circular"):
             for ax, (b, a) in enumerate(pos):
                 x = x._pad_edges(ax, b, a, mode)
             return x
-        raise ValueError(f"pad: mode must be 'constant', 'reflect' or 'replicate', got {mode!r}")
+        raise ValueError(f"pad: mode must be 'constant', 'reflect', 'replicate' or 'circular', got {mode!r}")
 
     def _pad_constant(self: Tensor, pos: tuple[tuple[int, int], ...], value: float) -> Tensor:
         ret = type(self)(self.uop.pad(pos))
@@ -147,6 +150,11 @@ class MovementMixin:
             raise ValueError(f"pad: reflect padding ({before}, {after}) must be smaller than dim {ax} of {self.shape}")
         if mode == "replicate" and n == 0 and (before or after):
             raise ValueError(f"pad: cannot replicate-pad the empty dim {ax} of {self.shape}")
+        if mode == "circular":
+            if before > n or after > n:
+                raise ValueError(f"pad: circular padding ({before}, {after}) is larger than dim {ax} of {self.shape}")
+            parts = [self._slice(ax, n - before, n), self, self._slice(ax, 0, after)]
+            return parts[0].cat(*parts[1:], dim=ax)
         parts = []
         if before:
             left = self._slice(ax, 1, before + 1).flip(ax) if mode == "reflect" else self._slice(ax, 0, 1)
@@ -199,7 +207,9 @@ class MovementMixin:
         return wide.expand(tuple(shape)).flatten(d, d + 1)
 
     def cat(self: Tensor, *others: Tensor, dim: int = 0) -> Tensor:
-        """Join tensors along `dim`; the other dims must match."""
+        """Join tensors along `dim`; the other dims must match. `Tensor.cat([a, b])` takes a list too."""
+        if isinstance(self, (list, tuple)):
+            return self[0].cat(*self[1:], *others, dim=dim)
         tensors = [self, *others]
         d = self._axis(dim)
         for t in others:
@@ -217,7 +227,9 @@ class MovementMixin:
         return ret
 
     def stack(self: Tensor, *others: Tensor, dim: int = 0) -> Tensor:
-        """Join tensors along a new dim: `Tensor.stack(a, b)` or `a.stack(b)`."""
+        """Join tensors along a new dim: `Tensor.stack(a, b)`, `Tensor.stack([a, b])` or `a.stack(b)`."""
+        if isinstance(self, (list, tuple)):
+            return self[0].stack(*self[1:], *others, dim=dim)
         tensors = (self, *others)
         d = normalize_axis(dim, self.ndim + 1)
         for t in others:

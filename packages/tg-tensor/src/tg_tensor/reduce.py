@@ -150,14 +150,15 @@ class ReduceMixin:
         axes = resolve_axes(axis if axis is None or isinstance(axis, int) else tuple(axis), self.ndim)
         return ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
-    def softmax(self: Tensor, axis: int = -1) -> Tensor:
-        """exp(x) / sum(exp(x)) along `axis` (shifted by the maximum for stability)."""
-        x = self._float()
+    def softmax(self: Tensor, axis: int = -1, dtype: DType | str | None = None) -> Tensor:
+        """exp(x) / sum(exp(x)) along `axis` (shifted by the maximum for stability); `dtype` casts the input first."""
+        x = (self.cast(dtype) if dtype is not None else self)._float()
         e = (x - x.max(axis, keepdim=True).detach()).exp()
         return e / e.sum(axis, keepdim=True)
 
-    def log_softmax(self: Tensor, axis: int = -1) -> Tensor:
-        x = self._float()
+    def log_softmax(self: Tensor, axis: int = -1, dtype: DType | str | None = None) -> Tensor:
+        """x - logsumexp(x) along `axis`; `dtype` casts the input first."""
+        x = (self.cast(dtype) if dtype is not None else self)._float()
         shifted = x - x.max(axis, keepdim=True).detach()
         return shifted - shifted.exp().sum(axis, keepdim=True).log()
 
@@ -167,8 +168,8 @@ class ReduceMixin:
         ax = resolve_axes(axis, self.ndim)[0]
         x = self.transpose(ax, -1) if self.ndim else self.reshape(1)
         n = int(x.shape[-1])
-        idx = type(self).arange(n, device=self.device)
-        mask = idx.reshape(n, 1) >= idx.reshape(1, n)
+        # j <= i; by tril, as `arange(n) >= arange(n)` compares one node with itself when n == 1 (a fold that loses it)
+        mask = type(self).ones(n, n, dtype=dtypes.bool, device=self.device).tril()
         wide = x.unsqueeze(-2).expand(*x.shape[:-1], n, n)
         if op is Ops.ADD:
             ret = mask.where(wide, 0).sum(-1, dtype=x.dtype if dtypes.is_float(x.dtype) else None)
@@ -185,7 +186,3 @@ class ReduceMixin:
         [1, 3, 6]
         """
         return self._cumulative(axis, Ops.ADD)
-
-    def cummax(self: Tensor, axis: int = 0) -> Tensor:
-        """Running maximum along `axis`."""
-        return self._cumulative(axis, Ops.MAX)

@@ -29,13 +29,16 @@ from tg_tensor.elementwise import ElementwiseMixin
 from tg_tensor.indexing import IndexingMixin
 from tg_tensor.inplace import live_tensors, previous, protect_old_values, rebuild_view, view_chain
 from tg_tensor.linalg import LinalgMixin
+from tg_tensor.mathops import MathOpsMixin
 from tg_tensor.movement import MovementMixin
 from tg_tensor.nn import NNMixin
 from tg_tensor.ordering import order_items
 from tg_tensor.realize import run_pending
 from tg_tensor.reduce import ReduceMixin
 from tg_tensor.schedule import ScheduleItem, buffer_of, buffers, create_schedule, pending, write_view
-from tg_tensor.util import const_uop, is_contiguous_buffer, np_dtype, shape_of_list
+from tg_tensor.shaping import ShapingMixin
+from tg_tensor.sorting import SortingMixin
+from tg_tensor.util import const_uop, is_contiguous_buffer, np_dtype, shape_of_list, to_dtype
 from tg_tensor.visibility import on_schedule
 from tg_uop import ConstType, DType, GroupOp, Ops, UOp, dtypes
 from tg_uop.helpers import all_int, prod
@@ -82,6 +85,9 @@ class Tensor(
     ReduceMixin,
     LinalgMixin,
     NNMixin,
+    MathOpsMixin,
+    ShapingMixin,
+    SortingMixin,
 ):
     """A lazy multi-dimensional array. Operations build a UOp graph; `realize()` runs it.
 
@@ -98,11 +104,14 @@ class Tensor(
     __slots__ = ("uop", "_requires_grad", "grad", "_lazy", "__weakref__")
 
     def __init__(
-        self, data: TensorLike, device: str | None = None, dtype: DType | None = None, requires_grad: bool | None = None
+        self,
+        data: TensorLike,
+        device: str | None = None,
+        dtype: DType | str | None = None,
+        requires_grad: bool | None = None,
     ) -> None:
         dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
-        if dtype is not None and not isinstance(dtype, DType):
-            raise TypeError(f"Tensor: dtype must be a tg DType, got {dtype!r}")
+        dtype = to_dtype(dtype) if dtype is not None else None
         self._requires_grad: bool | None = None
         self.grad: Tensor | None = None
         self._lazy: UOp | None = None  # the graph this tensor had before it was realized (for autograd)

@@ -106,3 +106,19 @@ def normalize_axis(axis: int, ndim: int) -> int:
     if not isinstance(axis, int) or isinstance(axis, bool) or not -n <= axis < n:
         raise IndexError(f"axis {axis!r} is out of range for a tensor of {ndim} dims")
     return axis % n
+
+
+def to_dtype(dtype: DType | str) -> DType:
+    """A DType from a DType or its name ("float32", "int", "uint8", "half", "bfloat16"...), as tinygrad accepts.
+
+    >>> to_dtype("int") == dtypes.int32
+    True
+    """
+    if isinstance(dtype, DType):
+        return dtype
+    if isinstance(dtype, str):
+        fields = dtypes.fields()
+        if dtype in fields:
+            return fields[dtype]
+        raise TypeError(f"unknown dtype name {dtype!r}; expected one of {sorted(fields)}")
+    raise TypeError(f"expected a tg DType or a dtype name, got {dtype!r}")
