@@ -109,8 +109,8 @@ def smooth(rng: Rng, shape: tuple[int, ...]) -> np.ndarray[Any, Any]:
 # ---- references ----
 def np_sort(x: np.ndarray[Any, Any], axis: int, descending: bool) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     """Stable sort with NaN as the largest value."""
-    if x.ndim == 0:
-        return x, np.zeros((), np.int32)
+    if x.ndim == 0 or x.size == 0:
+        return x, np.zeros(x.shape, np.int32)
     moved = np.moveaxis(x, axis, -1)
     flat = moved.reshape(-1, moved.shape[-1])
     idx = np.zeros(flat.shape, np.int32)
@@ -351,6 +351,178 @@ def case_params(rng: Rng, device: str) -> None:
     check(Tensor(np.full(x.shape, s, np.int32), device=device).lshift(3, reverse=True), np.left_shift(3, s) + 0 * i)
 
 
+def case_masked_select_nonzero(rng: Rng, device: str) -> None:
+    dt = str(rng.choice(ALL))
+    x = rand_array(rng, rand_shape(rng), dt)
+    mask = rng.random(x.shape[int(rng.integers(0, x.ndim + 1)) :]) < 0.5  # broadcasts
+    check(tensor(rng, x, device).masked_select(Tensor(mask, device=device)), x[np.broadcast_to(mask, x.shape)], dt)
+    size = int(rng.integers(0, 6))
+    ref = x[np.broadcast_to(mask, x.shape)][:size]
+    ref = np.concatenate([ref, np.full(size - len(ref), 7, x.dtype)])
+    check(tensor(rng, x, device).masked_select(Tensor(mask, device=device), size=size, fill_value=7), ref, dt)
+    ref_nz = np.stack(np.nonzero(x), axis=1).astype(np.int32) if x.ndim else np.zeros((int(x != 0), 0), np.int32)
+    check(tensor(rng, x, device).nonzero(), ref_nz)
+    ref_nz = np.concatenate([ref_nz, np.full((max(0, size - len(ref_nz)), x.ndim), -1, np.int32)])[:size]
+    check(tensor(rng, x, device).nonzero(size=size, fill_value=-1), ref_nz)
+
+
+def np_scatter_reduce(x: Any, dim: int, index: Any, src: Any, reduce: str, include_self: bool) -> Any:
+    out = x.astype(np.float64).copy()
+    groups: dict[tuple[int, ...], list[float]] = {}
+    for pos in np.ndindex(index.shape):
+        tgt = list(pos)
+        tgt[dim] = int(index[pos])
+        groups.setdefault(tuple(tgt), []).append(float(src[pos]))
+    fns = {"sum": np.sum, "prod": np.prod, "mean": np.mean, "amax": np.max, "amin": np.min}
+    for tgt, vals in groups.items():
+        out[tgt] = fns[reduce]([float(x[tgt]), *vals] if include_self else vals)
+    return out
+
+
+def case_scatter_reduce(rng: Rng, device: str) -> None:
+    dt = str(rng.choice(("float32", "int32")))
+    shape = rand_shape(rng, lo=1, min_size=1)
+    x = rand_array(rng, shape, dt)
+    dim = int(rng.integers(0, x.ndim))
+    ishape = tuple(
+        int(rng.integers(1, s + 2)) if i == dim else int(rng.integers(1, s + 1)) for i, s in enumerate(shape)
+    )
+    index = rng.integers(0, shape[dim], size=ishape).astype(np.int32)
+    src = rand_array(rng, tuple(s + int(rng.integers(0, 2)) for s in ishape), dt)
+    reduce = str(rng.choice(("sum", "prod", "mean", "amax", "amin") if dt == "float32" else ("sum", "amax", "amin")))
+    include = bool(rng.random() < 0.5)
+    out = tensor(rng, x, device).scatter_reduce(
+        dim - x.ndim, Tensor(index, device=device), Tensor(src, device=device), reduce, include_self=include
+    )
+    ref = np_scatter_reduce(x, dim, index, src, reduce, include)
+    check(out, ref.astype(x.dtype) if dt == "int32" else ref, dt, rtol=1e-4)
+
+
+def case_pool_indices(rng: Rng, device: str) -> None:
+    n, c = int(rng.integers(1, 3)), int(rng.integers(1, 3))
+    h, w = int(rng.integers(2, 6)), int(rng.integers(2, 6))
+    x = smooth(rng, (n, c, h, w))
+    k = int(rng.integers(1, min(h, w) + 1))
+    v, idx = Tensor(x, device=device).max_pool2d(k, return_indices=True)
+    oh, ow = h // k, w // k
+    win = x[:, :, : oh * k, : ow * k].reshape(n, c, oh, k, ow, k).transpose(0, 1, 2, 4, 3, 5).reshape(n, c, oh, ow, -1)
+    arg = win.argmax(-1)
+    ref_idx = ((np.arange(oh)[:, None] * k + arg // k) * w + np.arange(ow)[None, :] * k + arg % k).astype(np.int32)
+    check(v, win.max(-1))
+    check(idx, ref_idx)
+    up = v.max_unpool2d(idx, k, output_size=(h, w))
+    ref = np.zeros((n, c, h * w), np.float32)
+    np.put_along_axis(ref, ref_idx.reshape(n, c, -1), win.max(-1).reshape(n, c, -1), axis=-1)
+    check(up, ref.reshape(n, c, h, w))
+
+
+def case_nll_loss(rng: Rng, device: str) -> None:
+    n, cls = int(rng.integers(1, 5)), int(rng.integers(1, 5))
+    extra = rand_shape(rng, lo=0, hi=1, min_size=1, max_size=3)
+    logp = rand_array(rng, (n, cls, *extra), "float32")
+    y = rng.integers(0, cls, size=(n, *extra)).astype(np.int32)
+    weight = rng.random(cls).astype(np.float32) + 0.1 if rng.random() < 0.5 else None
+    ignore = int(rng.integers(0, cls)) if rng.random() < 0.3 else None
+    reduction = str(rng.choice(("mean", "sum", "none")))
+    picked = np.take_along_axis(logp, y[:, None], 1)[:, 0]
+    w = weight[y] if weight is not None else np.ones_like(picked)
+    w = np.where(y == ignore, 0, w) if ignore is not None else w
+    loss = -picked * w
+    ref = loss.sum() / w.sum() if reduction == "mean" else loss.sum() if reduction == "sum" else loss
+    wt = Tensor(weight, device=device) if weight is not None else None
+    out = tensor(rng, logp, device).nll_loss(Tensor(y, device=device), wt, ignore, reduction)
+    check(out, ref, rtol=1e-4)
+
+
+def case_random(rng: Rng, device: str) -> None:
+    """multinomial and randperm: deterministic properties (the values depend on the seed)."""
+    Tensor.manual_seed(int(rng.integers(0, 1000)))
+    n = int(rng.integers(0, 20))
+    perm = Tensor.randperm(n, device=device).numpy()
+    assert perm.dtype == np.int32 and sorted(perm.tolist()) == list(range(n))
+    rows, cats = int(rng.integers(1, 4)), int(rng.integers(1, 6))
+    w = rng.random((rows, cats)).astype(np.float32) * (rng.random((rows, cats)) < 0.7)
+    w[:, 0] += 0.1  # every row has some weight
+    k = int(rng.integers(1, int((w > 0).sum(1).min()) + 1))
+    out = Tensor(w, device=device).multinomial(k).numpy()
+    assert out.shape == (rows, k) and out.dtype == np.int32
+    for r in range(rows):
+        assert len(set(out[r].tolist())) == k and all(w[r, i] > 0 for i in out[r])
+    out = Tensor(w[0], device=device).multinomial(5, replacement=True).numpy()
+    assert out.shape == (5,) and all(w[0, i] > 0 for i in out)
+
+
+def case_decomp(rng: Rng, device: str) -> None:
+    m, n = int(rng.integers(1, 5)), int(rng.integers(1, 5))
+    batch = rand_shape(rng, lo=0, hi=1, min_size=1, max_size=2)
+    a = rand_array(rng, (*batch, m, n), "float32")
+    q, r = Tensor(a, device=device).qr()
+    qn, rn = q.numpy().astype(np.float64), r.numpy().astype(np.float64)
+    np.testing.assert_allclose(qn @ rn, a, atol=1e-4)
+    np.testing.assert_allclose(np.swapaxes(qn, -1, -2) @ qn, np.broadcast_to(np.eye(m), qn.shape), atol=1e-5)
+    np.testing.assert_allclose(np.tril(rn, -1), 0, atol=1e-5)
+    if rng.random() < 0.5 and min(m, n) <= 3:
+        full = bool(rng.random() < 0.5)
+        u, s, vt = (t.numpy().astype(np.float64) for t in Tensor(a, device=device).svd(full_matrices=full))
+        np.testing.assert_allclose(s, np.linalg.svd(a, compute_uv=False), rtol=1e-4, atol=1e-4)
+        kk = min(m, n)
+        np.testing.assert_allclose((u[..., :, :kk] * s[..., None, :]) @ vt[..., :kk, :], a, atol=1e-4)
+        assert u.shape[-1] == (m if full else kk) and vt.shape[-2] == (n if full else kk)
+
+
+def case_params2(rng: Rng, device: str) -> None:
+    """gelu(approximate='none'), scaled_dot_product_attention(enable_gqa), einsum/linear(dtype=), clone(device=)."""
+    from math import erf
+
+    x = rand_array(rng, rand_shape(rng), "float32")
+    ref = 0.5 * x * (1 + np.vectorize(erf)(x.astype(np.float64) / np.sqrt(2))) if x.size else x
+    check(tensor(rng, x, device).gelu(approximate="none"), ref, rtol=1e-4, atol=1e-5)
+    kv, groups, t, d = (
+        int(rng.integers(1, 3)),
+        int(rng.integers(1, 3)),
+        int(rng.integers(1, 4)),
+        int(rng.integers(1, 4)),
+    )
+    q, k, v = (rand_array(rng, (2, h, t, d), "float32") for h in (kv * groups, kv, kv))
+    kr, vr = np.repeat(k, groups, axis=1), np.repeat(v, groups, axis=1)
+    sc = q @ kr.transpose(0, 1, 3, 2) / np.sqrt(d)
+    e = np.exp(sc - sc.max(-1, keepdims=True))
+    ref = (e / e.sum(-1, keepdims=True)) @ vr
+    out = Tensor(q, device=device).scaled_dot_product_attention(
+        Tensor(k, device=device), Tensor(v, device=device), enable_gqa=True
+    )
+    check(out, ref, rtol=1e-4, atol=1e-4)
+    a, b = rand_array(rng, (2, 3), "int8"), rand_array(rng, (3, 4), "int8")
+    got = Tensor.einsum("ij,jk->ik", Tensor(a, device=device), Tensor(b, device=device), dtype="int32")
+    assert got.dtype == dtypes.int32
+    check(got, a.astype(np.int32) @ b.astype(np.int32))
+    check(
+        Tensor(a, device=device).linear(Tensor(b, device=device), dtype=dtypes.int16),
+        (a.astype(np.int32) @ b).astype(np.int16),
+    )
+    c = Tensor(x, device=device).clone(device="PYTHON")
+    assert c.device == "PYTHON"
+    check(c, x)
+    r = Tensor(np.zeros(x.shape, np.int32), device=device)
+    check(r.replace(Tensor(x, device=device)), x)
+    check(Tensor(x, device=device).to_("PYTHON"), x)
+
+
+def case_newton_schulz(rng: Rng, device: str) -> None:
+    a = rand_array(rng, (int(rng.integers(1, 4)), int(rng.integers(1, 4))), "float32")
+    params, steps = (3.4445, -4.7750, 2.0315), int(rng.integers(1, 4))
+    g = a.astype(np.float64)
+    flip = g.shape[0] > g.shape[1]
+    g = g.T if flip else g
+    g = g / (np.sqrt((g * g).sum()) + 1e-7)
+    for _ in range(steps):
+        gram, term, total = g @ g.T, g, 0
+        for c in params:
+            total, term = total + c * term, gram @ term
+        g = total
+    check(Tensor(a, device=device).newton_schulz(steps, params), g.T if flip else g, rtol=1e-3, atol=1e-4)
+
+
 CASES: dict[str, Callable[[Rng, str], None]] = {
     "sort": case_sort,
     "topk": case_topk,
@@ -366,6 +538,14 @@ CASES: dict[str, Callable[[Rng, str], None]] = {
     "binary_math": case_binary_math,
     "unary_math": case_unary_math,
     "params": case_params,
+    "masked_select_nonzero": case_masked_select_nonzero,
+    "scatter_reduce": case_scatter_reduce,
+    "pool_indices": case_pool_indices,
+    "nll_loss": case_nll_loss,
+    "random": case_random,
+    "decomp": case_decomp,
+    "params2": case_params2,
+    "newton_schulz": case_newton_schulz,
 }
 
 CI_SEEDS = int(os.getenv("DIFF_SEEDS", "3"))

@@ -202,6 +202,46 @@ NOT_DIFFERENTIABLE = set(
 )
 COVERED_ALIASES = {"getitem_advanced": "getitem", "getitem": "__getitem__"}
 
+# the methods issue 12 added for tinygrad parity (sorting.py, shaping.py, mathops.py, selection.py, decomp.py)
+GRAD_CASES.update(
+    {
+        "sort": (lambda x: x.sort(1, descending=True)[0], [_r(2, 4)]),
+        "topk": (lambda x: x.topk(2, dim=0)[0], [_r(3, 2)]),
+        "cummin": (lambda x: x.cummin(1)[0], [_r(2, 3)]),
+        "cumprod": (lambda x: x.cumprod(1), [_r(2, 3)]),
+        "logcumsumexp": (lambda x: x.logcumsumexp(1), [_r(2, 3)]),
+        "diag": (lambda x: x.diag(), [_r(3)]),
+        "diagonal": (lambda x: x.diagonal(1, 0, 2), [_r(3, 2, 4)]),
+        "unfold": (lambda x: x.unfold(1, 2, 1), [_r(2, 4)]),
+        "meshgrid": (lambda x, y: x.meshgrid(y)[0] * x.meshgrid(y)[1], [_r(2), _r(3)]),
+        "pad_to": (lambda x: x.pad_to(3, 5), [_r(*U)]),
+        "shrink_to": (lambda x: x.shrink_to(1, None), [_r(*U)]),
+        "rearrange": (lambda x: x.rearrange("a (b c) -> c a b", c=2), [_r(2, 4)]),
+        "copysign": (lambda x: x.copysign(Tensor([1.0, -1.0, 2.0], device=x.device)), [_r(*U)]),
+        "fmod": (lambda x: x.fmod(0.7), [_r(*U)]),
+        "log10": (lambda x: x.log10(), [_pos(*U)]),
+        "logaddexp": (lambda x, y: x.logaddexp(y), [_r(*U), _r(*U)]),
+        "softmin": (lambda x: x.softmin(0), [_r(*U)]),
+        "normalize": (lambda x: x.normalize(dim=1), [_r(*U)]),
+        "nll_loss": (lambda x: x.log_softmax(1).nll_loss(Tensor([0, 2], device=x.device)), [_r(*U)]),
+        "scatter_reduce": (
+            lambda x, s: x.scatter_reduce(0, Tensor([[1, 0, 1]], device=x.device), s, "sum"),
+            [_r(*U), _r(1, 3)],
+        ),
+        "masked_select": (lambda x: x.masked_select(Tensor([True, False, True], device=x.device)), [_r(*U)]),
+        "max_unpool2d": (lambda x: x.max_unpool2d(Tensor([[[[3]]]], device=x.device)), [_r(1, 1, 1, 1)]),
+        "qr": (lambda x: x.qr()[1], [_r(3, 2)]),
+        "svd": (lambda x: x.svd()[1], [_r(3, 2)]),
+        "newton_schulz": (lambda x: x.newton_schulz(2, (3.4445, -4.7750, 2.0315)), [_r(2, 3)]),
+        "contiguous_backward": (lambda x: x.contiguous_backward() * 2, [_r(*U)]),
+        "alu": (lambda x: x.alu(__import__("tg_uop").Ops.MUL, x), [_r(*U)]),
+        "const_like": (lambda x: x + x.const_like(2.0), [_r(*U)]),
+    }
+)
+NOT_DIFFERENTIABLE |= set(
+    "argsort nonzero isclose allclose short bfloat16 multinomial randperm invalids max_numel replace to_".split()
+)
+
 
 def _public_methods() -> set[str]:
     return {n for n, v in inspect.getmembers(Tensor) if not n.startswith("_") and callable(v)}

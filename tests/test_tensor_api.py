@@ -28,8 +28,11 @@ def test_construction(device: str) -> None:
         Tensor([[1, 2], [3]])
     with pytest.raises(TypeError, match="cannot build a tensor from dict"):
         Tensor({"a": 1})
-    with pytest.raises(TypeError, match="dtype must be a tg DType"):
-        Tensor([1], dtype="float32")  # type: ignore[arg-type]
+    assert Tensor([1], dtype="float32").dtype == dtypes.float32  # dtype names, as tinygrad
+    with pytest.raises(TypeError, match="unknown dtype name 'float33'"):
+        Tensor([1], dtype="float33")
+    with pytest.raises(TypeError, match="expected a tg DType or a dtype name"):
+        Tensor([1], dtype=3)  # type: ignore[arg-type]
 
 
 def test_creation_ops(device: str) -> None:

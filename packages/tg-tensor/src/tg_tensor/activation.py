@@ -117,8 +117,18 @@ class ActivationMixin:
     def hardsigmoid(self: Tensor, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
         return (alpha * self + beta).relu() - (alpha * self + beta - 1).relu()
 
-    def gelu(self: Tensor) -> Tensor:
-        """The tanh approximation (as tinygrad): 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3)))."""
+    def gelu(self: Tensor, approximate: str = "tanh") -> Tensor:
+        """GELU. approximate="tanh" (tinygrad's default): 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3)));
+        "none": the exact 0.5x(1 + erf(x / sqrt(2))).
+
+        >>> from tg_tensor import Tensor
+        >>> round(Tensor([1.0]).gelu(approximate="none").item(), 4)
+        0.8413
+        """
+        if approximate == "none":
+            return 0.5 * self * (1 + (self / math.sqrt(2)).erf())
+        if approximate != "tanh":
+            raise ValueError(f"gelu: approximate must be 'tanh' or 'none', got {approximate!r}")
         return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
 
     def quick_gelu(self: Tensor) -> Tensor:

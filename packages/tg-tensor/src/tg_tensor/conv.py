@@ -178,15 +178,20 @@ class ConvMixin:
         dilation: IntOrTuple = 1,
         padding: Any = 0,
         ceil_mode: bool = False,
-    ) -> Tensor:
-        """Maximum over windows of the last len(kernel_size) dims (stride defaults to the kernel)."""
+        return_indices: bool = False,
+    ) -> Any:
+        """Maximum over windows of the last len(kernel_size) dims (stride defaults to the kernel).
+
+        return_indices=True also returns, per output, the flat spatial index of the window's first maximum.
+        """
         k = _tuple(kernel_size, 2 if isinstance(kernel_size, int) else len(kernel_size), "kernel_size")
         s = k if stride is None else _tuple(stride, len(k), "stride")
         d = _tuple(dilation, len(k), "dilation")
         pads = self._pool_input(k, s, d, padding, ceil_mode)
         lowest = -math.inf if dtypes.is_float(self.dtype) else dtypes.min(self.dtype)
         x = self.pad(((0, 0),) * (self.ndim - len(k)) + pads, value=lowest)
-        return x._pool(k, s, d).max(tuple(range(-len(k), 0)))
+        ret = x._pool(k, s, d).max(tuple(range(-len(k), 0)))
+        return (ret, self._max_pool_indices(x, k, s, d, pads)) if return_indices else ret
 
     def avg_pool2d(
         self: Tensor,

@@ -31,6 +31,7 @@ from tg_uop.uop import sint
 if TYPE_CHECKING:
     from tg_tensor.tensor import Tensor
 
+
 def _dt(dtype: DType | str | None) -> DType | None:
     return None if dtype is None else to_dtype(dtype)
 

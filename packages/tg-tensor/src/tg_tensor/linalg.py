@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tg_tensor.util import to_dtype
 from tg_uop import DType
 
 if TYPE_CHECKING:
@@ -48,13 +49,17 @@ class LinalgMixin:
     def __rmatmul__(self: Tensor, x: Tensor) -> Tensor:
         return self.matmul(x, True)
 
-    def linear(self: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-        """self @ weight + bias, with weight of shape (in, out) as in tinygrad (1-D weights multiply)."""
-        x = self * weight if weight.ndim == 1 else self.dot(weight)
+    def linear(self: Tensor, weight: Tensor, bias: Tensor | None = None, dtype: DType | str | None = None) -> Tensor:
+        """self @ weight + bias, with weight of shape (in, out) as in tinygrad (1-D weights multiply).
+
+        `dtype` is the matmul's accumulation/output dtype.
+        """
+        dt = to_dtype(dtype) if dtype is not None else None
+        x = (self * weight).cast(dt or (self * weight).dtype) if weight.ndim == 1 else self.dot(weight, dt)
         return x if bias is None else x + bias
 
     @staticmethod
-    def einsum(formula: str, *operands: Any) -> Tensor:
+    def einsum(formula: str, *operands: Any, dtype: DType | str | None = None) -> Tensor:
         """Einstein summation over letters, e.g. "ij,jk->ik"; an implicit output lists the letters used once.
 
         Repeated letters in one operand take the diagonal ("ii->i"); "..." stands for broadcast leading dims.
@@ -81,7 +86,8 @@ class LinalgMixin:
             total = t if total is None else total * t
         assert total is not None
         summed = tuple(range(len(rhs), len(order)))
-        return total.sum(summed) if summed else total
+        dt = to_dtype(dtype) if dtype is not None else None
+        return total.sum(summed, dtype=dt) if summed else (total.cast(dt) if dt is not None else total)
 
 
 def _expand_ellipsis(formula: str, ndims: list[int]) -> str:

@@ -38,10 +38,10 @@ class NNMixin(ConvMixin):
 
     __slots__ = ()
 
-    def sequential(self: Tensor, layers: list[Callable[[Tensor], Tensor]]) -> Tensor:
+    def sequential(self: Tensor, ll: list[Callable[[Tensor], Tensor]]) -> Tensor:
         """Apply each callable in turn: `x.sequential([conv, Tensor.relu, lambda t: t.flatten(1)])`."""
         x = self
-        for layer in layers:
+        for layer in ll:
             x = layer(x)
         return x
 
@@ -86,8 +86,18 @@ class NNMixin(ConvMixin):
         attn_mask: Tensor | None = None,
         dropout_p: float = 0.0,
         is_causal: bool = False,
+        enable_gqa: bool = False,
     ) -> Tensor:
-        """softmax(q k^T / sqrt(d) + mask) v; a bool mask keeps True positions, is_causal keeps j <= i."""
+        """softmax(q k^T / sqrt(d) + mask) v; a bool mask keeps True positions, is_causal keeps j <= i.
+
+        enable_gqa: key and value may have fewer heads (dim -3) than the query; each serves a group of them.
+        """
+        if enable_gqa and self.ndim >= 3 and key.shape[-3] != self.shape[-3]:
+            heads, kv = int(self.shape[-3]), int(key.shape[-3])
+            if kv == 0 or heads % kv or value.shape[-3] != kv:
+                msg = f"{heads} query heads cannot be grouped over {kv} key heads"
+                raise ValueError(f"scaled_dot_product_attention: {msg}")
+            key, value = key.repeat_interleave(heads // kv, -3), value.repeat_interleave(heads // kv, -3)
         scores = self @ key.transpose(-2, -1) / math.sqrt(int(self.shape[-1]))
         if is_causal:
             causal = type(self).ones(int(self.shape[-2]), int(key.shape[-2]), dtype=dtypes.bool, device=self.device)
@@ -129,34 +139,34 @@ class NNMixin(ConvMixin):
         return x_lo * (1 - wt) + x_hi * wt
 
     # ---- losses ----
-    def cross_entropy(self: Tensor, y: Tensor, reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
+    def cross_entropy(self: Tensor, Y: Tensor, reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
         """Cross entropy of logits (N, C, ...) with class indices (N, ...) or probabilities (N, C, ...)."""
         if not 0 <= label_smoothing <= 1:
             raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
         classes = int(self.shape[1]) if self.ndim > 1 else int(self.shape[0])
         cls_axis = 1 if self.ndim > 1 else 0
-        if y.ndim < self.ndim:
-            y = y.one_hot(classes).cast(self._float().dtype)
-            y = y.permute((0, y.ndim - 1, *range(1, y.ndim - 1))) if y.ndim > 2 else y
-        y = (1 - label_smoothing) * y + label_smoothing / classes
-        loss = -(self.log_softmax(cls_axis) * y).sum(cls_axis)
+        if Y.ndim < self.ndim:
+            Y = Y.one_hot(classes).cast(self._float().dtype)
+            Y = Y.permute((0, Y.ndim - 1, *range(1, Y.ndim - 1))) if Y.ndim > 2 else Y
+        Y = (1 - label_smoothing) * Y + label_smoothing / classes
+        loss = -(self.log_softmax(cls_axis) * Y).sum(cls_axis)
         return _reduce_loss(loss, reduction)
 
     def sparse_categorical_crossentropy(
-        self: Tensor, y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0, reduction: str = "mean"
+        self: Tensor, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0, reduction: str = "mean"
     ) -> Tensor:
         """Cross entropy of logits (..., C) with int labels (...); labels equal to ignore_index are skipped.
 
         The mean divides by the number of labels that count.
         """
-        if not dtypes.is_int(y.dtype):
-            raise TypeError(f"sparse_categorical_crossentropy: labels must be integers, got dtype {y.dtype}")
-        if y.shape != self.shape[:-1]:
-            raise ValueError(f"sparse_categorical_crossentropy: labels {y.shape} do not match logits {self.shape}")
+        if not dtypes.is_int(Y.dtype):
+            raise TypeError(f"sparse_categorical_crossentropy: labels must be integers, got dtype {Y.dtype}")
+        if Y.shape != self.shape[:-1]:
+            raise ValueError(f"sparse_categorical_crossentropy: labels {Y.shape} do not match logits {self.shape}")
         classes = int(self.shape[-1])
         log_probs = self.log_softmax(-1)
-        counted = y.ne(ignore_index)
-        hit = (y.unsqueeze(-1) == type(self).arange(classes, device=self.device)) & counted.unsqueeze(-1)
+        counted = Y.ne(ignore_index)
+        hit = (Y.unsqueeze(-1) == type(self).arange(classes, device=self.device)) & counted.unsqueeze(-1)
         nll = hit.where(log_probs, 0).sum(-1)
         smooth = label_smoothing * log_probs.mean(-1)
         loss = counted.where(-(1 - label_smoothing) * nll - smooth, 0)
@@ -164,13 +174,13 @@ class NNMixin(ConvMixin):
             return loss.sum() / counted.sum().cast(loss.dtype)
         return _reduce_loss(loss, reduction)
 
-    def binary_crossentropy(self: Tensor, y: Tensor, reduction: str = "mean") -> Tensor:
-        """-(y log p + (1 - y) log(1 - p)) for probabilities p = self."""
-        loss = -(y * self.log() + (1 - y) * (1 - self).log())
+    def binary_crossentropy(self: Tensor, Y: Tensor, reduction: str = "mean") -> Tensor:
+        """-(Y log p + (1 - Y) log(1 - p)) for probabilities p = self."""
+        loss = -(Y * self.log() + (1 - Y) * (1 - self).log())
         return _reduce_loss(loss, reduction)
 
-    def binary_crossentropy_logits(self: Tensor, y: Tensor, reduction: str = "mean", pos_weight: Any = None) -> Tensor:
+    def binary_crossentropy_logits(self: Tensor, Y: Tensor, reduction: str = "mean", pos_weight: Any = None) -> Tensor:
         """binary_crossentropy of sigmoid(self), computed stably from the logits."""
         log_p, log_not_p = self.logsigmoid(), (-self).logsigmoid()
-        pos = y * log_p if pos_weight is None else y * log_p * pos_weight
-        return _reduce_loss(-(pos + (1 - y) * log_not_p), reduction)
+        pos = Y * log_p if pos_weight is None else Y * log_p * pos_weight
+        return _reduce_loss(-(pos + (1 - Y) * log_not_p), reduction)

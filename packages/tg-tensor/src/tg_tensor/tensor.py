@@ -25,6 +25,7 @@ from tg_runtime.device import Device
 from tg_tensor import gradient as autograd
 from tg_tensor.activation import ActivationMixin
 from tg_tensor.creation import CreationMixin
+from tg_tensor.decomp import DecompMixin
 from tg_tensor.elementwise import ElementwiseMixin
 from tg_tensor.indexing import IndexingMixin
 from tg_tensor.inplace import live_tensors, previous, protect_old_values, rebuild_view, view_chain
@@ -36,6 +37,7 @@ from tg_tensor.ordering import order_items
 from tg_tensor.realize import run_pending
 from tg_tensor.reduce import ReduceMixin
 from tg_tensor.schedule import ScheduleItem, buffer_of, buffers, create_schedule, pending, write_view
+from tg_tensor.selection import SelectionMixin
 from tg_tensor.shaping import ShapingMixin
 from tg_tensor.sorting import SortingMixin
 from tg_tensor.util import const_uop, is_contiguous_buffer, np_dtype, shape_of_list, to_dtype
@@ -88,6 +90,8 @@ class Tensor(
     MathOpsMixin,
     ShapingMixin,
     SortingMixin,
+    SelectionMixin,
+    DecompMixin,
 ):
     """A lazy multi-dimensional array. Operations build a UOp graph; `realize()` runs it.
 
@@ -242,8 +246,11 @@ class Tensor(
         pending.extend(items)
         return items
 
-    def realize(self, *others: Tensor) -> Tensor:
-        """Run every kernel needed to compute this tensor (and `others`)."""
+    def realize(self, *others: Tensor, do_update_stats: bool = True) -> Tensor:
+        """Run every kernel needed to compute this tensor (and `others`).
+
+        do_update_stats is tinygrad's switch for its global counters; tg always counts (accepted, no effect).
+        """
         self.schedule(*others)
         run_pending()
         return self
@@ -253,8 +260,13 @@ class Tensor(
         self.schedule(*others)
         return self
 
-    def contiguous(self) -> Tensor:
-        """A tensor whose data is laid out contiguously (a copy kernel unless it already is)."""
+    def contiguous(self, **kwargs: Any) -> Tensor:
+        """A tensor whose data is laid out contiguously (a copy kernel unless it already is).
+
+        tinygrad forwards **kwargs to its UOp; tg's CONTIGUOUS node takes no options, so any given raises.
+        """
+        if kwargs:
+            raise TypeError(f"contiguous: unexpected options {sorted(kwargs)} (tg's contiguous takes none)")
         return Tensor(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
 
     def detach(self) -> Tensor:
@@ -306,12 +318,15 @@ class Tensor(
         ret.requires_grad = self.requires_grad
         return ret
 
-    def clone(self) -> Tensor:
-        """A copy with its own buffer once realized."""
-        return self.contiguous()
+    def clone(self, device: str | None = None) -> Tensor:
+        """A copy with its own buffer once realized (on `device` when given), with a clone of `.grad`."""
+        ret = self.contiguous() if device is None else self.to(device).contiguous()
+        if self.grad is not None:
+            ret.grad = self.grad.clone(device)
+        return ret
 
     # ---- in-place update ----
-    def assign(self, value: TensorLike) -> Tensor:
+    def assign(self, x: TensorLike) -> Tensor:
         """Overwrite this tensor's values with `value`, lazily, in place (its buffer is reused once realized).
 
         A view of a buffer (`w[1:3]`, `w.T`) writes into that buffer. Lazy tensors built from the old
@@ -323,8 +338,7 @@ class Tensor(
         >>> w[1:].assign(w[1:] * 10).realize().tolist(), w.tolist(), old.tolist()
         ([20.0, 30.0], [1.0, 20.0, 30.0], [1.0, 2.0, 3.0])
         """
-        if not isinstance(value, Tensor):
-            value = Tensor(value, device=self.device, dtype=self.dtype)
+        value = x if isinstance(x, Tensor) else Tensor(x, device=self.device, dtype=self.dtype)
         if value.shape != self.shape:
             raise ValueError(f"assign: value of shape {value.shape} does not match the tensor's shape {self.shape}")
         if value.dtype != self.dtype:
