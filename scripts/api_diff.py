@@ -32,12 +32,29 @@ OMITTED: dict[str, str] = {
     "from_blob": "wraps a raw pointer: unsafe, and tg has no use for it",
     "from_url": "downloads at run time; tg never fetches from the network implicitly",
     "fetch": "downloads at run time; tg never fetches from the network implicitly",
+    "hash": "tinygrad's keccak-based tensor hash (keccak is left out)",
+    "threefry": "tg's random numbers are its own Threefry stream (rng.py); the raw primitive is internal",
+    "random_bits": "tg's random numbers are its own Threefry stream (rng.py); the raw primitive is internal",
+    "shard_like": "multi-device tensors have their own issue",
+    "as_param": "tinygrad's function-call machinery (PARAM/CALL UOps); tg has TinyJit instead",
+    "is_param": "tinygrad's function-call machinery (PARAM/CALL UOps); tg has TinyJit instead",
+    "is_param_": "tinygrad's function-call machinery (PARAM/CALL UOps); tg has TinyJit instead",
+    "call": "tinygrad's function-call machinery (PARAM/CALL UOps); tg has TinyJit instead",
+    "callify": "tinygrad's function-call machinery (PARAM/CALL UOps); tg has TinyJit instead",
+    "linear_with_vars": "tinygrad's internal linearized schedule; tg's is Tensor.schedule()",
+    "schedule_linear": "tinygrad's internal linearized schedule; tg's is Tensor.schedule()",
+    "ufix": "internal helper of tinygrad's mixins (a constant like self)",
+    "uprod": "internal helper of tinygrad's mixins (a product of UOps)",
+    "usum": "internal helper of tinygrad's mixins (a sum of UOps)",
 }
 
 # (method, parameter) pairs left out on purpose.
 OMITTED_PARAMS: dict[tuple[str, str], str] = {
     ("to", "device"): "tuple of devices: multi-device",
 }
+
+# default reprs that mean the same thing in both
+SAME_DEFAULTS = {("dtypes.int", "dtypes.int32"), ("dtypes.float", "dtypes.float32")}
 
 _DUMP = r"""
 import inspect, json, sys
@@ -114,6 +131,32 @@ def missing_params(theirs: list[list[Any]], ours: list[list[Any]]) -> list[str]:
     return out
 
 
+def _same_default(a: str, b: str | None) -> bool:
+    if b is None:
+        return False
+    if a == b or (a, b) in SAME_DEFAULTS:
+        return True
+    try:
+        return float(a) == float(b)
+    except ValueError:
+        return False
+
+
+def differing_defaults(theirs: dict[str, dict[str, Any]], ours: dict[str, dict[str, Any]]) -> list[str]:
+    """Parameters both have whose default values differ (compared by repr)."""
+    out = []
+    for name in sorted(set(theirs) & set(ours)):
+        tp, op = theirs[name]["params"], ours[name]["params"]
+        if tp is None or op is None:
+            continue
+        mine = {p[0]: p[2] for p in op}
+        for pname, _kind, default in tp:
+            if default is None or pname not in mine or _same_default(default, mine[pname]):
+                continue  # (None: tinygrad requires it, so any tg default is a superset)
+            out.append(f"{name}({pname}): tinygrad {default}, tg {mine[pname]}")
+    return out
+
+
 def diff(theirs: dict[str, dict[str, Any]], ours: dict[str, dict[str, Any]]) -> tuple[list[str], list[str], list[str]]:
     missing, omitted, params = [], [], []
     for name in sorted(theirs):
@@ -153,12 +196,16 @@ def main() -> int:
     print(f"missing parameters ({len(params)}):")
     for p in params:
         print(f"  {p}")
+    defaults = differing_defaults(theirs, ours)
+    print(f"differing defaults ({len(defaults)}):")
+    for d in defaults:
+        print(f"  {d}")
     print(f"deliberately omitted ({len(omitted)}):")
     for o in omitted:
         print(f"  {o}: {_why(o)}")
     extra = sorted(set(ours) - set(theirs))
     print(f"tg-only names ({len(extra)}): {' '.join(extra) or '-'}")
-    return 1 if missing or params else 0
+    return 1 if missing or params or defaults else 0
 
 
 if __name__ == "__main__":

@@ -562,9 +562,10 @@ def test_differential(name: str, device: str) -> None:
 @pytest.mark.skipif(not os.getenv("FUZZ"), reason="the 10,000-case run is FUZZ=1 (CI runs the sample above)")
 def test_fuzz() -> None:
     total, device = int(os.getenv("FUZZ_CASES", "10000")), os.getenv("FUZZ_DEVICE", "CPU")
+    first = int(os.getenv("FUZZ_START", "0"))  # to split a run over processes: FUZZ_START=5000 FUZZ_CASES=5000
     names = sorted(CASES)
     start, failures = time.perf_counter(), []
-    for n in range(total):
+    for n in range(first, first + total):
         name = names[n % len(names)]
         rng = np.random.default_rng([n, 12])
         try:

@@ -229,7 +229,7 @@ class CreationMixin:
 
     @classmethod
     def randint(
-        cls: type[Tensor], *shape: Any, low: int = 0, high: int = 10, dtype: DType | str | None = None, **kw: Any
+        cls: type[Tensor], *shape: Any, low: int = 0, high: int = 10, dtype: DType | str = dtypes.int32, **kw: Any
     ) -> Tensor:
         """Random integers in [low, high) (the bits modulo the range: bias below range / 2**32)."""
         if not isinstance(low, int) or not isinstance(high, int) or low >= high:

@@ -151,6 +151,16 @@ class MathOpsMixin:
         """
         return type(self).full(self.shape, b, to_dtype(dtype) if dtype is not None else self.dtype, self.device)
 
+    @classmethod
+    def const(cls: type[Tensor], b: ConstType, dtype: DType | str | None = None) -> Tensor:
+        """A 0-d constant tensor on the default device.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor.const(3).item()
+        3
+        """
+        return cls.full((), b, to_dtype(dtype) if dtype is not None else None)
+
     def contiguous_backward(self: Tensor) -> Tensor:
         """The same tensor; in tinygrad a hint to make the gradient contiguous, which tg's scheduler decides itself."""
         return self
