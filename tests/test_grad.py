@@ -239,7 +239,7 @@ GRAD_CASES.update(
     }
 )
 NOT_DIFFERENTIABLE |= set(
-    "argsort nonzero isclose allclose short bfloat16 multinomial randperm invalids max_numel replace to_".split()
+    "argsort nonzero isclose allclose short bfloat16 multinomial randperm invalids max_numel replace to_ const".split()
 )
 
 
