@@ -8,7 +8,10 @@ the memory-bandwidth bound (weights bytes read per token / peak bandwidth).
 The model files are written once into $LLM_DIR (default /tmp/tg_bench_llm) with `gguf` (a dev dependency)
 and reused. tinygrad: `$TINYGRAD_PYTHON -m tinygrad.llm --model F --benchmark N --max_context C` (or
 tinygrad.apps.llm for older versions), median of the tok/s it prints after warm-up; skipped with a note
-when that python has no tinygrad. Peak bandwidth: PEAK_GBS, else from nvidia-smi's GPU name (H100 SXM
+when that python has no tinygrad. The PyPI wheel of tinygrad 0.14.0 cannot run `-m tinygrad.llm` (its
+model.py imports tinygrad.llm.kernels, which the wheel lacks): point TINYGRAD_PATH at a source tree
+(e.g. `git archive <commit> tinygrad | tar -x -C DIR` from a clone) and it goes first on PYTHONPATH.
+Peak bandwidth: PEAK_GBS, else from nvidia-smi's GPU name (H100 SXM
 3350, H100 PCIe 2000, H200 4800 GB/s), else no bound row. Prints one JSON line per figure.
 """
 
@@ -94,10 +97,13 @@ def bench_tg(path: str, qtype: str, keep_quantized: bool) -> None:
 
 def bench_tinygrad(path: str, qtype: str) -> None:
     python = os.getenv("TINYGRAD_PYTHON", sys.executable)
+    env = dict(os.environ)
+    if os.getenv("TINYGRAD_PATH"):
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ["TINYGRAD_PATH"], env.get("PYTHONPATH")) if p)
     for module in ("tinygrad.llm", "tinygrad.apps.llm"):
         cmd = [python, "-m", module, "--model", path, "--benchmark", str(DECODE + 4), "--max_context", str(CONTEXT)]
         try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=env)
         except (OSError, subprocess.TimeoutExpired) as e:
             print(f"# tinygrad ({module}): {e}", file=sys.stderr)
             continue

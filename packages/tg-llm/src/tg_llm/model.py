@@ -232,6 +232,7 @@ class Llama:
         self.inv_freq = Tensor(_inv_freq(cfg, loaded.get("rope_freqs.weight")), device=self.device).realize()
         self.caches = [KVCache(cfg.n_kv_heads, cfg.context_length, cfg.head_dim, self.device) for _ in self.blocks]
         self._decode = TinyJit(self._step)
+        self._prefill: dict[int, TinyJit[Tensor]] = {}  # one jitted prefill step per padded length
 
     def _step(self, x: Tensor, positions: Tensor) -> Tensor:
         """Logits (t, vocab) of the embedded tokens x (t, dim) at `positions` (t,), realized with the caches."""
@@ -254,20 +255,27 @@ class Llama:
     def forward(self, tokens: list[int], start_pos: int) -> Tensor:
         """Logits (len(tokens), vocab) of `tokens` at positions start_pos.. (prefill: all in one pass).
 
-        One token goes through the jitted decode step (the same kernels at every position).
+        One token goes through the jitted decode step (the same kernels at every position). A longer
+        chunk is padded to a power of two (when the context has room), so prompts of any length reuse a
+        few jitted prefill steps: the padding writes cache slots after the last real token, which no
+        query reads before a later step overwrites them.
         """
         if not tokens:
             raise ValueError("Llama: forward needs at least one token")
-        if start_pos < 0 or start_pos + len(tokens) > self.cfg.context_length:
-            raise ValueError(
-                f"Llama: positions {start_pos}..{start_pos + len(tokens) - 1} exceed the context of "
-                f"{self.cfg.context_length} tokens"
-            )
-        positions = Tensor(list(range(start_pos, start_pos + len(tokens))), dtype=dtypes.int32, device=self.device)
+        n, ctx = len(tokens), self.cfg.context_length
+        if start_pos < 0 or start_pos + n > ctx:
+            raise ValueError(f"Llama: positions {start_pos}..{start_pos + n - 1} exceed the context of {ctx} tokens")
         x = self.embed(tokens)
-        if len(tokens) == 1:
-            return self._decode(x, positions)
-        return self._step(x, positions)
+        if n == 1:
+            return self._decode(x, Tensor([start_pos], dtype=dtypes.int32, device=self.device))
+        size = max(8, 1 << (n - 1).bit_length())
+        if start_pos + size > ctx:
+            size = n
+        x = x.pad(((0, size - n), (0, 0))) if size > n else x
+        positions = Tensor(list(range(start_pos, start_pos + size)), dtype=dtypes.int32, device=self.device)
+        if size not in self._prefill:
+            self._prefill[size] = TinyJit(self._step)
+        return self._prefill[size](x.contiguous().realize(), positions)[:n]
 
     def reset(self) -> None:
         """Nothing to clear: positions after the ones written are never read (kept for API symmetry)."""

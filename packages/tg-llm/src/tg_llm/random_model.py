@@ -192,7 +192,7 @@ def write_random_gguf(
     hd = dim // n_heads
 
     def matrix(name: str, rows: int, cols: int) -> None:
-        data, raw = _encode_weight((0.02 * rng.standard_normal((rows, cols))).astype(np.float32), qt, rng)
+        data, raw = _encode_weight(rng.standard_normal((rows, cols), dtype=np.float32) * np.float32(0.02), qt, rng)
         w.add_tensor(name, data, raw_dtype=raw)
 
     def vector(name: str, n: int, around: float) -> None:
