@@ -167,14 +167,157 @@ def bench_jit_replay(kernels: int = 50, calls: int = 200) -> None:
             emit("jit_replay", impl, (time.perf_counter() - st) / calls / kernels * 1e6, "us/kernel", kernels=kernels)
 
 
+MNIST_STEPS = 50
+
+
+def mnist_batches(n: int, bs: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    rng = np.random.default_rng(0)
+    return [(rng.random((bs, 1, 28, 28), dtype=np.float32), rng.integers(0, 10, bs).astype(np.int32)) for _ in range(n)]
+
+
+def _steps_per_s(
+    step: Callable[[Any, Any], Any],
+    make: Callable[[np.ndarray, np.ndarray], tuple[Any, Any]],
+    sync: Callable[[Any], Any],
+    steps: int,
+    bs: int,
+) -> float:
+    """Steps/s of a whole train step (inputs copied in, every launch, the replay's own costs), best of 3 runs."""
+    data = mnist_batches(4, bs)
+    for x, y in data[:3]:  # warm-up, JIT capture, first replay
+        sync(step(*make(x, y)))
+    best = float("inf")
+    for _ in range(3):
+        st = time.perf_counter()
+        for i in range(steps):
+            loss = step(*make(*data[i % 4]))
+        sync(loss)
+        best = min(best, time.perf_counter() - st)
+    return steps / best
+
+
+def tg_mnist_step(bs: int) -> Callable[[Tensor, Tensor], Tensor]:
+    """beautiful_mnist.py's model and jitted Adam step."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+    from beautiful_mnist import Model
+
+    from tg import TinyJit, nn
+
+    Tensor.manual_seed(0)
+    model = Model()
+    opt = nn.optim.Adam(nn.state.get_parameters(model))
+
+    @TinyJit
+    def step(x: Tensor, y: Tensor) -> Tensor:
+        with Tensor.train():
+            opt.zero_grad()
+            loss = model(x).sparse_categorical_crossentropy(y).backward()
+            Tensor.realize(loss, *opt.schedule_step())
+            return loss
+
+    return step
+
+
+def _tg_inputs(x: np.ndarray, y: np.ndarray) -> tuple[Tensor, Tensor]:
+    return Tensor(x), Tensor(y)
+
+
+def tg_mnist_steps_per_s(bs: int, steps: int) -> float:
+    return _steps_per_s(tg_mnist_step(bs), _tg_inputs, lambda loss: loss.item(), steps, bs)
+
+
+def bench_mnist_step(bs: int, steps: int, profile: bool) -> None:
+    """The MNIST convnet's jitted Adam train step (beautiful_mnist.py), tg vs tinygrad (TinyJit) vs torch eager."""
+    step = tg_mnist_step(bs)
+    emit(
+        "mnist_train_step",
+        "tg",
+        _steps_per_s(step, _tg_inputs, lambda loss: loss.item(), steps, bs),
+        "steps/s",
+        batch=bs,
+    )
+    if profile:  # one replay with a timed line per kernel (diagnostic)
+        with Context(DEBUG=2):
+            step(*_tg_inputs(*mnist_batches(1, bs)[0])).item()
+    for impl, fn in (("tinygrad", _tinygrad_mnist), ("torch", _torch_mnist)):
+        try:
+            emit("mnist_train_step", impl, fn(bs, steps, profile), "steps/s", batch=bs)
+        except Exception as e:  # the peer is not installed or fails here
+            print(f"# mnist_train_step {impl}: {type(e).__name__}: {e}"[:400], file=sys.stderr)
+
+
+def _tinygrad_mnist(bs: int, steps: int, profile: bool = False) -> float:
+    import tinygrad  # type: ignore[import-not-found]
+    from tinygrad import nn as tnn  # type: ignore[import-not-found]
+
+    assert os.environ["DEV"] == "CUDA", "tinygrad reads DEV=CUDA from the environment"
+    TT = tinygrad.Tensor
+
+    class Model:
+        def __init__(self) -> None:
+            self.c1, self.c2, self.l1 = tnn.Conv2d(1, 32, 3), tnn.Conv2d(32, 64, 3), tnn.Linear(1600, 10)
+
+        def __call__(self, x: Any) -> Any:
+            x = self.c1(x).relu().max_pool2d((2, 2))
+            x = self.c2(x).relu().max_pool2d((2, 2))
+            return self.l1(x.flatten(1).dropout(0.5))
+
+    model = Model()
+    opt = tnn.optim.Adam(tnn.state.get_parameters(model))
+
+    def train(x: Any, y: Any) -> Any:
+        with tinygrad.Context(TRAINING=1):
+            opt.zero_grad()
+            loss = model(x).sparse_categorical_crossentropy(y).backward()
+            return loss.realize(*opt.schedule_step())
+
+    if profile:  # one step outside the JIT, with tinygrad's timed line per kernel (diagnostic)
+        x, y = mnist_batches(1, bs)[0]
+        train(TT(x), TT(y)).item()
+        with tinygrad.Context(DEBUG=2):
+            train(TT(x), TT(y)).item()
+    step = tinygrad.TinyJit(train)
+    return _steps_per_s(step, lambda x, y: (TT(x), TT(y)), lambda loss: loss.item(), steps, bs)
+
+
+def _torch_mnist(bs: int, steps: int, profile: bool = False) -> float:
+    import torch
+
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(1, 32, 3), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(32, 64, 3), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Flatten(), torch.nn.Dropout(0.5), torch.nn.Linear(1600, 10),
+    ).cuda()  # fmt: skip
+    opt = torch.optim.Adam(net.parameters())
+
+    def step(x: Any, y: Any) -> Any:
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(net(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    def make(x: np.ndarray, y: np.ndarray) -> tuple[Any, Any]:
+        return torch.from_numpy(x).cuda(), torch.from_numpy(y).long().cuda()
+
+    return _steps_per_s(step, make, lambda loss: loss.item(), steps, bs)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="small sizes, to check the script itself")
     parser.add_argument("--beam", type=int, default=0, help="also time the fp16/bf16 matmuls with BEAM=n")
+    parser.add_argument("--only", default="", help="comma-separated figures to run (default: all)")
+    parser.add_argument("--profile", action="store_true", help="print one timed line per kernel of a tg MNIST step")
     args = parser.parse_args()
     reps = 3 if args.quick else 10
     n = 64 if args.quick else 4096
+    only = set(filter(None, args.only.split(",")))
     with Context(DEBUG=0):
+        if not only or "mnist" in only:
+            bench_mnist_step(512 if not args.quick else 16, MNIST_STEPS if not args.quick else 3, args.profile)
+        if only and "all" not in only:
+            return
         bench_tiny_realize(reps)
         bench_jit_replay(5 if args.quick else 50)
         bench_conv(reps, args.quick)

@@ -1,25 +1,29 @@
 """Launch dimensions for GPU-style renderers: output axes become group ids, local axes local ids.
 
 OpenCL and CUDA launch at most 3 dimensions. The innermost axis gets dimension 0; when there are more
-than 3 axes, the outer ones share dimension 2 and are recovered by division and modulo.
+than 3 axes, the outer ones share dimension 2 and are recovered by division and modulo. Where a dimension's
+total would exceed the device's limit for it, another packing that fits is used.
 
 >>> from tg_codegen.gpudims import special_indexes  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
+from tg_codegen.limits import assign_dims
 from tg_uop import Ops, UOp, dtypes
 from tg_uop.helpers import prod
 
 
-def special_indexes(sizes: list[int], prefix: str) -> list[UOp]:
-    """One index expression per axis (in axis order) built from at most 3 SPECIAL ids named prefix+dim."""
+def special_indexes(sizes: list[int], prefix: str, maxes: tuple[int, ...] | None = None) -> list[UOp]:
+    """One index expression per axis (in axis order) built from at most 3 SPECIAL ids named prefix+dim.
+
+    The innermost axis takes dimension 0 and the next dimension 1 where they fit `maxes` (the device's
+    per-dimension limits); otherwise another packing that fits (see limits.assign_dims).
+    """
     if not sizes:
         return []
-    n = len(sizes)
-    groups: list[list[int]] = [[n - 1]] + ([[n - 2]] if n >= 2 else []) + ([list(range(n - 2))] if n >= 3 else [])
-    ret: list[UOp] = [UOp.const(dtypes.int32, 0)] * n
-    for dim, axes in enumerate(groups):
+    ret: list[UOp] = [UOp.const(dtypes.int32, 0)] * len(sizes)
+    for dim, axes in assign_dims(sizes, maxes):
         total = int(prod(sizes[a] for a in axes))
         sp = UOp(Ops.SPECIAL, dtypes.int32, (UOp.const(dtypes.int32, total),), (f"{prefix}{dim}", total))
         below = total

@@ -158,19 +158,34 @@ GPU_WORKGROUP = 256
 GPU_CONV_WORKGROUP = 64
 
 
+GPU_GROUP_WIDE_OUTPUTS = 16384  # up to this many outputs, a long stride-1 reduction is still shared by a workgroup
+GPU_GROUP_WIDE_REDUCE = 1024  # (how long "long" is)
+
+
 def _gpu(k: Kernel) -> None:
     if tc_optimizations(k):  # fp16/bf16 matmuls on tensor cores
         return
-    if k.reduceops and prod(int(k.full_shape[a]) for a in k.axes_of("global")) <= GPU_GROUP_MAX_OUTPUTS:
+    outputs = prod(int(k.full_shape[a]) for a in k.axes_of("global"))
+    if k.reduceops and outputs <= GPU_GROUP_MAX_OUTPUTS:
         if _coalesced_group(k):
             return
         k.apply_first([Opt(OptOps.GROUPTOP, 0, a) for a in (256, 128, 64, 32, 16)])
+    elif k.reduceops and outputs <= GPU_GROUP_WIDE_OUTPUTS and _reduce_size(k) >= GPU_GROUP_WIDE_REDUCE:
+        # e.g. the MNIST linear layer (512x10 outputs, 1600 long): one thread per output made 5 blocks (0.86 ms)
+        trial = k.copy()
+        if _coalesced_group(trial):
+            k.apply_opts(trial.applied_opts[len(k.applied_opts) :])
+            return
     budget = GPU_WORKGROUP // max(1, prod(int(k.full_shape[a]) for a in k.axes_of("group")))
     if not (k.reduceops and not k.axes_of("group") and _broadcast_axes(k)):
         _gpu_locals(k, budget)
         return
     for opt in _gpu_tile(k, budget):
         k.apply_opt(opt)
+
+
+def _reduce_size(k: Kernel) -> int:
+    return int(prod(int(k.full_shape[a]) for a in k.axes_of("reduce")))
 
 
 def _gpu_tile(k: Kernel, budget: int) -> list[Opt]:

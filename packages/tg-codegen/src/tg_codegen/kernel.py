@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
+from tg_codegen.limits import assign_dims, check_resources, check_threads
 from tg_codegen.opt import KernelOptError, Opt
 from tg_codegen.renderer import Renderer
 from tg_shape import ShapeTracker
@@ -152,8 +153,35 @@ class Kernel:
         handler = _HANDLERS.get(opt.op.name)
         if handler is None:
             raise KernelOptError(f"{opt.op} is not implemented for this renderer ({self.opts.device or 'generic'})")
-        handler(self, opt)
+        saved = {**self.__dict__, "axis_types": list(self.axis_types)}
+        try:
+            handler(self, opt)
+            if self.opts.limits is not None:
+                self.check_launch()
+        except KernelOptError as e:
+            self.__dict__.clear()
+            self.__dict__.update(saved)  # unchanged: the heuristics go on with their next choice
+            if str(opt) in str(e):
+                raise
+            raise KernelOptError(f"{opt}: {e}") from e
         self.applied_opts.append(opt)
+
+    def check_launch(self) -> None:
+        """Raise KernelOptError when a launch of this kernel would exceed the renderer's device limits."""
+        lim = self.opts.limits
+        if lim is None:
+            return
+        local = [int(self.full_shape[a]) for a in self.axes_of("local", "group")]
+        check_threads(lim, local)
+        grid = [s for s in (self.full_shape[a] for a in self.axes_of("global", "thread")) if isinstance(s, int)]
+        assign_dims(grid, lim.grid)
+        threads = int(prod(local))
+        accumulators = int(prod(int(self.full_shape[a]) for a in self.axes_of("upcast")))
+        words = sum(-(-r.dtype.itemsize // 4) for r in self.reduceops)
+        shared = 0
+        if self.axes_of("group"):  # one partial per thread and upcast value for each reduction (lowerer.py)
+            shared = sum(r.dtype.itemsize for r in self.reduceops) * accumulators * threads
+        check_resources(lim, threads, shared, accumulators * words)
 
     def _pick(self, opt: Opt, *types: str) -> int:
         axes = self.axes_of(*types)

@@ -69,7 +69,9 @@ class Lowerer:
         """GPU style: output axes are group ids, local and group axes local ids (no loops for them)."""
         for types, prefix in ((("global", "thread"), "gidx"), (("local", "group"), "lidx")):
             axes = self.k.axes_of(*types)
-            for a, idx in zip(axes, special_indexes([int(self.k.full_shape[a]) for a in axes], prefix)):
+            lim = self.k.opts.limits
+            maxes = None if lim is None else lim.grid if prefix == "gidx" else lim.block
+            for a, idx in zip(axes, special_indexes([int(self.k.full_shape[a]) for a in axes], prefix, maxes)):
                 self.loop[a] = idx
 
     def _group_gate(self) -> tuple[UOp, ...]:

@@ -48,7 +48,9 @@ class TCLowerer(Lowerer):
         """Output axes are group ids; the lane is threadIdx.x and LOCAL axes (warps) the other local ids."""
         for types, prefix, extra in ((("global",), "gidx", []), (("local",), "lidx", [self.tc.threads])):
             axes = self.k.axes_of(*types)
-            ids = special_indexes([int(self.k.full_shape[a]) for a in axes] + extra, prefix)
+            # the lane stays threadIdx.x (a warp's 32 threads); the grid packs to fit the device
+            grid = self.k.opts.limits.grid if self.k.opts.limits is not None and not extra else None
+            ids = special_indexes([int(self.k.full_shape[a]) for a in axes] + extra, prefix, grid)
             for a, idx in zip(axes, ids):
                 self.loop[a] = idx
             if extra:

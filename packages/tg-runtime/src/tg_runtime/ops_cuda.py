@@ -17,6 +17,7 @@ import sys
 import time
 from typing import Any
 
+from tg_codegen.limits import LaunchLimits
 from tg_codegen.renderer.cuda import CUDARenderer
 from tg_runtime.device import Allocator, Compiled, Compiler
 
@@ -158,6 +159,23 @@ class Driver:
         self.check(self.lib.cuDeviceGetAttribute(ctypes.byref(minor), 76, self.dev), "cuDeviceGetAttribute(minor)")
         self.arch = f"sm_{major.value}{minor.value}"
 
+    def attribute(self, attr: int) -> int:
+        """cuDeviceGetAttribute(attr) of this device."""
+        val = ctypes.c_int()
+        self.check(self.lib.cuDeviceGetAttribute(ctypes.byref(val), attr, self.dev), f"cuDeviceGetAttribute({attr})")
+        return val.value
+
+    def limits(self) -> LaunchLimits:
+        """The launch limits the driver reports (threads, block and grid sizes, shared memory, registers)."""
+        a = self.attribute  # CU_DEVICE_ATTRIBUTE_*: 1 threads/block, 2-4 block dims, 5-7 grid dims, 8 smem, 12 regs
+        return LaunchLimits(
+            max_threads=a(1),
+            block=(a(2), a(3), a(4)),
+            grid=(a(5), a(6), a(7)),
+            shared_bytes=a(8),
+            registers_per_block=a(12),
+        )
+
     def make_current(self) -> None:
         self.check(self.lib.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
 
@@ -237,7 +255,7 @@ class CUDADevice(Compiled):
         super().__init__(
             name,
             CUDAAllocator(drv),
-            CUDARenderer(drv.arch),
+            CUDARenderer(drv.arch, drv.limits()),
             NVRTCCompiler(drv.arch),
             lambda fname, lib: CUDAProgram(drv, fname, lib),
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from tg_codegen.limits import LaunchLimits
 from tg_uop import DType, Ops, UOp
 
 
@@ -85,8 +86,7 @@ class Renderer:
     threads: int = 1  # how many CPU threads the device runs
     supports_float4: bool = False  # scalar loads of neighbouring addresses merge into wide loads (wideload.py)
     vector_bytes: int = 0  # widest vector dtype (0: none); upcast axes are packed into vectors up to this size
-    global_max: tuple[int, ...] | None = None
-    local_max: tuple[int, ...] | None = None
+    limits: LaunchLimits | None = None  # per-launch limits of a GPU (threads, block/grid sizes, shared memory)
     tensor_cores: tuple[object, ...] = ()
 
     def render(self, name: str, uops: list[UOp]) -> str:

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+from tg_codegen.limits import LaunchLimits
 from tg_codegen.renderer.cstyle import CStyleLanguage
 from tg_codegen.tensorcore import TENSOR_CORES_SM80, TensorCore
 from tg_uop import DType, Ops, PtrDType, UOp, dtypes
@@ -23,18 +24,17 @@ class CUDARenderer(CStyleLanguage):
     supports_float4 = True
     smem_prefix = "__shared__ "
     barrier = "__syncthreads();"
-    global_max = (2**31 - 1, 65535, 65535)
-    local_max = (1024, 1024, 64)
     kernel_prefix = 'extern "C" __global__ '
     buffer_suffix = " __restrict__"
     type_map = {dtypes.bool: "bool", dtypes.float16: "half", dtypes.bfloat16: "nv_bfloat16"}
 
     code_for_op = {**CStyleLanguage.code_for_op, Ops.WMMA: lambda a, b, c, dt: f"__tg_mma_{dt.name}({a},{b},{c})"}
 
-    def __init__(self, arch: str = "sm_90") -> None:
+    def __init__(self, arch: str = "sm_90", limits: LaunchLimits | None = None) -> None:
         if not isinstance(arch, str) or not arch.startswith("sm_") or not arch[3:].isdigit():
             raise ValueError(f"CUDARenderer: arch must look like 'sm_90', got {arch!r}")
         self.arch = arch
+        self.limits = limits if limits is not None else LaunchLimits()  # the device's, when it is open
         # mma.sync m16n8k16 with f16/bf16 inputs needs sm_80 (Ampere) or newer
         self.tensor_cores = TENSOR_CORES_SM80 if int(arch[3:]) >= 80 else ()
 
