@@ -4,17 +4,22 @@
 
 Prints one JSON line per figure: {"bench", "impl", "value", "unit", "params"}. Kernel times are the best of
 several launches of the already-compiled kernels (tg) or of the op (torch), synchronized on the device.
-Figures: tiny realize; TinyJit replay per kernel (CUDA graph, and JIT=2 launches); conv2d 64-channel;
-elementwise and sum on 2^26 floats; matmul 4096 fp32/tf32/fp16/bf16 (--beam N adds BEAM=N matmuls).
+Figures: the MNIST train step (batch 512, jitted Adam) vs tinygrad and torch; tiny realize; TinyJit replay per
+kernel (CUDA graph, and JIT=2 launches); conv2d forward kernel and jitted forward+backward (the seed conv
+(16,3,64,64)x(16,3,3,3) and (64,64,56,56)x(64,64,3,3)); elementwise and sum on 2^26 floats, as kernels and
+through a TinyJit replay; matmul 4096 fp32/tf32/fp16/bf16 (--beam N adds BEAM=N matmuls). --only mnist: the step.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import itertools
 import json
 import os
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -91,6 +96,11 @@ def bench_matmul(n: int, reps: int, names: tuple[str, ...] = ("fp32", "fp16", "b
     torch.backends.cuda.matmul.allow_tf32 = True
     ta, tb = torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda")
     emit("matmul", "torch", 2 * n**3 / torch_seconds(lambda: ta @ tb, reps) * 1e-12, "TFLOPS", n=n, dtype="tf32")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    a, b = Tensor.rand(n, n, device="CUDA").realize(), Tensor.rand(n, n, device="CUDA").realize()
+    with Context(ALLOW_TF32=1):
+        secs = tg_kernel_seconds(tg_matmul(a, b), reps)
+    emit("matmul", "tg", 2 * n**3 / secs * 1e-12, "TFLOPS", n=n, dtype="tf32")
 
 
 def bench_elementwise(n: int, reps: int) -> None:
@@ -116,6 +126,98 @@ def bench_elementwise(n: int, reps: int) -> None:
     emit("sum", "tg", 4 * n / tg_kernel_seconds(a.sum(), reps) * 1e-9, "GB/s", n=n)
 
 
+def replay_seconds(fn: Callable[[], Any], calls: int, sync: Callable[[], Any]) -> float:
+    """Seconds per call of `fn` over `calls` calls (after 3 warm-ups), synchronized once at the end."""
+    for _ in range(3):
+        fn()
+    sync()
+    st = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    sync()
+    return (time.perf_counter() - st) / calls
+
+
+def bench_jit_elementwise(n: int, calls: int) -> None:
+    """The fused elementwise op and the sum through a TinyJit replay (launch, output buffer, everything)."""
+    import torch
+
+    from tg import TinyJit
+
+    rng = np.random.default_rng(0)
+    # two sets of inputs, alternated (the same inputs twice would be the same, already computed, graph)
+    sets = [[Tensor(rng.standard_normal(n, dtype=np.float32)).realize() for _ in range(3)] for _ in range(2)]
+    fused = TinyJit(lambda x, y, z: ((x + y) * z).relu().realize())
+    total = TinyJit(lambda x: x.sum().realize())
+    sync, i = Device["CUDA"].synchronize, itertools.count()
+    secs = replay_seconds(lambda: fused(*sets[next(i) % 2]), calls, sync)
+    emit("elementwise_jit", "tg", 16 * n / secs * 1e-9, "GB/s", n=n)
+    emit("sum_jit", "tg", 4 * n / replay_seconds(lambda: total(sets[next(i) % 2][0]), calls, sync) * 1e-9, "GB/s", n=n)
+    ta, tb, tc = (torch.randn(n, device="cuda") for _ in range(3))
+    tsync = torch.cuda.synchronize
+    for impl, f in (("torch", lambda x, y, z: ((x + y) * z).relu()), ("torch_compile", None)):
+        try:
+            g = f or torch.compile(lambda x, y, z: ((x + y) * z).relu())
+            secs = replay_seconds(lambda g=g: g(ta, tb, tc), calls, tsync)
+            emit("elementwise_jit", impl, 16 * n / secs * 1e-9, "GB/s", n=n)
+            s = torch.compile(lambda x: x.sum()) if f is None else (lambda x: x.sum())
+            emit("sum_jit", impl, 4 * n / replay_seconds(lambda s=s: s(ta), calls, tsync) * 1e-9, "GB/s", n=n)
+        except Exception as e:  # torch.compile needs a working triton toolchain
+            print(f"# {impl}: {type(e).__name__}: {e}"[:300], file=sys.stderr)
+
+
+def _alternate(fn: Callable[..., Any], args: list[Any], counter: Any) -> Any:
+    return fn(*args[next(counter) % len(args)])
+
+
+CONVS = {"seed": ((16, 3, 64, 64), (16, 3, 3, 3), 0), "c64": ((64, 64, 56, 56), (64, 64, 3, 3), 1)}
+
+
+def bench_conv_train(calls: int, quick: bool) -> None:
+    """conv2d forward + backward (input and weight gradients) as one jitted step, tg vs torch eager."""
+    import torch
+
+    from tg import TinyJit
+
+    for name, (xs, ws, pad) in CONVS.items():
+        if quick:
+            xs, ws = (2, xs[1], 8, 8), (4, ws[1], 3, 3)
+        oh = xs[2] + 2 * pad - 2
+        flop = 3 * 2 * xs[0] * ws[0] * oh * oh * ws[1] * 9  # forward, input gradient, weight gradient
+        # two sets of inputs, alternated: the same inputs twice would be the same (already computed) graph
+        pairs = [
+            (
+                Tensor.rand(*xs, device="CUDA", requires_grad=True).realize(),
+                Tensor.rand(*ws, device="CUDA", requires_grad=True).realize(),
+            )
+            for _ in range(2)
+        ]
+        calls_made = itertools.count()
+
+        def step(x: Tensor, w: Tensor, pad: int = pad) -> tuple[Tensor, Tensor]:
+            x.grad, w.grad = None, None
+            x.conv2d(w, padding=pad).sum().backward()
+            assert x.grad is not None and w.grad is not None
+            return x.grad.realize(), w.grad.realize()
+
+        jitted = TinyJit(step)
+        call = functools.partial(_alternate, jitted, pairs, calls_made)
+        secs = replay_seconds(call, calls, Device["CUDA"].synchronize)
+        emit("conv2d_fwd_bwd", "tg", flop / secs * 1e-12, "TFLOPS", conv=name, x=xs, w=ws)
+        tx = torch.rand(*xs, device="cuda", requires_grad=True)
+        tw = torch.rand(*ws, device="cuda", requires_grad=True)
+
+        def tstep(tx: Any = tx, tw: Any = tw, pad: int = pad) -> None:
+            tx.grad, tw.grad = None, None
+            torch.nn.functional.conv2d(tx, tw, padding=pad).sum().backward()
+
+        for impl, tf32 in (("torch", False), ("torch_tf32", True)):
+            torch.backends.cudnn.allow_tf32 = tf32
+            secs = replay_seconds(tstep, calls, torch.cuda.synchronize)
+            emit("conv2d_fwd_bwd", impl, flop / secs * 1e-12, "TFLOPS", conv=name, x=xs, w=ws)
+        torch.backends.cudnn.allow_tf32 = False
+
+
 def bench_tiny_realize(reps: int) -> None:
     t = Tensor([1.0, 2.0, 3.0]).realize()
     (t + 1).realize()
@@ -130,17 +232,20 @@ def bench_tiny_realize(reps: int) -> None:
 
 def bench_conv(reps: int, quick: bool) -> None:
     """conv2d (64,64,56,56)x(64,64,3,3), padding 1, fp32: tg's one kernel vs torch (cuDNN)."""
-    xs, ws = ((2, 4, 8, 8), (4, 4, 3, 3)) if quick else ((64, 64, 56, 56), (64, 64, 3, 3))
-    flop = 2 * xs[0] * ws[0] * xs[2] * xs[3] * ws[1] * ws[2] * ws[3]
-    x, w = Tensor.rand(*xs, device="CUDA").realize(), Tensor.rand(*ws, device="CUDA").realize()
-    emit("conv2d", "tg", flop / tg_kernel_seconds(x.conv2d(w, padding=1), reps) * 1e-12, "TFLOPS", x=xs, w=ws)
-    try:
-        import torch
-    except ImportError:
-        return
-    tx, tw = torch.rand(*xs, device="cuda"), torch.rand(*ws, device="cuda")
-    secs = torch_seconds(lambda: torch.nn.functional.conv2d(tx, tw, padding=1), reps)
-    emit("conv2d", "torch", flop / secs * 1e-12, "TFLOPS", x=xs, w=ws)
+    import torch
+
+    torch.backends.cudnn.allow_tf32 = False
+    for name, (xs, ws, pad) in CONVS.items():
+        if quick:
+            xs, ws = (2, xs[1], 8, 8), (4, ws[1], 3, 3)
+        oh = xs[2] + 2 * pad - 2
+        flop = 2 * xs[0] * ws[0] * oh * oh * ws[1] * ws[2] * ws[3]
+        x, w = Tensor.rand(*xs, device="CUDA").realize(), Tensor.rand(*ws, device="CUDA").realize()
+        secs = tg_kernel_seconds(x.conv2d(w, padding=pad), reps)
+        emit("conv2d", "tg", flop / secs * 1e-12, "TFLOPS", conv=name, x=xs, w=ws)
+        tx, tw = torch.rand(*xs, device="cuda"), torch.rand(*ws, device="cuda")
+        secs = torch_seconds(lambda tx=tx, tw=tw, pad=pad: torch.nn.functional.conv2d(tx, tw, padding=pad), reps)
+        emit("conv2d", "torch", flop / secs * 1e-12, "TFLOPS", conv=name, x=xs, w=ws)
 
 
 def bench_jit_replay(kernels: int = 50, calls: int = 200) -> None:
@@ -277,7 +382,10 @@ def _tinygrad_mnist(bs: int, steps: int, profile: bool = False) -> float:
         with tinygrad.Context(DEBUG=2):
             train(TT(x), TT(y)).item()
     step = tinygrad.TinyJit(train)
-    return _steps_per_s(step, lambda x, y: (TT(x), TT(y)), lambda loss: loss.item(), steps, bs)
+    try:
+        return _steps_per_s(step, lambda x, y: (TT(x), TT(y)), lambda loss: loss.item(), steps, bs)
+    finally:  # tinygrad made its own CUDA context current; tg's kernels (and torch's) live in the primary one
+        Device["CUDA"].drv.make_current()
 
 
 def _torch_mnist(bs: int, steps: int, profile: bool = False) -> float:
@@ -307,25 +415,39 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="small sizes, to check the script itself")
     parser.add_argument("--beam", type=int, default=0, help="also time the fp16/bf16 matmuls with BEAM=n")
-    parser.add_argument("--only", default="", help="comma-separated figures to run (default: all)")
+    parser.add_argument("--only", default="", help="comma-separated figures to run (default: all): mnist,conv,...")
     parser.add_argument("--profile", action="store_true", help="print one timed line per kernel of a tg MNIST step")
     args = parser.parse_args()
     reps = 3 if args.quick else 10
     n = 64 if args.quick else 4096
     only = set(filter(None, args.only.split(",")))
+    quick = args.quick
+    n_elem = 2**12 if quick else 2**26
+    figures: list[tuple[str, Callable[[], None]]] = [
+        ("mnist", lambda: bench_mnist_step(16 if quick else 512, 3 if quick else MNIST_STEPS, args.profile)),
+        ("tiny", lambda: bench_tiny_realize(reps)),
+        ("jit_replay", lambda: bench_jit_replay(5 if quick else 50)),
+        ("conv", lambda: bench_conv(reps, quick)),
+        ("conv_train", lambda: bench_conv_train(3 if quick else 20, quick)),
+        ("elementwise", lambda: bench_elementwise(n_elem, reps)),
+        ("elementwise_jit", lambda: bench_jit_elementwise(n_elem, 3 if quick else 50)),
+        ("matmul", lambda: bench_matmul(n, reps)),
+    ]
+    if args.beam:
+        figures.append(("matmul_beam", lambda: bench_matmul_beam(n, reps, args.beam)))
     with Context(DEBUG=0):
-        if not only or "mnist" in only:
-            bench_mnist_step(512 if not args.quick else 16, MNIST_STEPS if not args.quick else 3, args.profile)
-        if only and "all" not in only:
-            return
-        bench_tiny_realize(reps)
-        bench_jit_replay(5 if args.quick else 50)
-        bench_conv(reps, args.quick)
-        bench_elementwise(2**12 if args.quick else 2**26, reps)
-        bench_matmul(n, reps)
-        if args.beam:
-            clear_runner_cache()  # the default kernels are cached per AST; BEAM must choose again
-            bench_matmul(n, reps, ("fp16", "bf16"), beam=args.beam)
+        for name, run in figures:
+            if only and name not in only:
+                continue
+            try:
+                run()
+            except Exception:  # one broken figure must not cost the others (GPU time is scarce)
+                print(f"# {name} failed:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
+
+
+def bench_matmul_beam(n: int, reps: int, beam: int) -> None:
+    clear_runner_cache()  # the default kernels are cached per AST; BEAM must choose again
+    bench_matmul(n, reps, ("fp16", "bf16"), beam=beam)
 
 
 if __name__ == "__main__":

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tg import Device, Tensor, dtypes
+from tg import Context, Device, Tensor, dtypes
 from tg_codegen import get_program
-from tg_codegen.opt import Opt, OptOps
+from tg_codegen.opt import KernelOptError, Opt, OptOps
 from tg_runtime.runner import CompiledRunner
 from tg_tensor.schedule import pending
 from tg_uop import DType
@@ -121,3 +121,44 @@ def test_operands_at_odd_offsets() -> None:
     a, b = Tensor(an, device="CUDA")[:, 3:67], Tensor(bn, device="CUDA")[5:69, :]
     out = a.matmul(b).numpy()
     _check(out, an[:, 3:67].astype(np.float64) @ bn[5:69, :].astype(np.float64), 64)
+
+
+# ---- TF32: fp32 matmuls on the m16n8k8 tensor core, only under ALLOW_TF32
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_tf32_matmul_only_when_allowed(shape: tuple[int, int, int]) -> None:
+    _cuda_or_skip()
+    m, n, k = shape
+    a, b, ref = _inputs(m, n, k, dtypes.float32, seed=5)
+    for allowed in (0, 1):
+        with Context(ALLOW_TF32=allowed):
+            c = a.matmul(b)
+            items = c.schedule()
+            spec = get_program(items[-1].ast, Device["CUDA"].renderer)
+            assert any(o.op is OptOps.TC for o in spec.applied_opts) == bool(allowed), spec.applied_opts
+            out = c.numpy().astype(np.float64)
+        if allowed:  # TF32 keeps 10 mantissa bits of each operand
+            np.testing.assert_allclose(out, ref, rtol=1e-2, atol=1e-2 * np.sqrt(k))
+        else:
+            np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * np.sqrt(k))
+
+
+@pytest.mark.parametrize("name", sorted(OPTS))
+def test_tf32_explicit_opts(name: str) -> None:
+    _cuda_or_skip()
+    m, n, k = 64, 32, 128
+    a, b, ref = _inputs(m, n, k, dtypes.float32, seed=6)
+    items = a.matmul(b).schedule()
+    for item in items:
+        pending.remove(item)
+        for buf in item.bufs:
+            buf.ensure_allocated()
+    *_, item = items
+    with pytest.raises(KernelOptError, match="ALLOW_TF32"):
+        get_program(item.ast, Device["CUDA"].renderer, opts=OPTS[name])
+    with Context(ALLOW_TF32=1):
+        runner = CompiledRunner(get_program(item.ast, Device["CUDA"].renderer, opts=OPTS[name]))
+    runner(item.bufs, wait=True)
+    out = np.frombuffer(item.bufs[0].as_bytes(), dtype=np.float32).reshape(m, n)
+    np.testing.assert_allclose(out.astype(np.float64), ref, rtol=1e-2, atol=1e-2 * np.sqrt(k))

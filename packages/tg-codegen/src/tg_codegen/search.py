@@ -26,6 +26,7 @@ from tg_codegen.kernel import Kernel
 from tg_codegen.opt import KernelOptError, Opt, OptOps
 from tg_codegen.program import program_for_kernel
 from tg_codegen.renderer import ProgramSpec, Renderer
+from tg_codegen.tensorcore import ALLOW_TF32
 from tg_uop import UOp
 from tg_uop.helpers import DEBUG, getenv
 
@@ -76,7 +77,8 @@ def _render_compile(k: Kernel, compile_fn: Callable[[str], bytes]) -> tuple[Prog
 
 
 def cache_key(ast: UOp, renderer: Renderer, width: int) -> str:
-    desc = f"{type(renderer).__name__}:{renderer.device}:{renderer.threads}:{width}\n{ast!r}"
+    desc = f"{type(renderer).__name__}:{renderer.device}:{renderer.threads}:{width}:{renderer.limits}"
+    desc += f":tf32={ALLOW_TF32.value}\n{ast!r}"
     return hashlib.sha256(desc.encode()).hexdigest()
 
 

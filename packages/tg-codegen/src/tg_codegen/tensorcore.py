@@ -20,7 +20,7 @@ element is a GEP of the accumulator stored at its own (row, col).
 
 >>> from tg_codegen.tensorcore import TENSOR_CORES_SM80
 >>> [tc.name for tc in TENSOR_CORES_SM80]
-['m16n8k16_half_float', 'm16n8k16_bfloat16_float']
+['m16n8k16_half_float', 'm16n8k16_bfloat16_float', 'm16n8k8_float_float']
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from tg_codegen.kernel import Kernel
 from tg_codegen.opt import KernelOptError, Opt, OptOps
 from tg_shape import ShapeTracker
 from tg_uop import DType, Ops, UOp, dtypes
-from tg_uop.helpers import getenv
+from tg_uop.helpers import ContextVar, getenv
 
 # (lane term, offset) pairs for each fragment element: the element's row (or col) is lane_term(lane) + offset
 Layout = tuple[tuple[str, int], ...]
@@ -86,7 +86,35 @@ def _m16n8k16(dtype_in: DType) -> TensorCore:
     )
 
 
-TENSOR_CORES_SM80 = (_m16n8k16(dtypes.float16), _m16n8k16(dtypes.bfloat16))
+def _m16n8k8_tf32() -> TensorCore:
+    """PTX mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32: fp32 operands read as TF32 (10-bit mantissa).
+
+    The hardware's k of A's element j is t + 4*(j//2) and of B's t + 4*j (t = lane % 4); tg stores k = 2t + j//2
+    (A) and 2t + j (B) instead, the same bijection of 0..7, so each lane reads 2 neighbouring k at once.
+    """
+    return TensorCore(
+        dims=(16, 8, 8),
+        dtype_in=dtypes.float32,
+        dtype_out=dtypes.float32,
+        a_rows=_terms("g", (0, 8, 0, 8)),
+        a_cols=_terms("2t", (0, 0, 1, 1)),
+        b_rows=_terms("2t", (0, 1)),
+        b_cols=_terms("g", (0, 0)),
+        c_rows=_terms("g", (0, 0, 8, 8)),
+        c_cols=_terms("2t", (0, 1, 0, 1)),
+    )
+
+
+TENSOR_CORES_SM80 = (_m16n8k16(dtypes.float16), _m16n8k16(dtypes.bfloat16), _m16n8k8_tf32())
+# fp32 matmuls run on the TF32 tensor core only when the user allows it (Context(ALLOW_TF32=1) or ALLOW_TF32=1 in
+# the environment): TF32 keeps 10 of fp32's 23 mantissa bits. Off by default, as in tinygrad and torch's matmuls.
+ALLOW_TF32 = ContextVar("ALLOW_TF32", 0)
+
+
+def usable_tensor_cores(k: Kernel) -> list[TensorCore]:
+    """The renderer's tensor cores that may be used now (the TF32 one only under ALLOW_TF32)."""
+    tcs = [tc for tc in k.opts.tensor_cores if isinstance(tc, TensorCore)]
+    return [tc for tc in tcs if tc.dtype_in != dtypes.float32 or ALLOW_TF32.value]
 TC_AXIS_TYPES = ("tcm", "tcn", "tck")
 
 
@@ -132,10 +160,11 @@ def _match(k: Kernel, opt: Opt) -> _Match:
     if len(reduces) != 1 or (ops := mma_operands(reduces[0])) is None:
         raise KernelOptError(f"{opt}: TC needs one ADD reduction of a product of two loads (a matmul)")
     a, b = ops
-    cands = [tc for tc in k.opts.tensor_cores if isinstance(tc, TensorCore) and tc.dtype_in == a.dtype]
+    cands = [tc for tc in usable_tensor_cores(k) if tc.dtype_in == a.dtype]
     if not cands:
-        have = sorted({tc.dtype_in.name for tc in k.opts.tensor_cores if isinstance(tc, TensorCore)})
-        raise KernelOptError(f"{opt}: no tensor core takes {a.dtype.name} inputs here (inputs: {have})")
+        have = sorted({tc.dtype_in.name for tc in usable_tensor_cores(k)})
+        tf32 = " (fp32 takes the TF32 tensor core only under ALLOW_TF32=1)" if a.dtype == dtypes.float32 else ""
+        raise KernelOptError(f"{opt}: no tensor core takes {a.dtype.name} inputs here (inputs: {have}){tf32}")
     if opt.arg >= len(cands):
         raise KernelOptError(f"{opt}: arg {opt.arg} picks a tensor core, but only {len(cands)} take {a.dtype.name}")
     tc = cands[opt.arg]
@@ -174,7 +203,7 @@ def applied_tensor_core(k: Kernel) -> TensorCore:
     ops = mma_operands(reduce)
     if ops is None:
         raise KernelOptError(f"{opt}: the kernel no longer matches a matmul")
-    cands = [tc for tc in k.opts.tensor_cores if isinstance(tc, TensorCore) and tc.dtype_in == ops[0].dtype]
+    cands = [tc for tc in usable_tensor_cores(k) if tc.dtype_in == ops[0].dtype]
     return cands[opt.arg]
 
 

@@ -22,6 +22,9 @@ from tg_codegen.renderer.cuda import CUDARenderer
 from tg_runtime.device import Allocator, Compiled, Compiler
 
 
+CUDA_ERROR_OUT_OF_MEMORY = 2
+
+
 class CUDAError(RuntimeError):
     """A CUDA driver or NVRTC call failed; the message names the call and the error."""
 
@@ -190,20 +193,49 @@ class Driver:
 
 
 class CUDAAllocator(Allocator):
+    """Device memory with a cache: a freed block is kept for the next allocation of the same size.
+
+    cuMemFree waits for the GPU to go idle, so freeing a TinyJit replay's previous output stalled every step
+    until the GPU had caught up. Kept blocks are safe to reuse at once: every launch and copy runs in order on
+    the one (default) stream. When cuMemAlloc runs out of memory the cache is released and it is tried again.
+    """
+
     def __init__(self, drv: Driver) -> None:
         self.drv = drv
+        self.cache: dict[int, list[Any]] = {}
+        self.cached_bytes = 0
 
     def _alloc(self, nbytes: int) -> Any:
+        if kept := self.cache.get(nbytes):
+            self.cached_bytes -= nbytes
+            return kept.pop()
         ptr = ctypes.c_uint64()
-        self.drv.check(self.drv.lib.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(nbytes)), f"cuMemAlloc({nbytes})")
+        status = self.drv.lib.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(nbytes))
+        if status == CUDA_ERROR_OUT_OF_MEMORY and self.cached_bytes:
+            self.release()
+            status = self.drv.lib.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(nbytes))
+        self.drv.check(status, f"cuMemAlloc({nbytes})")
         return ptr
 
     def _free(self, opaque: Any, nbytes: int) -> None:
-        self.drv.lib.cuMemFree_v2(opaque)
+        self.cache.setdefault(nbytes, []).append(opaque)
+        self.cached_bytes += nbytes
+
+    def release(self) -> None:
+        """Give every cached block back to the driver."""
+        for blocks in self.cache.values():
+            for opaque in blocks:
+                self.drv.lib.cuMemFree_v2(opaque)
+        self.cache.clear()
+        self.cached_bytes = 0
 
     def _copyin(self, dest: Any, src: memoryview) -> None:
+        # the async form copies pageable host memory to a staging buffer before it returns (so `src` may go), and
+        # unlike cuMemcpyHtoD it does not wait for the GPU to finish earlier work
         host = (ctypes.c_char * src.nbytes).from_buffer_copy(src)
-        self.drv.check(self.drv.lib.cuMemcpyHtoD_v2(dest, host, ctypes.c_size_t(src.nbytes)), "cuMemcpyHtoD")
+        self.drv.check(
+            self.drv.lib.cuMemcpyHtoDAsync_v2(dest, host, ctypes.c_size_t(src.nbytes), None), "cuMemcpyHtoDAsync"
+        )
 
     def _copyout(self, dest: memoryview, src: Any) -> None:
         self.drv.synchronize()

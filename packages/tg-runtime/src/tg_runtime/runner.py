@@ -12,6 +12,7 @@ from tg_codegen.opt import Opt
 from tg_codegen.program import get_program
 from tg_codegen.renderer import ProgramSpec
 from tg_codegen.search import beam_search
+from tg_codegen.tensorcore import ALLOW_TF32
 from tg_runtime.device import Buffer, Device, Program
 from tg_runtime.search import DeviceSearchTarget
 from tg_uop import UOp
@@ -88,12 +89,12 @@ def debug_line(spec: ProgramSpec, bufs: list[Buffer], et: float) -> str:
     )
 
 
-_runner_cache: dict[tuple[str, UOp], CompiledRunner] = {}
+_runner_cache: dict[tuple[str, UOp, int], CompiledRunner] = {}
 
 
 def get_runner(device: str, ast: UOp) -> CompiledRunner:
     """The compiled kernel for `ast` on `device` (compiled once per process)."""
-    key = (Device.canonicalize(device), ast)
+    key = (Device.canonicalize(device), ast, ALLOW_TF32.value)  # TF32 changes the kernel fp32 matmuls get
     if (ret := _runner_cache.get(key)) is None:
         opts = None
         if BEAM >= 1 and Device[key[0]].renderer.device != "PYTHON":

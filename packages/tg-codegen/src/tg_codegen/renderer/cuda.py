@@ -65,10 +65,11 @@ class CUDARenderer(CStyleLanguage):
         return lines
 
     def _mma_function(self, a: DType, b: DType, c: DType) -> str:
-        """mma.sync m16n8k16 (row.col, f32 accumulate) as an inline-PTX device function on fragment structs."""
-        ptx = {dtypes.float16: "f16", dtypes.bfloat16: "bf16"}[a.scalar()]
+        """mma.sync m16n8k16 (f16/bf16) or m16n8k8 (tf32), row.col, f32 accumulate, as an inline-PTX function."""
+        ptx = {dtypes.float16: "f16", dtypes.bfloat16: "bf16", dtypes.float32: "tf32"}[a.scalar()]
         ta, tb, tc = (self.render_dtype(x) for x in (a, b, c))
-        instr = f"mma.sync.aligned.m16n8k16.row.col.f32.{ptx}.{ptx}.f32"
+        shape = "m16n8k8" if ptx == "tf32" else "m16n8k16"  # both take 4 registers of A and 2 of B
+        instr = f"mma.sync.aligned.{shape}.row.col.f32.{ptx}.{ptx}.f32"
         return "\n".join(
             [
                 f"__device__ inline {tc} __tg_mma_{a.scalar().name}({ta} a, {tb} b, {tc} c) {{",
