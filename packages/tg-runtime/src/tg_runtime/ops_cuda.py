@@ -21,7 +21,6 @@ from tg_codegen.limits import LaunchLimits
 from tg_codegen.renderer.cuda import CUDARenderer
 from tg_runtime.device import Allocator, Compiled, Compiler
 
-
 CUDA_ERROR_OUT_OF_MEMORY = 2
 
 
