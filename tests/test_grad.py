@@ -239,7 +239,8 @@ GRAD_CASES.update(
     }
 )
 NOT_DIFFERENTIABLE |= set(
-    "argsort nonzero isclose allclose short bfloat16 multinomial randperm invalids max_numel replace to_ const".split()
+    "argsort nonzero isclose allclose short bfloat16 multinomial randperm invalids max_numel replace to_ const "
+    "custom_kernel".split()
 )
 
 

@@ -25,6 +25,7 @@ from tg_runtime.device import Device
 from tg_tensor import gradient as autograd
 from tg_tensor.activation import ActivationMixin
 from tg_tensor.creation import CreationMixin
+from tg_tensor.custom import CustomKernelMixin
 from tg_tensor.decomp import DecompMixin
 from tg_tensor.elementwise import ElementwiseMixin
 from tg_tensor.indexing import IndexingMixin
@@ -92,6 +93,7 @@ class Tensor(
     SortingMixin,
     SelectionMixin,
     DecompMixin,
+    CustomKernelMixin,
 ):
     """A lazy multi-dimensional array. Operations build a UOp graph; `realize()` runs it.
 
