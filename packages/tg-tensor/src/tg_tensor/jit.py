@@ -4,10 +4,13 @@ The first call runs the function normally (kernels compile, lazily created state
 The second call runs it again while recording every kernel launch and copy. From the third call
 on, the recording is replayed with the new call's input buffers swapped in; the function itself
 is not called. Every call checks that the inputs have the shapes, dtypes and devices seen at
-capture and raises JitError otherwise. Returned tensors get fresh buffers on every replay, so
-a result is never overwritten by the next call. Intermediate buffers of the recording share
-memory where their lifetimes do not overlap (the memory planner). `JIT=0` turns the JIT off. On devices
-that make graphs (CUDA), a replay is one graph launch; `JIT=2` launches the kernels one by one instead.
+capture and raises JitError otherwise. Non-tensor arguments (numbers, strings, tuples, ...)
+are baked into the kernels, so each set of their values gets its own recording (see
+jit_args.py); tensors inside lists, tuples and dicts are inputs like the others. Returned
+tensors get fresh buffers on every replay, so a result is never overwritten by the next call.
+Intermediate buffers of the recording share memory where their lifetimes do not overlap (the
+memory planner). `JIT=0` turns the JIT off. On devices that make graphs (CUDA), a replay is one
+graph launch; `JIT=2` launches the kernels one by one instead.
 
 State that the function updates must be updated in place (`Tensor.assign`, as the optimizers do),
 and reading values to the host (`.numpy()`, `.item()`, `.tolist()`) inside a jitted function is an
@@ -26,6 +29,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import gc
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -33,11 +37,12 @@ from typing import Any, Generic, TypeVar
 from tg_runtime.device import Buffer, Device, DeviceGraph, GraphLaunch
 from tg_runtime.ops_cpu import CPUProgram
 from tg_runtime.runner import CompiledRunner, get_runner, run_copy
+from tg_tensor.jit_args import JitArgError, describe_change, flatten_call
 from tg_tensor.realize import item_observers, run_pending
 from tg_tensor.schedule import ScheduleItem, buffer_of, buffers
 from tg_tensor.tensor import Tensor
 from tg_uop import DType, Ops, UOp
-from tg_uop.helpers import DEBUG, JIT, GlobalCounters
+from tg_uop.helpers import DEBUG, JIT, ContextVar, GlobalCounters
 from tg_uop.trace import TRACE
 
 ReturnType = TypeVar("ReturnType")
@@ -47,6 +52,9 @@ Spec = tuple[tuple[Any, ...], DType, str]  # shape, dtype, device of one input
 class JitError(RuntimeError):
     """A jitted function was called in a way its recording cannot serve (or did something it cannot record)."""
 
+
+# how many sets of non-tensor argument values one jitted function records (each holds its own buffers)
+JIT_MAX_CAPTURES = ContextVar("JIT_MAX_CAPTURES", 8)
 
 _running: list[str] = []  # names of jitted functions whose Python body is running now
 
@@ -152,11 +160,23 @@ def _rebuild(ret: Any, new: list[Tensor]) -> Any:
     return ret
 
 
+@dataclass
+class _Capture:
+    """The state of one recording: calls seen, the input specs, and the recording once made."""
+
+    cnt: int = 0
+    specs: list[Spec] | None = None
+    recording: _Recording | None = None
+    warmup_host_data: list[bytes] = field(default_factory=list)
+
+
 class TinyJit(Generic[ReturnType]):
     """Decorator: record the kernels of `fxn` on its second call and replay them from the third.
 
-    Inputs are the Tensor arguments (positional, then keyword in name order); other arguments are
-    frozen at capture. Use `reset()` to record again.
+    Inputs are the Tensor arguments (positional, then keyword in name order, also inside lists,
+    tuples and dicts). The other arguments select the recording: new values run the function
+    (warm-up, capture) and are replayed from their third call, up to JIT_MAX_CAPTURES sets of
+    values (then JitError: pass a changing number as a Tensor). Use `reset()` to record again.
     """
 
     def __init__(self, fxn: Callable[..., ReturnType]) -> None:
@@ -168,11 +188,14 @@ class TinyJit(Generic[ReturnType]):
         self.reset()
 
     def reset(self) -> None:
-        """Forget the recording: the next call runs eagerly again."""
-        self.cnt = 0
-        self.specs: list[Spec] | None = None
-        self.recording: _Recording | None = None
-        self.warmup_host_data: list[bytes] = []
+        """Forget every recording: the next call runs eagerly again."""
+        self.captures: OrderedDict[tuple[Any, ...], _Capture] = OrderedDict()
+        self.current = _Capture()
+
+    @property
+    def recording(self) -> _Recording | None:
+        """The recording of the latest call's non-tensor arguments (None before its capture)."""
+        return self.current.recording
 
     @property
     def jit_cache(self) -> list[_Launch]:
@@ -183,32 +206,49 @@ class TinyJit(Generic[ReturnType]):
         return self if obj is None else functools.partial(self.__call__, obj)
 
     def __call__(self, *args: Any, **kwargs: Any) -> ReturnType:
-        inputs = [a for a in args if isinstance(a, Tensor)] + [
-            v for _, v in sorted(kwargs.items()) if isinstance(v, Tensor)
-        ]
         if not JIT.value:
             return self.fxn(*args, **kwargs)  # the plain function, as if it were not decorated
+        try:
+            inputs, key = flatten_call(args, kwargs)
+        except JitArgError as e:
+            raise JitError(f"{self.name}: {e}") from None
+        cap = self.current = self._capture_for(key)
         specs = [_spec(t) for t in inputs]
-        if self.specs is not None:
-            _check_specs(self.name, self.specs, specs)
-        self.specs = specs
+        if cap.specs is not None:
+            _check_specs(self.name, cap.specs, specs)
+        cap.specs = specs
         run_pending()
         input_bufs = [_realized_buffer(t) for t in inputs]
         if len({id(b) for b in input_bufs}) != len(input_bufs):
             raise JitError(f"{self.name}: the same tensor was passed as two inputs; pass distinct tensors")
-        if self.recording is not None:
-            return self._replay(input_bufs)  # type: ignore[no-any-return]
-        self.cnt += 1
-        if self.cnt == 1:
-            first, _, self.warmup_host_data = self._run_recorded(input_bufs, args, kwargs)
+        if cap.recording is not None:
+            return self._replay(cap.recording, input_bufs)  # type: ignore[no-any-return]
+        cap.cnt += 1
+        if cap.cnt == 1:
+            first, _, cap.warmup_host_data = self._run_recorded(input_bufs, args, kwargs)
             return first
-        self.cnt = 1  # a capture that fails is tried again (and fails again) on the next call
+        cap.cnt = 1  # a capture that fails is tried again (and fails again) on the next call
         _live_buffers()  # collect the warm-up's dead graph, so its cached results cannot stand in for kernels
         second, launches, host_data = self._run_recorded(input_bufs, args, kwargs)
-        _check_host_data(self.name, self.warmup_host_data, host_data)
-        self.recording = _record(launches, input_bufs, second)
-        self.cnt, self.warmup_host_data = 2, []
+        _check_host_data(self.name, cap.warmup_host_data, host_data)
+        cap.recording = _record(launches, input_bufs, second)
+        cap.cnt, cap.warmup_host_data = 2, []
         return second
+
+    def _capture_for(self, key: tuple[Any, ...]) -> _Capture:
+        """The capture state of these non-tensor arguments (a new one when they were not seen before)."""
+        if (cap := self.captures.get(key)) is not None:
+            self.captures.move_to_end(key)
+            return cap
+        if len(self.captures) >= JIT_MAX_CAPTURES.value:
+            last = next(reversed(self.captures))
+            raise JitError(
+                f"{self.name}: called with {len(self.captures) + 1} different sets of non-tensor arguments (each "
+                f"needs its own recording; the limit is JIT_MAX_CAPTURES={JIT_MAX_CAPTURES.value}); this call "
+                f"changed {describe_change(last, key)}. Pass a value that changes between calls as a Tensor"
+            )
+        cap = self.captures[key] = _Capture()
+        return cap
 
     def _run_python(self, args: Any, kwargs: Any) -> ReturnType:
         _running.append(self.name)
@@ -243,9 +283,7 @@ class TinyJit(Generic[ReturnType]):
             item_observers.remove(observe)
         return ret, launches, [bytes(b.as_bytes()) for b in _host_made(launches, existing)]
 
-    def _replay(self, input_bufs: list[Buffer]) -> Any:
-        rec = self.recording
-        assert rec is not None
+    def _replay(self, rec: _Recording, input_bufs: list[Buffer]) -> Any:
         for buf, slots in zip(input_bufs, rec.input_slots):
             for li, pos in slots:
                 rec.launches[li].bufs[pos] = buf
