@@ -26,6 +26,15 @@ INV_LN2 = 1 / math.log(2)
 LN2 = math.log(2)
 
 
+def _same_device(x: Tensor, y: Tensor) -> None:
+    """Operands of one op must live on one device (nothing moves data implicitly)."""
+    if x.device != y.device:
+        raise ValueError(
+            f"operands are on different devices: {x.device} (shape {x.shape}) and {y.device} (shape {y.shape}); "
+            f"move one with .to({x.device!r}) or .to({y.device!r}) first"
+        )
+
+
 class ElementwiseMixin:
     """Binary and unary elementwise ops. Every binary op broadcasts by numpy's rules."""
 
@@ -41,6 +50,7 @@ class ElementwiseMixin:
 
     def _broadcasted(self: Tensor, other: TensorLike, reverse: bool = False) -> tuple[Tensor, Tensor]:
         x, y = self, self._to_tensor(other)
+        _same_device(x, y)
         if x.dtype != y.dtype:
             out = dtypes.least_upper(x.dtype, y.dtype)
             x, y = x.cast(out), y.cast(out)
@@ -202,6 +212,7 @@ class ElementwiseMixin:
         a = a if a is not None else b._to_tensor(x)  # type: ignore[union-attr]
         b = b if b is not None else a._to_tensor(y)
         a, b = a._broadcasted(b)
+        _same_device(cond, a)
         shape = broadcast_shape(cond.shape, a.shape)
         c, a, b = cond._broadcast_to(shape), a._broadcast_to(shape), b._broadcast_to(shape)
         return type(self)(c.uop.alu(Ops.WHERE, a.uop, b.uop))

@@ -389,7 +389,7 @@ def _record(launches: list[_Launch], input_bufs: list[Buffer], ret: Any) -> _Rec
     outs = _flat_tensors(ret)
     born = {id(launch.bufs[p]) for launch in launches for p in launch.born}
     out_bufs = list({id(b): b for b in (buffer_of(t.uop.base) for t in outs)}.values())
-    if any(id(b) not in born for b in out_bufs):
+    if any(id(b) not in born and b.size for b in out_bufs):  # an empty result is computed by no kernel
         raise JitError(
             "a jitted function must return tensors it computes, not its inputs or existing state "
             "(their buffers would be shared between calls); return `t.contiguous()` instead"

@@ -38,12 +38,18 @@ buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
 stale: weakref.WeakSet[UOp] = weakref.WeakSet()
 
 
+# BUFFER nodes that a failed realize never wrote -> why (reading them raises instead of returning garbage)
+failed: weakref.WeakKeyDictionary[UOp, str] = weakref.WeakKeyDictionary()
+
+
 class StaleReadError(RuntimeError):
     """A graph reads a tensor version that an in-place assign has overwritten."""
 
 
 def check_not_stale(buf: UOp) -> None:
-    """Raise when `buf` is an overwritten version (its values are gone)."""
+    """Raise when `buf` is an overwritten version (its values are gone) or a failed realize never wrote it."""
+    if (why := failed.get(buf)) is not None:
+        raise RuntimeError(f"this tensor was never computed: the realize that should have computed it failed ({why})")
     if buf in stale:
         raise StaleReadError(
             f"this graph reads a buffer (BUFFER {buf.arg[0]}, {buf.arg[1]} x {buf.dtype}) whose values an in-place "
@@ -356,8 +362,10 @@ class Scheduler:
         """A BUFFER holding `node` contiguously (a kernel is scheduled when it is not one already)."""
         node = _resolve(node)
         if node.op is Ops.BUFFER:
+            check_not_stale(node)
             return node
         if node.op is Ops.RESHAPE and node.src[0].op is Ops.BUFFER:
+            check_not_stale(node.src[0])
             return node.src[0]
         self.forced.add(node)
         return self.realize_first(node)

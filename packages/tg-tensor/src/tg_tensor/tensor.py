@@ -37,7 +37,15 @@ from tg_tensor.nn import NNMixin
 from tg_tensor.ordering import order_items
 from tg_tensor.realize import run_pending
 from tg_tensor.reduce import ReduceMixin
-from tg_tensor.schedule import ScheduleItem, buffer_of, buffers, create_schedule, pending, write_view
+from tg_tensor.schedule import (
+    ScheduleItem,
+    buffer_of,
+    buffers,
+    check_not_stale,
+    create_schedule,
+    pending,
+    write_view,
+)
 from tg_tensor.selection import SelectionMixin
 from tg_tensor.shaping import ShapingMixin
 from tg_tensor.sorting import SortingMixin
@@ -282,6 +290,7 @@ class Tensor(
         self.realize()  # a lazy tensor gets its own buffer; a view of a buffer stays a view
         t = self if is_contiguous_buffer(self.uop) else self.contiguous().realize()
         base = t.uop.base
+        check_not_stale(base)  # a failed realize never wrote it
         raw = buffer_of(base).as_bytes()
         if self.dtype == dtypes.bfloat16:
             arr = (np.frombuffer(raw, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
