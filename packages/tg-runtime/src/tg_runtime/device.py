@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from tg_codegen.renderer import Renderer
 from tg_uop import DType
-from tg_uop.helpers import DEBUG, GlobalCounters
+from tg_uop.helpers import DEBUG, GlobalCounters, getenv
 
 
 class Allocator:
@@ -65,7 +65,7 @@ class Compiler:
         return _compile_cache(self, src)
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=int(getenv("KERNEL_CACHE_MAX", 1024)))
 def _compile_cache_impl(key: str, compiler: Compiler, src: str) -> bytes:
     return compiler.compile(src)
 

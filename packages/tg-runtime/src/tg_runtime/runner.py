@@ -16,7 +16,7 @@ from tg_codegen.tensorcore import ALLOW_TF32
 from tg_runtime.device import Buffer, Device, Program
 from tg_runtime.search import DeviceSearchTarget
 from tg_uop import UOp
-from tg_uop.helpers import BEAM, DEBUG, GlobalCounters, colored
+from tg_uop.helpers import BEAM, DEBUG, GlobalCounters, LRUCache, colored, getenv
 from tg_uop.trace import TRACE, Group
 
 
@@ -89,7 +89,8 @@ def debug_line(spec: ProgramSpec, bufs: list[Buffer], et: float) -> str:
     )
 
 
-_runner_cache: dict[tuple[str, UOp, int], CompiledRunner] = {}
+# compiled kernels by (device, AST, TF32), the most recently used KERNEL_CACHE_MAX of them (TinyJit holds its own)
+_runner_cache: LRUCache[tuple[str, UOp, int], CompiledRunner] = LRUCache(getenv("KERNEL_CACHE_MAX", 1024))
 
 
 def get_runner(device: str, ast: UOp) -> CompiledRunner:
@@ -114,6 +115,11 @@ def get_runner(device: str, ast: UOp) -> CompiledRunner:
             get_program(ast, Device[key[0]].renderer, opts=[o for o in ret.spec.applied_opts if isinstance(o, Opt)])
             ret.trace_group = group
     return ret
+
+
+def is_compiled(device: str, ast: UOp) -> bool:
+    """Is the kernel for `ast` on `device` compiled and cached?"""
+    return (Device.canonicalize(device), ast, ALLOW_TF32.value) in _runner_cache
 
 
 def clear_runner_cache() -> None:

@@ -38,6 +38,7 @@ from tg_runtime.device import Buffer, Device, DeviceGraph, GraphLaunch
 from tg_runtime.ops_cpu import CPUProgram
 from tg_runtime.runner import CompiledRunner, get_runner, run_copy
 from tg_tensor.jit_args import JitArgError, describe_change, flatten_call
+from tg_tensor.lift_consts import plain_only
 from tg_tensor.realize import item_observers, run_pending
 from tg_tensor.schedule import ScheduleItem, buffer_of, buffers
 from tg_tensor.tensor import Tensor
@@ -277,10 +278,12 @@ class TinyJit(Generic[ReturnType]):
 
         existing = _live_buffers(collect=False) | {id(b) for b in input_bufs}
         item_observers.append(observe)
+        plain_only.append(True)  # a recording is per set of Python values: constants stay folded in its kernels
         try:
             ret = self._run_python(args, kwargs)
         finally:
             item_observers.remove(observe)
+            plain_only.pop()
         return ret, launches, [bytes(b.as_bytes()) for b in _host_made(launches, existing)]
 
     def _replay(self, rec: _Recording, input_bufs: list[Buffer]) -> Any:

@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 
 from tg_runtime.device import Buffer
 from tg_shape import ShapeTracker
+from tg_tensor.lift_consts import lift_changing_consts, plain_only
 from tg_tensor.split_reduce import split_reduces
 from tg_tensor.symbolic import unbind_ast
 from tg_uop import GroupOp, Ops, UOp, dtypes
-from tg_uop.helpers import prod
+from tg_uop.helpers import LRUCache, getenv, prod
 from tg_uop.uop import arg_key
 
 Movement = tuple[tuple[Ops, object], ...]
@@ -386,7 +387,9 @@ class Scheduler:
                 self.copies[v.node] = self.realize_first(UOp(Ops.CONTIGUOUS, v.node.dtype, (v.node,), _copy_arg()))
                 continue
             bufs = [buffer_of(out)] + [buffer_of(b) for b in builder.inputs]
-            meta = {"writes": out, "reads": tuple(builder.inputs), "in_place": node.op is Ops.ASSIGN}
+            ast, consts = lift_changing_consts(bufs[0].device, ast, len(bufs))
+            bufs += consts
+            meta = {"writes": out, "reads": tuple(builder.inputs), "in_place": node.op is Ops.ASSIGN, "consts": consts}
             self.items.append(ScheduleItem(ast, bufs, metadata=meta))
             realized[node] = node.src[0] if node.op is Ops.ASSIGN else out.reshape(tuple(node.shape or ()))
             return
@@ -405,13 +408,15 @@ def _chain(node: UOp) -> list[UOp]:
 class _Recipe:
     """A schedule with its buffers abstracted: inputs by position among the graph's leaves, outputs as specs."""
 
-    items: list[tuple[UOp, list[tuple[bool, int]]]]  # (ast, [(is_output, index)])
+    items: list[tuple[UOp, list[tuple[int, int]]]]  # (ast, [(kind, index)]): kind 0 input, 1 new output, 2 fixed
     outs: list[tuple[str, int, object]]  # (device, size, dtype) of each new buffer
     roots: list[tuple[int, tuple[int, ...]]]  # per root: (output index, shape)
+    fixed: list[Buffer] = field(default_factory=list)  # constant buffers the kernels read (lift_consts.py)
 
 
-_recipes: dict[tuple[object, ...], _Recipe] = {}
-SCHEDULE_CACHE_MAX = 4096
+INPUT, OUTPUT, FIXED = 0, 1, 2
+# schedules by graph structure, the most recently used SCHEDULE_CACHE_MAX of them
+_recipes: LRUCache[tuple[object, ...], _Recipe] = LRUCache(getenv("SCHEDULE_CACHE_MAX", 4096))
 
 
 def _structure(roots: list[UOp]) -> tuple[tuple[object, ...], list[UOp]]:
@@ -449,37 +454,41 @@ def _record(items: list[ScheduleItem], leaves: list[UOp], becomes: list[UOp]) ->
     inputs = {id(buffer_of(leaf)): i for i, leaf in enumerate(leaves)}
     outs: dict[int, int] = {}
     specs: list[tuple[str, int, object]] = []
-    recipe_items: list[tuple[UOp, list[tuple[bool, int]]]] = []
+    fixed: dict[int, int] = {}
+    recipe = _Recipe([], specs, [])
     for item in items:
         if item.ast.op is not Ops.SINK:
             return None  # a COPY's AST names its source BUFFER: caching it would keep that buffer alive
         if item.metadata.get("in_place"):
             return None  # an assign's result is a new version of a memory, not a new buffer
-        refs: list[tuple[bool, int]] = []
+        consts = {id(b) for b in item.metadata.get("consts", ())}  # type: ignore[attr-defined]
+        refs: list[tuple[int, int]] = []
         for b in item.bufs:
             if id(b) in inputs:
-                refs.append((False, inputs[id(b)]))
+                refs.append((INPUT, inputs[id(b)]))
+            elif id(b) in consts:
+                if id(b) not in fixed:
+                    fixed[id(b)] = len(recipe.fixed)
+                    recipe.fixed.append(b)
+                refs.append((FIXED, fixed[id(b)]))
             else:
                 if id(b) not in outs:
                     outs[id(b)] = len(specs)
                     specs.append((b.device, b.size, b.dtype))
-                refs.append((True, outs[id(b)]))
-        recipe_items.append((item.ast, refs))
-    roots: list[tuple[int, tuple[int, ...]]] = []
+                refs.append((OUTPUT, outs[id(b)]))
+        recipe.items.append((item.ast, refs))
     for node in becomes:
         base = node.base
         if base.op is not Ops.BUFFER or id(buffer_of(base)) not in outs or node.op not in (Ops.BUFFER, Ops.RESHAPE):
             return None
-        roots.append((outs[id(buffer_of(base))], tuple(node.shape or ())))
-    return _Recipe(recipe_items, specs, roots)
+        recipe.roots.append((outs[id(buffer_of(base))], tuple(node.shape or ())))
+    return recipe
 
 
 def _replay(recipe: _Recipe, leaves: list[UOp]) -> tuple[list[ScheduleItem], list[UOp]]:
     new = [UOp.new_buffer(dev, size, dt) for dev, size, dt in recipe.outs]  # type: ignore[arg-type]
-    ins = [buffer_of(leaf) for leaf in leaves]
-    items = [
-        ScheduleItem(ast, [buffer_of(new[i]) if is_out else ins[i] for is_out, i in refs]) for ast, refs in recipe.items
-    ]
+    pick = ([buffer_of(leaf) for leaf in leaves], [buffer_of(b) for b in new], recipe.fixed)
+    items = [ScheduleItem(ast, [pick[kind][i] for kind, i in refs]) for ast, refs in recipe.items]
     return items, [new[i].reshape(shape) for i, shape in recipe.roots]
 
 
@@ -492,14 +501,14 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
     if any(_resolve(r).op is Ops.BUFFER or _resolve(r).base.op is Ops.BUFFER for r in roots):
         return _create_schedule(roots)
     key, leaves = _structure(roots)
-    if (recipe := _recipes.get(key)) is not None:
+    if (recipe := _recipes.get(key)) is not None and not (plain_only and recipe.fixed):
         items, results = _replay(recipe, leaves)
         for root, res in zip(roots, results):
             realized[_resolve(root)] = res
         return items, dict(zip(roots, results))
     items, becomes = _create_schedule(roots)
     recipe = _record(items, leaves, [becomes[r] for r in roots])
-    if recipe is not None and len(_recipes) < SCHEDULE_CACHE_MAX:
+    if recipe is not None:
         _recipes[key] = recipe
     return items, becomes
 

@@ -7,12 +7,13 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import math
 import os
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -84,6 +85,50 @@ class Context(contextlib.ContextDecorator):
     def __exit__(self, *exc: object) -> None:
         for k, v in self.saved.items():
             ContextVar._registry[k].value = v
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class LRUCache(Generic[K, V]):
+    """A mapping that keeps only the `maxsize` most recently used entries (caches that must not grow forever).
+
+    >>> c = LRUCache[str, int](2)
+    >>> c["a"], c["b"] = 1, 2
+    >>> c.get("a"); c["c"] = 3  # "b" is now the least recently used: dropped
+    1
+    >>> sorted(c.keys())
+    ['a', 'c']
+    """
+
+    def __init__(self, maxsize: int) -> None:
+        if maxsize < 1:
+            raise ValueError(f"LRUCache: maxsize must be at least 1, got {maxsize}")
+        self.maxsize, self.data = maxsize, collections.OrderedDict[K, V]()
+
+    def get(self, key: K) -> V | None:
+        if (value := self.data.get(key)) is not None:
+            self.data.move_to_end(key)
+        return value
+
+    def __setitem__(self, key: K, value: V) -> None:
+        self.data[key] = value
+        self.data.move_to_end(key)
+        while len(self.data) > self.maxsize:
+            self.data.popitem(last=False)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.data
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def keys(self) -> list[K]:
+        return list(self.data)
+
+    def clear(self) -> None:
+        self.data.clear()
 
 
 class GlobalCounters:

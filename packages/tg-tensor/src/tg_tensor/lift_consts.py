@@ -1,0 +1,85 @@
+"""Constants that change between realizes become kernel inputs, so they do not compile new kernels.
+
+`(a * i + 1).sum()` for i = 0, 1, 2, ... builds kernel ASTs that differ only in one constant.
+Compiling each (tens of ms, and a kernel kept in memory) is far dearer than reading the number from
+a one-element buffer. The first AST of a family (the ASTs equal up to constants) compiles as it is,
+with its constants folded into the code; when a second member shows up, the family switches to one
+kernel that loads its constants from buffers (one per distinct constant, shared and cached).
+
+>>> from tg_tensor import Tensor
+>>> [(Tensor([1.0, 2.0]) * i + 1).sum().item() for i in range(4)]  # the kernel compiles twice, not 4 times
+[2.0, 5.0, 8.0, 11.0]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tg_runtime.device import Buffer
+from tg_runtime.runner import is_compiled
+from tg_tensor.util import np_dtype
+from tg_uop import DType, Ops, UOp, dtypes
+from tg_uop.helpers import LRUCache, getenv
+
+# families (device, AST with constants as loads) -> the first member seen, compiled with its constants folded
+_families: LRUCache[tuple[str, UOp], UOp] = LRUCache(getenv("KERNEL_CACHE_MAX", 1024))
+# one-element buffers holding a constant, by (device, dtype, value): read-only, so shared
+_const_bufs: LRUCache[tuple[str, DType, Any], Buffer] = LRUCache(getenv("KERNEL_CACHE_MAX", 1024))
+
+
+# non-empty while TinyJit records: its recordings are per set of Python values, so folded constants are best
+plain_only: list[bool] = []
+
+
+def _liftable(u: UOp) -> bool:
+    return u.op is Ops.CONST and bool(u.src) and u.dtype != dtypes.bool and u.dtype != dtypes.bfloat16
+
+
+def _value_key(u: UOp) -> Any:
+    return (type(u.arg), u.arg.hex() if isinstance(u.arg, float) else u.arg)  # nan equals nan, -0.0 is not 0.0
+
+
+def lift(ast: UOp, first: int) -> tuple[UOp, list[UOp]]:
+    """`ast` with every (non-bool) constant loaded from a buffer numbered `first`, `first + 1`, ...; also
+    one CONST per new buffer, in order (the values to put in them)."""
+    consts: dict[tuple[DType, Any], int] = {}
+    values: list[UOp] = []
+    replace: dict[UOp, UOp] = {}
+    for u in ast.toposort:
+        if not _liftable(u):
+            continue
+        key = (u.dtype, _value_key(u))
+        if key not in consts:
+            consts[key] = len(values)
+            values.append(u)
+        g = UOp(Ops.DEFINE_GLOBAL, u.dtype.ptr(), (), first + consts[key])
+        replace[u] = UOp(Ops.LOAD, u.dtype, (g, u.src[0]))
+    return (ast.substitute(replace) if replace else ast), values
+
+
+def lift_changing_consts(device: str, ast: UOp, first: int) -> tuple[UOp, list[Buffer]]:
+    """The AST to compile for this kernel and the constant buffers it reads after its other buffers.
+
+    A kernel compiled before runs as it is; an AST whose family (same AST up to constants) compiled
+    before with other constants reads its constants from buffers; the first of a family compiles as is.
+    """
+    if plain_only or is_compiled(device, ast) or not any(_liftable(u) for u in ast.toposort):
+        return ast, []
+    lifted, values = lift(ast, first)
+    family = (device, lifted)
+    if not is_compiled(device, lifted):
+        first_seen = _families.get(family)
+        if first_seen is None or first_seen is ast:  # the family's first member (maybe twice in one schedule)
+            _families[family] = ast
+            return ast, []
+    return lifted, [_const_buffer(device, v) for v in values]
+
+
+def _const_buffer(device: str, c: UOp) -> Buffer:
+    key = (device, c.dtype, _value_key(c))
+    if (buf := _const_bufs.get(key)) is None:
+        data = np.array([c.arg], dtype=np_dtype(c.dtype)).tobytes()
+        buf = _const_bufs[key] = Buffer(device, 1, c.dtype).copyin(memoryview(data))
+    return buf
