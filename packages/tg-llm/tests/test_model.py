@@ -84,3 +84,19 @@ def test_weights_kept_quantized_give_the_same_logits(tmp_path: pathlib.Path, qty
         a, b = kept.forward([7], pos).numpy(), plain.forward([7], pos).numpy()
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
     assert len(kept._decode.jit_cache) == len(plain._decode.jit_cache)
+
+
+def test_float16_weights_and_cache(tmp_path: pathlib.Path) -> None:
+    """dtype=float16 (the GPU default): weights and KV cache in half, activations and logits in float32."""
+    from tg_uop import dtypes
+
+    path = str(tmp_path / "m.gguf")
+    write_random_gguf(path, qtype="F16", **SHAPE)  # type: ignore[arg-type]
+    meta, weights = ref.read_weights(path)
+    model, tok = load_model(path, "CPU", dtype=dtypes.float16)
+    assert model.caches[0].keys.dtype == dtypes.float16 and model.params["blk.0.attn_q.weight"].dtype == dtypes.float16
+    toks = tok.encode("Hello there")
+    got = np.concatenate([model.forward(toks, 0).numpy(), model.forward([5], len(toks)).numpy()])
+    want = ref.forward(meta, weights, toks + [5])
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, want, atol=5e-3 * np.abs(want).max(), rtol=1e-2)

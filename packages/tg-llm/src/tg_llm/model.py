@@ -125,16 +125,20 @@ def rope(x: Tensor, cos: Tensor, sin: Tensor, style: str) -> Tensor:
 
 
 class KVCache:
-    """One layer's keys and values for every position of the context, updated in place (fixed shapes)."""
+    """One layer's keys and values for every position of the context, updated in place (fixed shapes).
 
-    def __init__(self, n_kv_heads: int, context: int, head_dim: int, device: str) -> None:
-        self.keys = Tensor.zeros(n_kv_heads, context, head_dim, device=device).contiguous().realize()
-        self.values = Tensor.zeros(n_kv_heads, context, head_dim, device=device).contiguous().realize()
+    Stored in `dtype` (the weights' dtype: float16 on GPUs halves the bytes a step reads and rewrites).
+    """
+
+    def __init__(self, n_kv_heads: int, context: int, head_dim: int, device: str, dtype: DType) -> None:
+        self.keys = Tensor.zeros(n_kv_heads, context, head_dim, dtype=dtype, device=device).contiguous().realize()
+        self.values = Tensor.zeros(n_kv_heads, context, head_dim, dtype=dtype, device=device).contiguous().realize()
         self.context = context
 
     def write(self, k: Tensor, v: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
         """Store k, v (kv_heads, t, head_dim) at the slots `positions` (t,); return the updated caches."""
         t = int(k.shape[1])
+        k, v = k.cast(self.keys.dtype), v.cast(self.values.dtype)
         slots = Tensor.arange(self.context, device=k.device).reshape(1, self.context)
         select = (slots == positions.reshape(t, 1)).cast(k.dtype)  # (t, context): row i goes to slot positions[i]
         written = select.sum(0).reshape(1, self.context, 1) > 0
@@ -230,7 +234,8 @@ class Llama:
         self.output_norm = loaded["output_norm.weight"]
         self.blocks = [Block(cfg, loaded, i) for i in range(cfg.n_layers)]
         self.inv_freq = Tensor(_inv_freq(cfg, loaded.get("rope_freqs.weight")), device=self.device).realize()
-        self.caches = [KVCache(cfg.n_kv_heads, cfg.context_length, cfg.head_dim, self.device) for _ in self.blocks]
+        kv = (cfg.n_kv_heads, cfg.context_length, cfg.head_dim)
+        self.caches = [KVCache(*kv, self.device, dtype) for _ in self.blocks]
         self._decode = TinyJit(self._step)
         self._prefill: dict[int, TinyJit[Tensor]] = {}  # one jitted prefill step per padded length
 
