@@ -72,8 +72,9 @@ def peak_gbs() -> float | None:
     if os.getenv("PEAK_GBS"):
         return float(os.environ["PEAK_GBS"])
     try:
-        name = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                              text=True, timeout=30).stdout.splitlines()[0]
+        name = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=30
+        ).stdout.splitlines()[0]
     except (OSError, IndexError, subprocess.SubprocessError):
         return None
     return next((v for k, v in PEAKS.items() if k in name), None)
@@ -91,8 +92,16 @@ def bench_tg(path: str, qtype: str, keep_quantized: bool) -> None:
     load_s = time.perf_counter() - t0
     impl = "tg-kept" if keep_quantized else "tg"
     for row in benchmark(Session(model, tok), DECODE, PROMPT):
-        emit(row["bench"], impl, row["value"], row["unit"], qtype=qtype, size=SIZE, load_s=round(load_s, 1),
-             **row["params"])
+        emit(
+            row["bench"],
+            impl,
+            row["value"],
+            row["unit"],
+            qtype=qtype,
+            size=SIZE,
+            load_s=round(load_s, 1),
+            **row["params"],
+        )
 
 
 def bench_tinygrad(path: str, qtype: str) -> None:
@@ -110,8 +119,16 @@ def bench_tinygrad(path: str, qtype: str) -> None:
         rates = [float(x) for x in re.findall(r"([\d.]+) tok/s", r.stdout + r.stderr)]
         if r.returncode == 0 and rates:
             steady = rates[len(rates) // 2 :]  # the first steps compile and capture
-            emit("llm_decode", "tinygrad", statistics.median(steady), "tok/s", qtype=qtype, size=SIZE, module=module,
-                 context=CONTEXT)
+            emit(
+                "llm_decode",
+                "tinygrad",
+                statistics.median(steady),
+                "tok/s",
+                qtype=qtype,
+                size=SIZE,
+                module=module,
+                context=CONTEXT,
+            )
             return
         tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]
         print(f"# tinygrad ({module}) exit {r.returncode}: {tail[0][:300]}", file=sys.stderr)
@@ -124,8 +141,16 @@ def main() -> None:
         path = model_file(qtype)
         gb = file_weight_bytes(path) / 1e9
         if peak:
-            emit("llm_decode_bound", "bandwidth", peak / gb, "tok/s", qtype=qtype, size=SIZE, weights_GB=round(gb, 3),
-                 peak_GBs=peak)
+            emit(
+                "llm_decode_bound",
+                "bandwidth",
+                peak / gb,
+                "tok/s",
+                qtype=qtype,
+                size=SIZE,
+                weights_GB=round(gb, 3),
+                peak_GBs=peak,
+            )
         bench_tg(path, qtype, keep_quantized=False)
         if qtype.startswith("Q"):
             bench_tg(path, qtype, keep_quantized=True)
