@@ -74,3 +74,18 @@ def test_mixed_devices_raise_naming_both(other: str) -> None:
     with pytest.raises(ValueError, match="different devices"):
         Tensor.cat(a, b)
     assert (a + b.to(other)).tolist() == [2.0, 4.0]  # moving one operand is the way
+
+
+def test_unusable_cc_is_an_error_not_a_fallback() -> None:
+    import os
+    import subprocess
+    import sys
+
+    prog = "from tg import Tensor\nprint((Tensor([1.0]) + 1).tolist())\n"
+    env = {k: v for k, v in os.environ.items() if k not in ("DEV", "CPU", "CL", "PYTHON", "CUDA")}
+    env["CC"] = "no-such-compiler-tg"
+    proc = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 1 and "CC='no-such-compiler-tg' is not an executable" in proc.stderr, proc.stderr[-2000:]
+    env["DEV"] = "PYTHON"  # a run that does not use the CPU device is not affected
+    proc = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[2.0]", proc.stderr[-2000:]

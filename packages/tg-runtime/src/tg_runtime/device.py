@@ -21,6 +21,10 @@ from tg_uop import DType
 from tg_uop.helpers import DEBUG, GlobalCounters, getenv
 
 
+class UnusableCompilerError(RuntimeError):
+    """The compiler the user chose (e.g. $CC) cannot be used; raised instead of quietly taking another."""
+
+
 class Allocator:
     """Device memory. Subclasses implement `_alloc`, `_free`, `_copyin` and `_copyout`."""
 
@@ -201,6 +205,8 @@ class _DeviceRegistry:
                     continue  # CL is the default only on a GPU (PoCL on the CPU is slower than CPU)
                 self[candidate]
                 return candidate
+            except UnusableCompilerError:  # the user asked for it: an error, never a quiet fallback
+                raise
             except Exception as e:  # a device that fails to open is skipped
                 if DEBUG >= 1:
                     print(f"device {candidate} unavailable: {e}")

@@ -19,7 +19,7 @@ from typing import Any
 
 from tg_codegen.diskcache import diskcache_get, diskcache_put
 from tg_codegen.renderer.cstyle import ClangRenderer
-from tg_runtime.device import Allocator, Compiled, Compiler
+from tg_runtime.device import Allocator, Compiled, Compiler, UnusableCompilerError
 
 
 class CompileError(RuntimeError):
@@ -60,7 +60,11 @@ class CPUAllocator(Allocator):
 
 def find_cc() -> str:
     """$CC if set; else clang or gcc, preferring one that can build OpenMP (threads); else cc."""
-    if (cc := os.getenv("CC")) and shutil.which(cc):
+    if cc := os.getenv("CC"):
+        if not shutil.which(cc):
+            raise UnusableCompilerError(
+                f"CC={cc!r} is not an executable on PATH; install it, or unset CC to use clang or gcc"
+            )
         return cc
     found = [cc for cc in ("clang", "gcc", "cc") if shutil.which(cc)]
     if not found:
