@@ -75,7 +75,8 @@ def merge_views(inner: View, outer: View) -> View | None:
     index, valid = compose_index([inner, outer], idxs)
     valid = valid.simplify()
     if valid.op is Ops.CONST and valid.arg is False:
-        return View.create(outer.shape, mask=tuple((0, 0) for _ in outer.shape))
+        # a 0-d view has no dim to carry an empty mask: keep the views apart so the reads stay invalid
+        return View.create(outer.shape, mask=tuple((0, 0) for _ in outer.shape)) if outer.shape else None
     index = simplify_given_valid(index, valid)
     form, mask = linear_form(index, idxs), box_mask(valid, idxs, outer.shape)
     if form is None or mask is None:
