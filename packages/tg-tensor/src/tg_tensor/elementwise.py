@@ -287,10 +287,18 @@ class ElementwiseMixin:
         return self._binop(Ops.CMPLT, x, True)
 
     def __ge__(self: Tensor, x: TensorLike) -> Tensor:
-        return self._binop(Ops.CMPLT, x).logical_not()
+        a, b = self._broadcasted(x)
+        return b._less_or_equal(a)
 
     def __le__(self: Tensor, x: TensorLike) -> Tensor:
-        return self._binop(Ops.CMPLT, x, True).logical_not()
+        a, b = self._broadcasted(x)
+        return a._less_or_equal(b)
+
+    def _less_or_equal(self: Tensor, x: Tensor) -> Tensor:
+        """self <= x; for floats not (x < self) would be True where either side is NaN, so: < or ==."""
+        if dtypes.is_float(self.dtype):
+            return (self < x).bitwise_or(self.eq(x))
+        return (x < self).logical_not()
 
     def ne(self: Tensor, x: TensorLike) -> Tensor:
         return self._binop(Ops.CMPNE, x)

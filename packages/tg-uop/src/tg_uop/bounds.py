@@ -74,17 +74,30 @@ def _divmod_bounds(u: UOp, lo: ConstType, hi: ConstType) -> tuple[ConstType, Con
     return -(c - 1), c - 1
 
 
+def _may_be_nan(u: UOp) -> bool:
+    """Float ranges do not track NaN: any float that is not a constant may be one."""
+    if not dtypes.is_float(u.dtype):
+        return False
+    return u.op is not Ops.CONST or (isinstance(u.arg, float) and math.isnan(u.arg))
+
+
 def _compare_bounds(u: UOp) -> tuple[ConstType, ConstType]:
+    """A comparison is decided by ranges only where a NaN operand would decide it the same way.
+
+    A NaN makes `<` False and `!=` True, so those answers stand for floats; the others need
+    operands that cannot be NaN.
+    """
     a, b = u.src
+    nan = _may_be_nan(a) or _may_be_nan(b)
     if u.op is Ops.CMPLT:
-        if a.vmax < b.vmin:
+        if a.vmax < b.vmin and not nan:
             return True, True
         if a.vmin >= b.vmax:
             return False, False
         return False, True
     if a.vmax < b.vmin or a.vmin > b.vmax:
         return True, True
-    if a.vmin == a.vmax == b.vmin == b.vmax:
+    if a.vmin == a.vmax == b.vmin == b.vmax and not nan:
         return False, False
     return False, True
 

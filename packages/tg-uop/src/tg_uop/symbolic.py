@@ -79,7 +79,9 @@ def div_lt(x: UOp, d: UOp, c: UOp) -> UOp | None:
 
 
 def max_by_bounds(x: UOp, y: UOp) -> UOp | None:
-    """max(x, y) is x when x is never below y."""
+    """max(x, y) is x when x is never below y (not for floats: a NaN operand makes max NaN)."""
+    if dtypes.is_float(x.dtype):
+        return None
     if x.vmin >= y.vmax:
         return x
     if y.vmin >= x.vmax:
@@ -87,11 +89,16 @@ def max_by_bounds(x: UOp, y: UOp) -> UOp | None:
     return None
 
 
+def _is_zero(c: UOp, keeps_sign: bool) -> bool:
+    """c is a zero that leaves every x unchanged under + (keeps_sign: -0.0 or an integer 0) or - (+0.0 or 0)."""
+    if c.arg != 0 or c.dtype.count > 1:
+        return False
+    if not dtypes.is_float(c.dtype):
+        return True
+    return math.copysign(1.0, c.arg) < 0 if keeps_sign else math.copysign(1.0, c.arg) > 0
+
+
 _INTS = dtypes.ints
-
-
-def _is_minus_zero(v: object) -> bool:
-    return isinstance(v, float) and v == 0 and math.copysign(1.0, v) < 0
 _B = dtypes.bool
 
 symbolic_simple = PatternMatcher(
@@ -108,9 +115,9 @@ symbolic_simple = PatternMatcher(
             lambda x, c: x.const_like(exec_alu(Ops.CAST, x.dtype, [c.arg])) if x.dtype.count == 1 else None,
         ),
         # identities
-        # not for floats: -0.0 + 0.0 is 0.0 and -0.0 - -0.0 is 0.0 (the pattern's 0 also matches -0.0)
-        (UPat.var("x") + 0, lambda x: None if dtypes.is_float(x.dtype) else x),
-        (UPat.var("x") - UPat.cvar("c"), lambda x, c: x if c.arg == 0 and not _is_minus_zero(c.arg) else None),
+        # x + 0.0 is not x for x = -0.0 (it is +0.0); x + -0.0 and x - 0.0 are x for every float
+        (UPat.var("x") + UPat.cvar("c"), lambda x, c: x if _is_zero(c, keeps_sign=True) else None),
+        (UPat.var("x") - UPat.cvar("c"), lambda x, c: x if _is_zero(c, keeps_sign=False) else None),
         (UPat.var("x") * 1, lambda x: x),
         (UPat.var("x") // 1, lambda x: x),
         (UPat.var("x", dtype=_INTS) % 1, lambda x: x.const_like(0)),
@@ -146,10 +153,14 @@ symbolic = symbolic_simple + PatternMatcher(
         (UPat.var("x", dtype=_INTS) - UPat.var("y"), lambda x, y: x + y * -1),
         (-UPat.var("x", dtype=_INTS), lambda x: x * -1),
         # regroup constants: (x + c1) + c2 -> x + (c1 + c2), (x * c1) * c2 -> x * (c1 * c2)
-        ((UPat.var("x") + UPat.cvar("c1")) + UPat.cvar("c2"), lambda x, c1, c2: x + (c1.arg + c2.arg)),
-        ((UPat.var("x") * UPat.cvar("c1")) * UPat.cvar("c2"), lambda x, c1, c2: x * (c1.arg * c2.arg)),
+        # (ints only: for floats the regrouped sum or product rounds, overflows or cancels differently)
+        ((UPat.var("x", dtype=_INTS) + UPat.cvar("c1")) + UPat.cvar("c2"), lambda x, c1, c2: x + (c1.arg + c2.arg)),
+        ((UPat.var("x", dtype=_INTS) * UPat.cvar("c1")) * UPat.cvar("c2"), lambda x, c1, c2: x * (c1.arg * c2.arg)),
         # move constants outward: (x + c) + y -> (x + y) + c
-        ((UPat.var("x") + UPat.cvar("c")) + UPat.var("y"), lambda x, c, y: None if y.op is Ops.CONST else (x + y) + c),
+        (
+            (UPat.var("x", dtype=_INTS) + UPat.cvar("c")) + UPat.var("y"),
+            lambda x, c, y: None if y.op is Ops.CONST else (x + y) + c,
+        ),
         # distribute constants: (x + y) * c -> x*c + y*c for ints (index maths)
         ((UPat.var("x", dtype=_INTS) + UPat.var("y")) * UPat.cvar("c"), lambda x, y, c: x * c + y * c),
         (UPat(Ops.ADD, dtype=_INTS, name="x"), combine_terms),

@@ -25,13 +25,17 @@ from tg_uop.helpers import all_int, prod
 from tg_uop.ops import GroupOp, Ops
 from tg_uop.shapes import uop_shape
 
-__all__ = ["PYTHON_ALU", "UOp", "bitcast_const", "cast_const", "exec_alu", "pretty", "sint"]
+__all__ = ["PYTHON_ALU", "UOp", "arg_key", "bitcast_const", "cast_const", "exec_alu", "pretty", "sint"]
 
 sint = int | Any  # an int or a symbolic UOp (Any keeps mypy from demanding casts everywhere)
 
 
 def arg_key(arg: Any) -> Any:
-    """A hashable key for an arg that keeps -0.0 apart from 0.0 and lets NaN match NaN."""
+    """A hashable key for an arg that keeps -0.0 apart from 0.0 and lets NaN match NaN (`==` does neither).
+
+    >>> arg_key(-0.0) == arg_key(0.0), arg_key(float("nan")) == arg_key(float("nan"))
+    (False, True)
+    """
     if isinstance(arg, float):
         return ("float", struct.pack("<d", arg))
     if isinstance(arg, tuple):
