@@ -116,6 +116,14 @@ class _Scan:
             stack.extend(node.src)
 
 
+def pending_writes() -> list[Any]:
+    """Live tensors holding an in-place write (`assign`) that has not run yet.
+
+    TinyJit runs these at the end of the function it records, so the writes are part of the recording.
+    """
+    return [t for t in list(live_tensors) if t.uop.op is Ops.ASSIGN and t.uop not in realized]
+
+
 def rebuild_view(base: UOp, ops: list[tuple[Ops, Any]]) -> UOp:
     node = base
     for op, arg in reversed(ops):

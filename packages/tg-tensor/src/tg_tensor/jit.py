@@ -37,6 +37,7 @@ from typing import Any, Generic, TypeVar
 from tg_runtime.device import Buffer, Device, DeviceGraph, GraphLaunch
 from tg_runtime.ops_cpu import CPUProgram
 from tg_runtime.runner import CompiledRunner, get_runner, run_copy
+from tg_tensor.inplace import pending_writes
 from tg_tensor.jit_args import JitArgError, describe_change, flatten_call
 from tg_tensor.lift_consts import plain_only
 from tg_tensor.realize import item_observers, run_pending
@@ -261,8 +262,9 @@ class TinyJit(Generic[ReturnType]):
         for t in outs:
             if not _is_buffer(t.uop):
                 t.uop = t.contiguous().uop
-        if outs:
-            Tensor.realize(*outs)
+        writes = pending_writes()  # assigns made inside the function (not realized there) are part of the recording
+        if outs or writes:
+            Tensor.realize(*outs, *writes)
         return ret
 
     def _run_recorded(
@@ -276,6 +278,8 @@ class TinyJit(Generic[ReturnType]):
             born = {i for i, b in enumerate(item.bufs) if not b.is_allocated()}
             launches.append(_Launch(runner, list(item.bufs), born))
 
+        if before := pending_writes():  # assigns made before the call are not the function's: run them now
+            Tensor.realize(*before)
         existing = _live_buffers(collect=False) | {id(b) for b in input_bufs}
         item_observers.append(observe)
         plain_only.append(True)  # a recording is per set of Python values: constants stay folded in its kernels
