@@ -114,8 +114,8 @@ class ElementwiseMixin:
         return ret.trunc() if rounding_mode == "trunc" else ret.floor()
 
     def _floor_fix(self: Tensor, a: Tensor, b: Tensor) -> Tensor:
-        """Turn C's truncating integer quotient into a floor quotient."""
-        inexact = (a - self * b).ne(0)
+        """Turn C's truncating integer quotient into a floor quotient (x // 0 stays 0, as in numpy)."""
+        inexact = (a - self * b).ne(0) & b.ne(0)
         signs_differ = (a < 0).ne(b < 0)
         return (inexact & signs_differ).where(self - 1, self)
 

@@ -112,7 +112,8 @@ def exec_alu(op: Ops, dtype: DType, operands: Sequence[ConstType]) -> ConstType:
     """Evaluate one ALU op on Python scalars with C semantics for `dtype` (wrap-around, truncation).
 
     `dtype` is the dtype of the result (bool for comparisons). Integer division and modulo by zero give 0
-    (C leaves them undefined); shifts by the bit width or more give 0.
+    and MIN // -1 wraps to MIN (tg defines what C leaves undefined, as numpy does and every renderer
+    emits); shifts by the bit width or more give 0.
 
     >>> exec_alu(Ops.IDIV, dtypes.int32, (-7, 2))
     -3

@@ -36,8 +36,6 @@ def fold_constants(x: UOp) -> UOp | None:
     """An ALU op on constants becomes a constant."""
     if x.dtype.count > 1 or not all(s.op is Ops.CONST for s in x.src):
         return None
-    if x.op in (Ops.IDIV, Ops.MOD) and x.src[1].arg == 0:
-        return None  # C leaves it undefined: keep it visible rather than invent a value
     return x.const_like(exec_alu(x.op, x.dtype, [s.arg for s in x.src]))
 
 
@@ -121,6 +119,10 @@ symbolic_simple = PatternMatcher(
         (UPat.var("x") * 1, lambda x: x),
         (UPat.var("x") // 1, lambda x: x),
         (UPat.var("x", dtype=_INTS) % 1, lambda x: x.const_like(0)),
+        # tg defines integer x // 0 and x % 0 as 0 (numpy's results; C has none), and x % -1 as 0
+        (UPat.var("x", dtype=_INTS) // 0, lambda x: x.const_like(0)),
+        (UPat.var("x", dtype=_INTS) % 0, lambda x: x.const_like(0)),
+        (UPat.var("x", dtype=_INTS) % -1, lambda x: x.const_like(0)),
         (UPat.var("x", dtype=_INTS) * 0, lambda x: x.const_like(0)),
         (UPat.var("x") - UPat.var("x"), lambda x: x.const_like(0) if dtypes.is_int(x.dtype) else None),
         (UPat(Ops.NEG, src=(UPat(Ops.NEG, src=(UPat.var("x"),)),)), lambda x: x),

@@ -19,6 +19,14 @@ def _infix(sym: str) -> Callable[..., str]:
     return lambda a, b, dt: f"({a}{sym}{b})"
 
 
+_UNSIGNED = {dtypes.int8: dtypes.uint8, dtypes.int16: dtypes.uint16, dtypes.int32: dtypes.uint32, dtypes.int64: dtypes.uint64}
+
+
+def _nonzero_divisor(d: UOp) -> bool:
+    """A divisor that is never 0 or -1, so C's / and % are defined for every dividend."""
+    return bool(d.vmin > 0 or d.vmax < -1)
+
+
 class CStyleLanguage(Renderer):
     """Renders linear UOps as C-like source: one variable per value, loops as `for`."""
 
@@ -147,10 +155,29 @@ class CStyleLanguage(Renderer):
         """One ALU op; on vectors without a native operator it is written lane by lane."""
         sdt = src[-1].dtype if op is Ops.WHERE else src[0].dtype
         n = max(s.dtype.count for s in src)
+        code = self.code_for_op[op]
+        if op in (Ops.IDIV, Ops.MOD) and not _nonzero_divisor(src[1]):
+            code = self._guarded_divmod(op)
         if n == 1 or op in self.native_vector_ops:
-            return str(self.code_for_op[op](*r, sdt.scalar()))
-        lanes = [self.code_for_op[op](*(self.render_gep(x, i) for x in r), sdt.scalar()) for i in range(n)]
+            return str(code(*r, sdt.scalar()))
+        lanes = [code(*(self.render_gep(x, i) for x in r), sdt.scalar()) for i in range(n)]
         return self.render_vectorize(lanes, src[0].dtype.scalar().vec(n))
+
+    def _guarded_divmod(self, op: Ops) -> Callable[..., str]:
+        """Integer // and % with tg's defined results where C has none: x // 0 and x % 0 are 0, and
+        MIN // -1 wraps to MIN (MIN % -1 is 0), as numpy gives them (and exec_alu folds them)."""
+
+        def render(a: str, b: str, dt: DType) -> str:
+            t = self.render_dtype(dt)
+            if op is Ops.MOD:
+                bad = f"({b})==0" if dtypes.is_unsigned(dt) else f"({b})==0||({b})==-1"
+                return f"(({bad})?({t})0:({a})%({b}))"
+            if dtypes.is_unsigned(dt):
+                return f"(({b})==0?({t})0:({a})/({b}))"
+            u = self.render_dtype(_UNSIGNED[dt])  # -MIN overflows; negate in unsigned arithmetic instead
+            return f"(({b})==0?({t})0:({b})==-1?({t})(0-({u})({a})):({a})/({b}))"
+
+        return render
 
     def render_vector_cast(self, x: str, dt: DType) -> str:
         if dt.count == 1:
