@@ -15,7 +15,6 @@ import subprocess
 import sys
 
 import numpy as np
-import pytest
 
 SCRIPT = r"""
 import json, sys

@@ -70,7 +70,7 @@ def test_folds_through_ranges(device: str) -> None:
             (x.minimum(-math.inf) < 0.0, np.minimum(a, -np.inf) < 0),
         ]
         values = [(x.maximum(-math.inf), np.maximum(a, -np.inf)), (x.minimum(math.inf), np.minimum(a, np.inf))]
-    for cases in (compares, values):  # one kernel each, so every kernel still reads x
+    for cases in (compares, values):
         got = Tensor.cat(*[g for g, _ in cases]).numpy()
         np.testing.assert_array_equal(got, np.concatenate([w for _, w in cases]))
 

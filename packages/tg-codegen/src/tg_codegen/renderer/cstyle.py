@@ -19,7 +19,7 @@ def _infix(sym: str) -> Callable[..., str]:
     return lambda a, b, dt: f"({a}{sym}{b})"
 
 
-_UNSIGNED = {dtypes.int8: dtypes.uint8, dtypes.int16: dtypes.uint16, dtypes.int32: dtypes.uint32, dtypes.int64: dtypes.uint64}
+_UNSIGNED = dict(zip(dtypes.sints, dtypes.uints))
 
 
 def _nonzero_divisor(d: UOp) -> bool:
