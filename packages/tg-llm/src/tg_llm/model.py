@@ -239,14 +239,17 @@ class Llama:
         self._decode = TinyJit(self._step)
         self._prefill: dict[int, TinyJit[Tensor]] = {}  # one jitted prefill step per padded length
 
-    def _step(self, x: Tensor, positions: Tensor) -> Tensor:
-        """Logits (t, vocab) of the embedded tokens x (t, dim) at `positions` (t,), realized with the caches."""
+    def logits(self, x: Tensor, positions: Tensor) -> Tensor:
+        """Lazy logits (t, vocab) of the embedded tokens x (t, dim) at `positions` (t,); assigns the caches."""
         angles = positions.cast(dtypes.float32).reshape(-1, 1) * self.inv_freq.reshape(1, -1)
         cos, sin = angles.cos(), angles.sin()
         for block, cache in zip(self.blocks, self.caches):
             x = block(x, cache, positions, cos, sin)
-        logits = rms_norm(x, self.output_norm, self.cfg.norm_eps) @ self.output.T
-        logits = logits.cast(dtypes.float32)
+        return (rms_norm(x, self.output_norm, self.cfg.norm_eps) @ self.output.T).cast(dtypes.float32)
+
+    def _step(self, x: Tensor, positions: Tensor) -> Tensor:
+        """`logits`, realized with the caches (the function TinyJit captures)."""
+        logits = self.logits(x, positions)
         Tensor.realize(logits, *[c.keys for c in self.caches], *[c.values for c in self.caches])
         return logits
 

@@ -1,0 +1,70 @@
+"""Compile-only: the CUDA source of the GGUF unpacking kernels and of a whole decode step (float16 weights,
+and Q8_0 / Q4_K blocks kept quantized) compiles with NVRTC. Skips where NVRTC is not installed."""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import pytest
+
+from tg_codegen import get_program
+from tg_codegen.renderer.cuda import CUDARenderer
+from tg_llm import load_model
+from tg_llm.random_model import write_random_gguf
+from tg_nn.gguf import dequantize
+from tg_tensor import Tensor
+from tg_tensor.schedule import pending
+from tg_uop import dtypes
+
+try:
+    from tg_runtime.ops_cuda import CUDAError, NVRTCCompiler
+
+    COMPILER: NVRTCCompiler | None = NVRTCCompiler("sm_90")
+    REASON = ""
+except (ImportError, CUDAError) as e:  # CUDAError: no NVRTC library on this machine
+    COMPILER, REASON = None, str(e)
+
+needs_nvrtc = pytest.mark.skipif(COMPILER is None, reason=f"NVRTC unavailable: {REASON}")
+
+
+def compile_all(t: Tensor) -> int:
+    """Schedule `t` (never run), render each kernel as CUDA and compile it; the number of kernels."""
+    assert COMPILER is not None
+    items = t.schedule()
+    for item in items:
+        pending.remove(item)
+    srcs = [get_program(i.ast, CUDARenderer("sm_90")).src for i in items if i.ast.op.name == "SINK"]
+    for src in srcs:
+        assert COMPILER.compile(src)[:4] == b"\x7fELF"
+    return len(srcs)
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("qtype", ["Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K"])
+def test_unpacking_fused_into_a_matmul_compiles(qtype: str) -> None:
+    block, size = {
+        "Q8_0": (32, 34),
+        "Q4_0": (32, 18),
+        "Q4_1": (32, 20),
+        "Q4_K": (256, 144),
+        "Q5_K": (256, 176),
+        "Q6_K": (256, 210),
+    }[qtype]
+    raw = Tensor(np.random.default_rng(0).integers(0, 256, 4 * size, dtype=np.uint8)).realize()
+    w = dequantize(raw, qtype, (4, block))
+    x = Tensor(np.ones((1, int(w.shape[1])), np.float32)).realize()
+    assert compile_all(x @ w.T) >= 1  # the per-block scales may get kernels of their own, run once
+    (x @ w.T).realize()
+    assert compile_all(x @ w.T) == 1  # then the unpacking of the blocks is fused into the matmul
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("qtype,keep", [("F16", False), ("Q8_0", True), ("Q4_K", True)])
+def test_decode_step_compiles(tmp_path: pathlib.Path, qtype: str, keep: bool) -> None:
+    path = tmp_path / "m.gguf"
+    write_random_gguf(path, qtype=qtype, dim=256, hidden_dim=256, n_heads=4, n_kv_heads=2, n_layers=1)
+    model, _ = load_model(path, "CPU", dtype=dtypes.float16, keep_quantized=keep)
+    x = model.embed([3]).realize()
+    logits = model.logits(x, Tensor([4], dtype=dtypes.int32).realize())
+    assert compile_all(logits) > 5
