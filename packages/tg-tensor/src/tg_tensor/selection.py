@@ -112,6 +112,8 @@ class SelectionMixin:
         [3.0, 3.0]
         """
         d = self._check_scatter(dim, index, src, reduce)
+        if reduce == "mean" and not dtypes.is_float(self.dtype):  # a mean of ints is a float, as tinygrad
+            return self._float().scatter_reduce(dim, index, src._float(), reduce, include_self)
         n = int(self.shape[d]) if self.ndim else 1
         x, idx, s = (self, index, src) if self.ndim else (self.reshape(1), index.reshape(1), src.reshape(1))
         s = s.shrink(tuple((0, int(i)) for i in idx.shape)).cast(self.dtype)

@@ -110,15 +110,16 @@ class SortingMixin:
         """out[..., i] = op-reduce(x[..., :i+1]) along `axis`, through a lower-triangular mask (O(n^2))."""
         ax = normalize_axis(axis, self.ndim)
         if self.ndim == 0:  # a running reduction of one element is that element
-            return self.cast(self.dtype if dtypes.is_float(self.dtype) else sum_acc_dtype(self.dtype))
+            return self
         x = self.transpose(ax, -1)
         n = int(x.shape[-1])
         if x.numel() == 0:
-            return self.cast(self.dtype if dtypes.is_float(self.dtype) else sum_acc_dtype(self.dtype))
+            return self
         mask = _lower(self, n, strict=False)  # (i, j): j <= i
         wide = x.unsqueeze(-2)  # (..., 1, j)
         if op is Ops.MUL:
-            ret = mask.where(wide, 1).prod(-1, dtype=x.dtype if dtypes.is_float(x.dtype) else None)
+            acc = x.dtype if dtypes.is_float(x.dtype) else sum_acc_dtype(x.dtype)
+            ret = mask.where(wide, 1).prod(-1, dtype=acc).cast(x.dtype)  # keeps the dtype (ints wrap), as tinygrad
         else:  # log-sum-exp
             lowest = mask.where(wide, -math.inf)
             ret = lowest.logsumexp(-1)
@@ -161,7 +162,7 @@ class SortingMixin:
         return self._running_arg(axis, False)
 
     def cumprod(self: Tensor, axis: int) -> Tensor:
-        """The running product along `axis`.
+        """The running product along `axis`, in the tensor's dtype (as tinygrad; ints wrap on overflow).
 
         >>> from tg_tensor import Tensor
         >>> Tensor([1, 2, 3]).cumprod(0).tolist()
