@@ -136,3 +136,14 @@ def test_odd_shapes(device: str) -> None:
     assert scalar.shape == () and 0 <= scalar.item() < 1
     x = Tensor.rand(2, 1, 3, device=device).numpy()
     assert x.shape == (2, 1, 3) and len(np.unique(x)) == 6  # every element its own index
+
+
+def test_uniform_dtype_and_rand_contiguous() -> None:
+    """uniform(dtype=) draws in float and then casts (ints are floors of the floats), as tinygrad; rand accepts
+    tinygrad's contiguous= hint."""
+    Tensor.manual_seed(3)
+    x = Tensor.uniform(1000, low=2, high=5, dtype="int32").numpy()
+    assert x.dtype == np.int32 and x.min() == 2 and x.max() == 4
+    h = Tensor.uniform(8, low=-1.0, high=1.0, dtype=dtypes.float16)
+    assert h.dtype == dtypes.float16 and bool(((h >= -1) & (h < 1)).all().item())
+    assert Tensor.rand(3, contiguous=False).shape == (3,)

@@ -249,10 +249,23 @@ class CreationMixin:
         return cls(out.uop, requires_grad=rg)
 
     @classmethod
-    def uniform(cls: type[Tensor], *shape: Any, low: float = 0.0, high: float = 1.0, **kw: Any) -> Tensor:
-        """Uniform random numbers in [low, high)."""
+    def uniform(
+        cls: type[Tensor],
+        *shape: Any,
+        low: float = 0.0,
+        high: float = 1.0,
+        dtype: DType | str | None = None,
+        **kw: Any,
+    ) -> Tensor:
+        """Uniform random numbers in [low, high), drawn in float and then cast to `dtype` (as tinygrad).
+
+        >>> from tg_tensor import Tensor
+        >>> x = Tensor.uniform(100, low=2, high=5, dtype="int32")
+        >>> x.dtype.name, 2 <= x.min().item() and x.max().item() < 5
+        ('int', True)
+        """
         rg = kw.pop("requires_grad", None)
-        out = cls.rand(*shape, **kw) * (high - low) + low
+        out = (cls.rand(*shape, **kw) * (high - low)).cast(_dt(dtype) or dtypes.default_float) + low
         return cls(out.uop, requires_grad=rg)
 
     @classmethod
