@@ -45,7 +45,7 @@ def rand_array(rng: Rng, shape: tuple[int, ...], dtype: str, nan: bool = False) 
         x = np.round(x)
     if nan and x.size and rng.random() < 0.2:
         x.flat[int(rng.integers(0, x.size))] = np.nan
-    return x.astype(dtype)
+    return np.asarray(x.astype(dtype))
 
 
 def tensor(rng: Rng, x: np.ndarray[Any, Any], device: str, requires_grad: bool = False) -> Tensor:
@@ -78,7 +78,7 @@ def grad_check(
     device: str,
 ) -> None:
     """d/dx sum(f(x) * w) against central differences of the float64 reference."""
-    x64 = x.astype(np.float64)
+    x64 = np.array(x, dtype=np.float64)  # an ndarray even for 0-d input (a numpy scalar's .flat is a copy)
     out = np.asarray(f_np(x64))
     if x.size == 0 or out.size == 0 or x.size > 40:
         return

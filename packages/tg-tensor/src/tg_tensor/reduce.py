@@ -153,12 +153,16 @@ class ReduceMixin:
     def softmax(self: Tensor, axis: int = -1, dtype: DType | str | None = None) -> Tensor:
         """exp(x) / sum(exp(x)) along `axis` (shifted by the maximum for stability); `dtype` casts the input first."""
         x = (self.cast(dtype) if dtype is not None else self)._float()
+        if x.numel() == 0:  # nothing to normalize (and no max of an empty axis)
+            return x
         e = (x - x.max(axis, keepdim=True).detach()).exp()
         return e / e.sum(axis, keepdim=True)
 
     def log_softmax(self: Tensor, axis: int = -1, dtype: DType | str | None = None) -> Tensor:
         """x - logsumexp(x) along `axis`; `dtype` casts the input first."""
         x = (self.cast(dtype) if dtype is not None else self)._float()
+        if x.numel() == 0:
+            return x
         shifted = x - x.max(axis, keepdim=True).detach()
         return shifted - shifted.exp().sum(axis, keepdim=True).log()
 

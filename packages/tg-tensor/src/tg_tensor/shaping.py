@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tg_tensor.util import broadcast_shape, normalize_axis
-from tg_uop import ConstType
+from tg_uop import ConstType, dtypes
 from tg_uop.helpers import prod
 
 if TYPE_CHECKING:
@@ -48,7 +48,8 @@ class ShapingMixin:
         if any(n is not None and n < s for n, s in zip(new, self.shape)):
             raise ValueError(f"pad_to: target {new} is smaller than the shape {self.shape}")
         pads = tuple((0, 0 if n is None else n - s) for n, s in zip(new, self.shape))
-        return self if all(p == (0, 0) for p in pads) else self.pad(pads, value=value)
+        fill = dtypes.as_const(value, self.dtype)  # the fill takes the tensor's dtype (2 pads a bool tensor with True)
+        return self if all(p == (0, 0) for p in pads) else self.pad(pads, value=fill)
 
     def shrink_to(self: Tensor, shape: Any, *args: Any) -> Tensor:
         """Keep the first `shape[i]` elements of each dim (None keeps a dim).
