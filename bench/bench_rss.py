@@ -4,7 +4,8 @@ time (a learning-rate schedule or a loop counter written as a number), and the s
     uv run python bench/bench_rss.py [N]        (default 10000; DEV=PYTHON/CPU/CL picks the device)
 
 Prints one JSON line per figure: RSS growth in MB after a warm-up of N/10 iterations, the compiled kernels
-held, and the time per iteration. Reported, never asserted (numpy's peer figure: the same loop in numpy).
+held, and the time per iteration. Reported, never asserted (numpy's peer figure: the same loop in numpy). Also the
+kernel time of `a * k + 1` over 4M floats with k folded into the code vs read from a buffer.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import time
 import numpy as np
 
 from tg import Device, Tensor, TinyJit
-from tg_runtime.runner import _runner_cache
+from tg_runtime.runner import _runner_cache, get_runner
+from tg_tensor.schedule import pending
 
 
 def rss_mb() -> float:
@@ -45,8 +47,30 @@ def run(name: str, step, n: int) -> None:  # type: ignore[no-untyped-def]
     emit("rss_iter_time", name, dt / n * 1e6, "us", n=n, device=device, kernels_cached=len(_runner_cache))
 
 
+def kernel_seconds(t: Tensor) -> float:
+    """Best of 20 launches of the one kernel that computes `t`."""
+    (item,) = t.schedule()
+    pending.clear()
+    for b in item.bufs:
+        b.ensure_allocated()
+    runner = get_runner(item.bufs[0].device, item.ast)
+    return min(runner(item.bufs, wait=True) or 0.0 for _ in range(20))
+
+
+def lifted_vs_folded(size: int = 1 << 22) -> None:
+    """The price of a constant read from a buffer instead of folded into the code, on one large kernel."""
+    a = Tensor(np.ones(size, dtype=np.float32)).realize()
+    folded = kernel_seconds(a * 2.5 + 1)
+    for k in (3.5, 4.5):  # a second and third member of the family: its constants now come from buffers
+        (a * k + 1).realize()
+    lifted = kernel_seconds(a * 5.5 + 1)
+    emit("const_kernel_time", "folded", folded * 1e6, "us", size=size, device=Device.DEFAULT)
+    emit("const_kernel_time", "lifted", lifted * 1e6, "us", size=size, device=Device.DEFAULT, ratio=lifted / folded)
+
+
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 10_000
+    lifted_vs_folded()
     a = Tensor(np.arange(16, dtype=np.float32))
     an = np.arange(16, dtype=np.float32)
     run("numpy", lambda i: float((an * i + 1).sum()), n)
