@@ -18,7 +18,7 @@ from tg import Device, Tensor
 
 FUZZ = bool(os.getenv("FUZZ"))
 ROUNDS = 10_000 if FUZZ else 40
-PROGRAMS = 10_000 if FUZZ else 150
+PROGRAMS = 10_000 if FUZZ else 120
 HERE = pathlib.Path(__file__).parent
 
 
