@@ -34,7 +34,9 @@ plain_only: list[bool] = []
 
 
 def _liftable(u: UOp) -> bool:
-    return u.op is Ops.CONST and bool(u.src) and u.dtype != dtypes.bool and u.dtype != dtypes.bfloat16
+    if u.op is not Ops.CONST or not u.src or u.dtype in (dtypes.bool, dtypes.bfloat16):
+        return False
+    return isinstance(u.arg, (int, float)) and not isinstance(u.arg, bool)
 
 
 def _value_key(u: UOp) -> Any:
