@@ -79,7 +79,7 @@ def main() -> None:
             timed.append((min(launch.runner(launch.bufs, wait=True) or 0.0 for _ in range(5)), launch))
     timed.sort(key=lambda t: -t[0])
     renderer = Device["CUDA"].renderer
-    asts = {id(r): key[1] for key, r in _runner_cache.items()}
+    asts = {id(r): key[1] for key, r in _runner_cache.data.items()}
     done: set[str] = set()
     for _, launch in timed:
         if len(done) >= args.top:
