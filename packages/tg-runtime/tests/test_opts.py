@@ -262,3 +262,38 @@ def test_fuzz_random_opts_vs_numpy(shard: int) -> None:
         got = run(case, device, opts)
         np.testing.assert_allclose(got, case[2], rtol=1e-4, atol=1e-5, err_msg=f"{device} {opts}")
     assert applied > FUZZ_CASES // SHARDS * 3 // 4  # most cases really are optimized
+
+
+GPU_LOCALS = [
+    Opt(op, a, n) for op in (OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP) for a in range(3) for n in (2, 3, 4, 6)
+]
+GPU_AFTER = [Opt(op, a, n) for op in (OptOps.UPCAST, OptOps.UNROLL) for a in range(3) for n in (0, 2, 3, 4)]
+GPU_FUZZ_CASES = 1000 if os.getenv("FUZZ", "0") not in ("", "0") else 40
+
+
+def test_fuzz_gpu_opts_within_tight_limits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Random LOCAL/GROUP/UPCAST/UNROLL sequences on CL under tiny launch limits: every accepted sequence launches
+    within them and matches numpy; refused ones raise KernelOptError naming a limit."""
+    if "CL" not in DEVICES:
+        pytest.skip("no CL device here")
+    from tg_codegen.kernel import Kernel
+    from tg_codegen.limits import LaunchLimits
+
+    tight = LaunchLimits(max_threads=8, block=(4, 4, 2), shared_bytes=32, registers_per_block=64)
+    monkeypatch.setattr(Device["CL"].renderer, "limits", tight)
+    rng = random.Random(99)
+    refused = 0
+    for _ in range(GPU_FUZZ_CASES):
+        case = _random_case(rng)
+        k = Kernel(case[0], Device["CL"].renderer)
+        for actions, most in ((GPU_LOCALS, 4), (GPU_AFTER, 2)):  # locals come before upcasts and unrolls
+            for _ in range(rng.randint(0, most)):
+                try:
+                    k.apply_opt(rng.choice(actions))
+                except KernelOptError as e:
+                    refused += any(w in str(e) for w in ("limit", "do not fit"))
+        spec = get_program(case[0], Device["CL"].renderer, opts=k.applied_opts)
+        local = spec.local_size or (1,)
+        assert int(np.prod(local)) <= 8 and all(s <= m for s, m in zip(local, tight.block)), (spec.name, local)
+        np.testing.assert_allclose(run(case, "CL", list(k.applied_opts)), case[2], rtol=1e-4, atol=1e-5)
+    assert refused > 0, "the tight limits should refuse some opts"
