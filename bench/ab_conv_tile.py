@@ -1,4 +1,4 @@
-"""A/B of the GPU conv 2-D tile (heuristic.GPU_CONV_TILE_2D) on the MNIST step and the bench convs (GPU machine).
+"""A/B of a heuristic switch (AB_FLAG, default GPU_CONV_TILE_2D) on the MNIST step and the bench convs (GPU machine).
 
 PYTHONPATH=$(ls -d packages/*/src | tr '\\n' ':') python3 bench/ab_conv_tile.py
 """
@@ -19,12 +19,13 @@ from tg_tensor import schedule  # noqa: E402
 
 
 def main() -> None:
+    flag = os.getenv("AB_FLAG", "GPU_CONV_TILE_2D")  # the heuristic switch to compare
     for on in (False, True, False, True):
-        heuristic.GPU_CONV_TILE_2D = on
+        setattr(heuristic, flag, on)
         schedule._recipes.clear()
         clear_runner_cache()
         row: dict[str, object] = {
-            "conv_tile_2d": on,
+            flag: on,
             "mnist_steps_per_s": round(bench_gpu.tg_mnist_steps_per_s(512, 50), 1),
         }
         for name, (xs, ws, pad) in bench_gpu.CONVS.items():

@@ -246,6 +246,35 @@ def bench_conv(reps: int, quick: bool) -> None:
         tx, tw = torch.rand(*xs, device="cuda"), torch.rand(*ws, device="cuda")
         secs = torch_seconds(lambda tx=tx, tw=tw, pad=pad: torch.nn.functional.conv2d(tx, tw, padding=pad), reps)
         emit("conv2d", "torch", flop / secs * 1e-12, "TFLOPS", conv=name, x=xs, w=ws)
+        _conv_jit(name, xs, ws, pad, flop)
+
+
+def _conv_jit(name: str, xs: tuple[int, ...], ws: tuple[int, ...], pad: int, flop: int) -> None:
+    """The forward conv through a TinyJit replay, tg and tinygrad (two input sets, alternated)."""
+    from tg import TinyJit
+
+    pairs = [(Tensor.rand(*xs, device="CUDA").realize(), Tensor.rand(*ws, device="CUDA").realize()) for _ in range(2)]
+    jitted = TinyJit(lambda x, w: x.conv2d(w, padding=pad).realize())
+    call = functools.partial(_alternate, jitted, pairs, itertools.count())
+    secs = replay_seconds(call, 20, Device["CUDA"].synchronize)
+    emit("conv2d_jit", "tg", flop / secs * 1e-12, "TFLOPS", conv=name)
+    try:
+        emit("conv2d_jit", "tinygrad", flop / _tinygrad_conv_seconds(xs, ws, pad) * 1e-12, "TFLOPS", conv=name)
+    except Exception as e:  # tinygrad is not installed here
+        print(f"# conv2d tinygrad: {type(e).__name__}: {e}"[:300], file=sys.stderr)
+    finally:
+        Device["CUDA"].drv.make_current()
+
+
+def _tinygrad_conv_seconds(xs: tuple[int, ...], ws: tuple[int, ...], pad: int) -> float:
+    """Seconds per call of tinygrad's forward conv through its TinyJit (two input sets, alternated)."""
+    import tinygrad  # type: ignore[import-not-found]
+
+    TT = tinygrad.Tensor
+    pairs = [(TT.rand(*xs).realize(), TT.rand(*ws).realize()) for _ in range(2)]
+    jitted = tinygrad.TinyJit(lambda x, w: x.conv2d(w, padding=pad).realize())
+    dev = tinygrad.Device[tinygrad.Device.DEFAULT]
+    return replay_seconds(functools.partial(_alternate, jitted, pairs, itertools.count()), 20, dev.synchronize)
 
 
 def bench_jit_replay(kernels: int = 50, calls: int = 200) -> None:

@@ -66,6 +66,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--top", type=int, default=6)
     parser.add_argument("--tries", type=int, default=60)
+    parser.add_argument("--only", default="", help="comma-separated kernel names to sweep (default: the slowest)")
     args = parser.parse_args()
     with Context(DEBUG=0):
         step = bench_gpu.tg_mnist_step(512)
@@ -86,7 +87,7 @@ def main() -> None:
             break
         assert launch.runner is not None
         spec = launch.runner.spec
-        if spec.name in done:
+        if spec.name in done or (args.only and spec.name not in args.only.split(",")):
             continue
         done.add(spec.name)
         ast = asts[id(launch.runner)]

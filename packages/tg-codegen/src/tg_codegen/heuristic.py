@@ -210,7 +210,10 @@ def _gpu_tile(k: Kernel, budget: int) -> list[Opt]:
     _gpu_locals(small, min(budget, GPU_CONV_WORKGROUP))
     outer = list(reversed(_broadcast_axes(small)[:-2]))
     tiled = next((ax for ax in outer if small.apply_first([Opt(OptOps.UPCAST, ax, a) for a in (16, 8, 4)])), None)
-    if tiled is None:
+    if tiled is None:  # no register tile: at least unroll a short innermost reduce loop
+        if GPU_UNROLL_UNTILED and (red := wide.axes_of("reduce")):
+            size = int(wide.full_shape[red[-1]])
+            wide.apply_first([Opt(OptOps.UNROLL, len(red) - 1, a) for a in ((0,) if size <= 32 else (4, 2))])
         return wide.applied_opts[done:]
     for ax in outer:  # and a second outer axis by 2
         if ax != tiled and small.apply_first([Opt(OptOps.UPCAST, ax, 2)]):
@@ -218,6 +221,9 @@ def _gpu_tile(k: Kernel, budget: int) -> list[Opt]:
     return small.applied_opts[done:]
 
 
+# matmul-like kernels without any register tile unroll their innermost reduce loop (whole when <= 32): the MNIST
+# conv1 weight-gradient first stage (26-long rows) 437 -> 167-200 us in bench/sweep_mnist_kernels.py
+GPU_UNROLL_UNTILED = True
 GPU_CONV_TILE_2D = True  # conv-like kernels try the 2-D workgroup and register tile of _conv_tile_2d first
 
 

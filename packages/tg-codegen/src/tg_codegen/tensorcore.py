@@ -115,6 +115,8 @@ def usable_tensor_cores(k: Kernel) -> list[TensorCore]:
     """The renderer's tensor cores that may be used now (the TF32 one only under ALLOW_TF32)."""
     tcs = [tc for tc in k.opts.tensor_cores if isinstance(tc, TensorCore)]
     return [tc for tc in tcs if tc.dtype_in != dtypes.float32 or ALLOW_TF32.value]
+
+
 TC_AXIS_TYPES = ("tcm", "tcn", "tck")
 
 
