@@ -104,3 +104,24 @@ def test_gguf_stores_the_vocab(tmp_path: pathlib.Path) -> None:
     tokens, merges, _ = bpe_vocab()
     assert meta["tokenizer.ggml.tokens"][: len(tokens)] == tokens and meta["tokenizer.ggml.merges"] == merges
     assert len(meta["tokenizer.ggml.tokens"]) == 600
+
+
+def _reference_spm(tok: Tokenizer, text: str) -> list[str]:
+    """Sentencepiece by its definition: rescan for the best-scoring mergeable pair (leftmost on ties)."""
+    parts = list(text)
+    while True:
+        cands = [(tok.scores[tok.ids[a + b]], -i) for i, (a, b) in enumerate(zip(parts, parts[1:])) if a + b in tok.ids]
+        if not cands:
+            return parts
+        _, neg = max(cands)
+        parts[-neg : -neg + 2] = [parts[-neg] + parts[-neg + 1]]
+
+
+def test_spm_matches_reference() -> None:
+    tokens, scores, types = spm_vocab()
+    tok = Tokenizer(tokens, scores=scores, token_types=types, model="llama", bos_id=1, add_bos=False)
+    for text in TEXTS + [CORPUS, CORPUS * 3]:
+        want = _reference_spm(tok, "▁" + text.replace(" ", "▁")) if text else []
+        got = tok.encode(text)
+        assert [tok.tokens[i] for i in got if tok.types[i] != 6] == [p for p in want if p in tok.ids], text
+        assert tok.decode(got) == text

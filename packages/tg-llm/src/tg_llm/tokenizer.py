@@ -14,6 +14,7 @@ first, and characters outside it fall back to <0xNN> byte tokens). Control and u
 from __future__ import annotations
 
 import codecs
+import heapq
 import re
 from collections.abc import Iterable, Iterator
 from functools import cache
@@ -154,17 +155,32 @@ class Tokenizer:
         return parts
 
     def _spm(self, text: str) -> list[int]:
-        """Sentencepiece: merge the adjacent pair with the best score while the merge is a vocabulary piece."""
-        parts = list(text)
-        while len(parts) > 1:
-            best, at = None, -1
-            for i in range(len(parts) - 1):
-                j = self.ids.get(parts[i] + parts[i + 1])
-                if j is not None and (best is None or self.scores[j] > self.scores[best]):
-                    best, at = j, i
-            if best is None:
-                break
-            parts[at : at + 2] = [parts[at] + parts[at + 1]]
+        """Sentencepiece: merge the adjacent pair with the best score (leftmost on ties) while the merge is a
+        vocabulary piece. The pairs wait in a heap, so a text of n characters takes O(n log n)."""
+        sym: list[str | None] = list(text)
+        nxt = list(range(1, len(sym))) + [-1]
+        prev = list(range(-1, len(sym) - 1))
+        heap: list[tuple[float, int, str]] = []
+
+        def push(i: int) -> None:  # the pair that starts at symbol i
+            j = nxt[i]
+            if i >= 0 and j >= 0 and (a := sym[i]) is not None and (b := sym[j]) is not None:
+                if (tid := self.ids.get(a + b)) is not None:
+                    heapq.heappush(heap, (-self.scores[tid], i, a + b))
+
+        for i in range(len(sym) - 1):
+            push(i)
+        while heap:
+            _, i, merged = heapq.heappop(heap)
+            j = nxt[i]
+            if j < 0 or sym[i] is None or sym[j] is None or f"{sym[i]}{sym[j]}" != merged:
+                continue  # stale: one of the two was merged since
+            sym[i], sym[j], nxt[i] = merged, None, nxt[j]
+            if nxt[j] >= 0:
+                prev[nxt[j]] = i
+            push(prev[i])
+            push(i)
+        parts = [p for p in sym if p is not None]
         out = []
         for p in parts:
             if p in self.ids:
