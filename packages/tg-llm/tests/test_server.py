@@ -81,6 +81,8 @@ def test_bad_requests_get_openai_errors_and_the_server_keeps_serving(client: ope
     assert status == 400 and "not valid JSON" in body["error"]["message"] and body["error"]["type"]
     status, body = _raw(server, "POST", "/v1/chat/completions", json.dumps({"model": "tiny", "messages": []}).encode())
     assert status == 400 and body["error"]["param"] == "messages"
+    with pytest.raises(openai.BadRequestError, match="n=2"):
+        client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], n=2)
     status, body = _raw(server, "GET", "/v1/nothing", None)
     assert status == 404 and body["error"]["code"] == "not_found"
     assert client.models.list().data[0].id == "tiny"  # still serving

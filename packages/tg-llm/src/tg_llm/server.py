@@ -125,6 +125,8 @@ class LLMServer:
         stop = [stop] if isinstance(stop, str) else stop or []
         if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop) or len(stop) > 4:
             raise RequestError(400, "'stop' must be a string or a list of at most 4 strings", "stop")
+        if req.get("n", 1) not in (1, None):
+            raise RequestError(400, f"n={req.get('n')!r}: this server generates one choice per request (n=1)", "n")
         seed = req.get("seed")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise RequestError(400, f"seed={seed!r} must be an integer", "seed")
@@ -199,7 +201,11 @@ class _Handler(BaseHTTPRequestHandler):
             stream = bool(req.get("stream"))
             gen = self.owner.complete(prompt, args)
             try:
-                (self._stream if stream else self._whole)(gen, chat)
+                if stream:
+                    opts = req.get("stream_options")
+                    self._stream(gen, chat, isinstance(opts, dict) and bool(opts.get("include_usage")))
+                else:
+                    self._whole(gen, chat)
             finally:
                 gen.close()  # releases the model for the next request even when the client went away
         except (BrokenPipeError, ConnectionResetError):
@@ -239,7 +245,7 @@ class _Handler(BaseHTTPRequestHandler):
             choice["text"] = done.text
         self._json(200, {**self._head(chat), "choices": [choice], "usage": self._usage(done)})
 
-    def _stream(self, gen: Iterator[tuple[str, Completion]], chat: bool) -> None:
+    def _stream(self, gen: Iterator[tuple[str, Completion]], chat: bool, usage: bool) -> None:
         first = next(gen)  # errors (prompt too long...) surface before the 200 is sent
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
@@ -268,6 +274,8 @@ class _Handler(BaseHTTPRequestHandler):
             if piece:
                 send(piece, None)
         send(None, done.finish_reason)
+        if usage:  # stream_options.include_usage: a last chunk with no choices and the token counts
+            self.wfile.write(f"data: {json.dumps({**head, 'choices': [], 'usage': self._usage(done)})}\n\n".encode())
         self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()
         self.close_connection = True
