@@ -68,3 +68,10 @@ def test_schedule_cache_keeps_negative_zero_apart_from_zero(device: str) -> None
     full = Tensor.full((2,), 0.0, device=device).reciprocal().numpy()
     _same(full, np.array([np.inf, np.inf], np.float32))
     _same(Tensor.full((2,), -0.0, device=device).reciprocal().numpy(), np.array([-np.inf, -np.inf], np.float32))
+
+
+def test_padding_after_negation_is_positive_zero(device: str) -> None:
+    """seed 103243 (CPU): (-x).pad(...) pushed the pad through NEG, so the padding held -(0.0) = -0.0."""
+    x = np.array([0.25, -1.5], np.float32)
+    _same((-Tensor(x, device=device)).pad(((1, 2),)).numpy(), np.pad(-x, (1, 2)))
+    _same((-Tensor(x, device=device) + 1).pad(((0, 1),)).numpy(), np.pad(-x + 1, (0, 1)))

@@ -136,6 +136,12 @@ def _apply(st: ShapeTracker, op: Ops, arg: object) -> ShapeTracker:
     raise ValueError(f"not a movement op: {op}")
 
 
+def _pad_safe(node: UOp) -> bool:
+    """Whether a padded view may be pushed through `node`: f(0, ..., 0) must be exactly 0.
+    Not a float NEG: -(0.0) is -0.0, and the padding must hold 0.0."""
+    return node.op in GroupOp.PadSafe and not (node.op is Ops.NEG and dtypes.is_float(node.dtype))
+
+
 def _store(out_buf: UOp, st: ShapeTracker, value: UOp) -> UOp:
     g0 = UOp(Ops.DEFINE_GLOBAL, out_buf.dtype.ptr(), (), 0)
     return UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (g0, UOp(Ops.VIEW, dtypes.void, (), st), value)),))
@@ -239,7 +245,7 @@ class _KernelBuilder:
         if op in GroupOp.Elementwise:
             if ops:
                 st = _movement_st(tuple(node.shape or ()), ops)
-                if op not in GroupOp.PadSafe and _has_mask(st):
+                if not _pad_safe(node) and _has_mask(st):
                     raise _Fail(node)
                 if node is not self.root and self._costly_to_repeat(node, st):
                     raise _Fail(node)
