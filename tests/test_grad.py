@@ -344,8 +344,8 @@ def test_no_grad_mode(device: str) -> None:
         with pytest.raises(RuntimeError, match="gradients are disabled"):
             y.sum().backward()
     assert y.tolist() == [2.0, 4.0]
-    with pytest.raises(ValueError, match="not part of the graph"):
-        (y * x).sum().gradient(Tensor([0.0], device=device))
+    # a tensor the result does not depend on has a zero gradient (tinygrad's convention)
+    assert (y * x).sum().gradient(Tensor([5.0, 6.0, 7.0], device=device))[0].tolist() == [0.0, 0.0, 0.0]
     assert (y * x).sum().gradient(x)[0].tolist() == [2.0, 4.0]  # y is a constant for autograd
 
 
@@ -354,8 +354,9 @@ def test_autograd_errors(device: str) -> None:
     with pytest.raises(ValueError, match=r"non-scalar tensor \(shape \(2,\)\) needs an explicit gradient"):
         (x * 2).backward()
     other = Tensor([3.0], device=device, requires_grad=True)
-    with pytest.raises(ValueError, match="not part of the graph"):
-        (x * 2).sum().gradient(other)
+    assert (x * 2).sum().gradient(other)[0].tolist() == [0.0]  # not in the graph: a zero gradient
+    with pytest.raises(RuntimeError, match="only float tensors have gradients"):
+        (x * 2).sum().gradient(Tensor([1, 2], device=device))
     with pytest.raises(ValueError, match=r"seed shape \(3,\) does not match"):
         (x * 2).backward(Tensor([1.0, 1.0, 1.0], device=device))
 

@@ -13,6 +13,7 @@ absolute error below 2e-8 and 1.5e-7).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -51,10 +52,7 @@ class ActivationMixin:
 
     def asin(self: Tensor) -> Tensor:
         """arcsin on [-1, 1] (NaN outside)."""
-        x = self._float()
-        a = x.abs()
-        poly = _horner(a, ASIN_COEFFS, ASIN_C0)
-        return (math.pi / 2 - (1 - a).sqrt() * poly) * x.sign()
+        return self._float()._odd(lambda a: math.pi / 2 - (1 - a).sqrt() * _horner(a, ASIN_COEFFS, ASIN_C0))
 
     def acos(self: Tensor) -> Tensor:
         return math.pi / 2 - self.asin()
@@ -74,8 +72,7 @@ class ActivationMixin:
         return 2.0 * (2.0 * self._float()).sigmoid() - 1.0
 
     def asinh(self: Tensor) -> Tensor:
-        x = self._float()
-        return x.sign() * (x.abs() + (x * x + 1).sqrt()).log()
+        return self._float()._odd(lambda a: (a + (a * a + 1).sqrt()).log())
 
     def acosh(self: Tensor) -> Tensor:
         return (self + (self * self - 1).sqrt()).log()
@@ -84,38 +81,59 @@ class ActivationMixin:
         return ((1 + self) / (1 - self)).log() / 2
 
     def erf(self: Tensor) -> Tensor:
-        x = self._float()
-        t = 1.0 / (1.0 + ERF_P * x.abs())
-        poly = _horner(t, ERF_COEFFS[:-1], ERF_COEFFS[-1]) * t
-        return x.sign() * (1.0 - poly * (-(x * x)).exp())
+        def erf_pos(a: Tensor) -> Tensor:
+            t = 1.0 / (1.0 + ERF_P * a)
+            return 1.0 - _horner(t, ERF_COEFFS[:-1], ERF_COEFFS[-1]) * t * (-(a * a)).exp()
+
+        return self._float()._odd(erf_pos)
+
+    def _odd(self: Tensor, f: Callable[[Tensor], Tensor]) -> Tensor:
+        """The odd function equal to f on x >= 0: sign(x) * f(|x|), with f's slope at 0 (not sign's 0)."""
+        neg = self < 0
+        y = f(neg.where(-self, self))
+        return neg.where(-y, y)
+
+    def _negative_part(self: Tensor) -> Tensor:
+        """min(x, 0) with slope 1 at 0, for exp(...) branches: a large x never reaches exp (whose inf
+        times the masked-out gradient 0 would be NaN)."""
+        return (self > 0).where(0.0, self)
 
     # ---- activations ----
     def relu(self: Tensor) -> Tensor:
-        return self.maximum(0)
+        """max(x, 0); the gradient at 0 is 0 (PyTorch, tinygrad), not a tie's 0.5."""
+        return (self > 0).where(self, 0)
 
     def relu6(self: Tensor) -> Tensor:
-        return self.relu() - (self - 6).relu()
+        """min(max(x, 0), 6); the gradient is 1 strictly inside (0, 6) and 0 at both ends (PyTorch)."""
+        return (self > 0).where((self < 6).where(self, 6), 0)
 
     def leaky_relu(self: Tensor, neg_slope: float = 0.01) -> Tensor:
         return (self < 0).where(self * neg_slope, self)
 
     def elu(self: Tensor, alpha: float = 1.0) -> Tensor:
-        return self.relu() - alpha * (1 - self.exp()).relu()
+        """x for x > 0, alpha (exp(x) - 1) otherwise (the gradient at 0 is alpha, as in PyTorch)."""
+        return (self > 0).where(self, alpha * (self._negative_part().exp() - 1))
 
     def celu(self: Tensor, alpha: float = 1.0) -> Tensor:
-        return self.maximum(0) + (alpha * ((self / alpha).exp() - 1)).minimum(0)
+        return (self > 0).where(self, alpha * ((self._negative_part() / alpha).exp() - 1))
 
     def selu(self: Tensor, alpha: float = 1.67326, gamma: float = 1.0507) -> Tensor:
-        return gamma * (self >= 0).where(self, alpha * (self.exp() - 1))
+        return gamma * self.elu(alpha)
 
     def sigmoid(self: Tensor) -> Tensor:
-        return (1 + (self._float() * (-1 / math.log(2))).exp2()).reciprocal()
+        """1 / (1 + exp(-x)), computed from e = exp(-|x|) <= 1 so that neither the value nor the
+        gradient meets an inf far into saturation (the gradient there is 0, never NaN)."""
+        x = self._float()
+        pos = x >= 0
+        e = (pos.where(-x, x) * (1 / math.log(2))).exp2()
+        return pos.where(1.0, e) / (1 + e)
 
     def logsigmoid(self: Tensor) -> Tensor:
         return -(-self).softplus()
 
     def hardsigmoid(self: Tensor, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
-        return (alpha * self + beta).relu() - (alpha * self + beta - 1).relu()
+        y = alpha * self + beta  # clipped to [0, 1]; the gradient is 0 at both ends (PyTorch)
+        return (y > 0).where((y < 1).where(y, 1.0), 0.0)
 
     def gelu(self: Tensor, approximate: str = "tanh") -> Tensor:
         """GELU. approximate="tanh" (tinygrad's default): 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3)));
@@ -143,7 +161,8 @@ class ActivationMixin:
     def softplus(self: Tensor, beta: float = 1.0) -> Tensor:
         """log(1 + exp(beta x)) / beta, computed without overflow."""
         bx = self._float() * beta
-        return (bx.relu() + (1 + (-bx.abs()).exp()).log()) / beta
+        pos = bx >= 0  # max(bx, 0) + log(1 + exp(-|bx|)), with the slope 1/2 at 0
+        return (pos.where(bx, 0.0) + (1 + pos.where(-bx, bx).exp()).log()) / beta
 
     def mish(self: Tensor) -> Tensor:
         return self * self.softplus().tanh()

@@ -143,11 +143,25 @@ class ElementwiseMixin:
         base, expo = self._broadcasted(x, reverse)
         if dtypes.is_int(base.dtype) or base.dtype == dtypes.bool:
             return base._float().pow(expo._float()).round().cast(base.dtype)
-        mag = (expo * base.abs().log2()).exp2()
+        return base._float_pow(expo)
+
+    def _float_pow(self: Tensor, expo: Tensor) -> Tensor:
+        """b ** e for floats, with PyTorch's gradients at a zero base or exponent (never NaN there).
+
+        Away from b == 0 it is exp2(e * log2|b|) with the sign of an odd integer power. At b == 0 the
+        value is 1, 0 or inf by the sign of e; its gradients are those of torch where they are finite
+        (d/db = 1 for e == 1, 0 for e == 0 or e > 1; d/de = 0), and 0 where torch's are infinite.
+        """
+        is_zero, is_nan = self.eq(0), self.ne(self)
+        special = is_zero | is_nan
+        safe = special.where(1.0, self)  # no log2(0) in the graph: its gradient would be 0 * inf
+        mag = (expo * safe.abs().log2()).exp2()
         odd = (expo.abs() % 2).eq(1)
         is_int = expo.eq(expo.trunc())
-        signed = (base < 0).where(is_int.where(odd.where(-mag, mag), math.nan), mag)
-        return expo.eq(0).where(1.0, signed)
+        signed = (safe < 0).where(is_int.where(odd.where(-mag, mag), math.nan), mag)
+        at_zero = (expo > 0).where(expo.eq(1).where(self, 0.0), math.inf)
+        special_value = expo.eq(0).where(1.0, is_zero.where(at_zero, math.nan))
+        return special.where(special_value, signed)
 
     def _int_pow(self: Tensor, n: int) -> Tensor:
         if n < 0:
@@ -168,7 +182,8 @@ class ElementwiseMixin:
     def abs(self: Tensor) -> Tensor:
         if self.dtype == dtypes.bool or dtypes.is_unsigned(self.dtype):
             return self
-        return (self <= 0).where(0 - self, self)  # 0 - x, not -x: abs(0.0) and abs(-0.0) are both 0.0
+        # |x| with PyTorch's gradient sign(x): 0 at x == 0 (x - x keeps NaN and gives +0 for -0)
+        return (self > 0).where(self, (self < 0).where(-self, self - self))
 
     def sign(self: Tensor) -> Tensor:
         """-1, 0 or 1 by the sign (0 stays 0; NaN stays NaN)."""
@@ -191,8 +206,13 @@ class ElementwiseMixin:
         """Limit values to [min_, max_] (either may be None)."""
         if min_ is None and max_ is None:
             raise ValueError("clip: at least one of min_ and max_ must be given")
-        ret = self if min_ is None else self.maximum(min_)
-        return ret if max_ is None else ret.minimum(max_)
+        # compare-and-select, not maximum/minimum: at a bound the gradient is 1 (PyTorch, tinygrad), not a tie's 0.5
+        ret = self if min_ is None else self._select_bound(min_, lower=True)
+        return ret if max_ is None else ret._select_bound(max_, lower=False)
+
+    def _select_bound(self: Tensor, bound: TensorLike, lower: bool) -> Tensor:
+        a, b = self._broadcasted(bound)
+        return ((a < b) if lower else (a > b)).where(b, a)
 
     def clamp(self: Tensor, min_: TensorLike = None, max_: TensorLike = None) -> Tensor:
         return self.clip(min_, max_)

@@ -36,11 +36,13 @@ class ReduceMixin:
         axes = resolve_axes(axis if axis is None or isinstance(axis, int) else tuple(axis), self.ndim)
         if self.ndim == 0:
             return self
-        kept = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
         if any(self.shape[a] == 0 for a in axes):  # an empty reduction is its identity (max has none)
             if op is Ops.MAX:
                 raise ValueError(f"max/min: cannot reduce over a size-0 axis of shape {self.shape}")
-            ret = type(self).full(kept, 0 if op is Ops.ADD else 1, self.dtype, self.device)
+            # the identity, as a pad of the empty axes to size 1: the graph still reads self, so its
+            # gradient is a zero-size tensor of zeros (not a target missing from the graph)
+            pads = tuple((0, 1) if s == 0 and i in axes else (0, 0) for i, s in enumerate(self.shape))
+            ret = type(self)(self.pad(pads, value=0 if op is Ops.ADD else 1).uop.r(op, axes))
         else:
             ret = type(self)(self.uop.r(op, axes))
         return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))

@@ -385,16 +385,18 @@ class Tensor(
         """
         if Tensor.no_grad:
             raise RuntimeError("gradient: gradients are disabled (Tensor.no_grad is set)")
+        if bad := [t for t in (self, *targets) if not dtypes.is_float(t.dtype)]:
+            raise RuntimeError(f"gradient: only float tensors have gradients, got {bad[0]!r}")
         seed = self._seed_gradient(gradient)
         graph = self._graph().toposort
         nodes = [t._node_in(graph) for t in targets]
         grads = autograd.compute_gradient(self._graph(), seed.uop, [n for n in nodes if n is not None])
         out = []
         for t, n in zip(targets, nodes):
+            # a target the result does not depend on (through comparisons, casts to int, an empty
+            # reduction...) has a zero gradient of its own shape, as in tinygrad
             g = grads.get(n) if n is not None else None
-            if g is None:
-                raise ValueError(f"gradient: target {t!r} is not part of the graph of this tensor")
-            out.append(Tensor(g))
+            out.append(Tensor(g) if g is not None else t.zeros_like())
         return out
 
     def backward(self, gradient: Tensor | None = None) -> Tensor:
@@ -406,10 +408,10 @@ class Tensor(
         targets = [(t, n) for t in list(_grad_tensors) if (n := t._node_in(graph)) is not None]
         grads = autograd.compute_gradient(self._graph(), seed.uop, [n for _, n in targets])
         for t, n in targets:
-            g = grads.get(n)
-            if g is None:
+            if not dtypes.is_float(t.dtype):
                 continue
-            g_t = Tensor(g)
+            g = grads.get(n)  # None: in the graph, but only through comparisons or int casts: a zero gradient
+            g_t = Tensor(g) if g is not None else t.zeros_like()
             t.grad = g_t if t.grad is None else t.grad + g_t
         return self
 
