@@ -45,15 +45,17 @@ def main() -> None:
     X_train, Y_train, X_test, Y_test = nn.datasets.mnist_numpy(data_dir())
     X_train_f = X_train.astype(np.float32) / 255.0
     X_test_f, Y_test_i = X_test.astype(np.float32) / 255.0, Y_test.astype(np.int32)
+    X_train_t, Y_train_t = Tensor(X_train_f).realize(), Tensor(Y_train.astype(np.int32)).realize()  # on the device once
 
     Tensor.manual_seed(getenv("SEED", 42))
     model = Model()
     opt = nn.optim.Adam(nn.state.get_parameters(model), lr=getenv("LR", 0.001))
 
     @TinyJit
-    def train_step(x: Tensor, y: Tensor) -> Tensor:
+    def train_step(samples: Tensor) -> Tensor:
         with Tensor.train():
             opt.zero_grad()
+            x, y = X_train_t[samples], Y_train_t[samples]  # the batch is gathered on the device (indexed loads)
             loss = model(x).sparse_categorical_crossentropy(y).backward()
             Tensor.realize(loss, *opt.schedule_step())
             return loss
@@ -74,8 +76,8 @@ def main() -> None:
     acc, started = float("nan"), time.perf_counter()
     GlobalCounters.reset()
     for step in range(1, steps + 1):
-        idx = rng.integers(0, len(X_train_f), bs)
-        loss = train_step(Tensor(X_train_f[idx]), Tensor(Y_train[idx].astype(np.int32)))
+        samples = Tensor(rng.integers(0, len(X_train_f), bs).astype(np.int32))
+        loss = train_step(samples)
         if (every > 0 and step % every == 0) or step == steps:  # EVAL_EVERY=0: only at the end
             acc = test_accuracy()
         if step % 10 == 0 or step == steps:

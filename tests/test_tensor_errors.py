@@ -45,8 +45,9 @@ def test_backward_of_non_scalar_without_gradient() -> None:
 
 def test_gradient_with_respect_to_a_tensor_outside_the_graph() -> None:
     x, y = Tensor([1.0], requires_grad=True), Tensor([2.0], requires_grad=True)
-    with pytest.raises(ValueError, match=r"gradient: target <Tensor .* shape=\(1,\).*> is not part of the graph"):
-        (x * 3).sum().gradient(y)
+    assert (x * 3).sum().gradient(y)[0].tolist() == [0.0]  # tinygrad: a zero gradient, not an error
+    with pytest.raises(RuntimeError, match=r"only float tensors have gradients, got <Tensor .* dtype=dtypes.int"):
+        (x * 3).sum().gradient(Tensor([1]))
 
 
 def test_op_a_dtype_does_not_support() -> None:

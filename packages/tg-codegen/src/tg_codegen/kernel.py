@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
+from tg_codegen.gather import fold_gathers
 from tg_codegen.limits import assign_dims, check_resources, check_threads
 from tg_codegen.opt import KernelOptError, Opt
 from tg_codegen.renderer import Renderer
@@ -34,6 +35,7 @@ class Kernel:
         if ast.op is not Ops.SINK or not ast.src or any(s.op is not Ops.STORE for s in ast.src):
             raise ValueError(f"a kernel AST is a SINK of STOREs, got {ast.op}")
         self.opts = opts if opts is not None else Renderer()
+        ast = fold_gathers(ast)
         self.ast = ast
         views = [u for u in ast.toposort if u.op is Ops.VIEW]
         reduces = [u for u in ast.toposort if u.op is Ops.REDUCE_AXIS]

@@ -134,20 +134,38 @@ class Lowerer:
             gate = (functools.reduce(lambda a, b: a & b, gates),) if gates else ()
             ret = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, buf.dtype, (buf, index)), val) + gate)
         elif op is Ops.LOAD:
-            buf, view = u.src
+            buf, view = u.src[:2]
             index, valid = self._indexed(view.arg, idxs)
+            index, valid = self._gathered(u, index, valid, idxs, fixed)
             ret = UOp(Ops.LOAD, u.dtype, (UOp(Ops.INDEX, buf.dtype, (buf, index)),) + _gate(valid))
         elif op is Ops.CONST and u.src:
             _, valid = u.src[0].arg.to_indexed_uops(list(idxs))
             c = UOp.const(u.dtype, u.arg)
             cgate = _gate(valid)
             ret = cgate[0].where(c, c.const_like(0)) if cgate else c
+        elif op is Ops.ARANGE:  # the value at a position is the index it reads in a buffer of 0..n-1
+            index, valid = self._indexed(u.src[0].arg, idxs)
+            index = index.cast(u.dtype) if index.dtype != u.dtype else index
+            agate = _gate(valid)
+            ret = agate[0].where(index, index.const_like(0)) if agate else index
         elif op is Ops.REDUCE_AXIS:
             ret = self._lower_reduce(u, fixed)
         else:
             ret = u.replace(src=tuple(self._lower(s, idxs, fixed) for s in u.src))
         self.memo[key] = ret
         return ret
+
+    def _gathered(
+        self, u: UOp, index: UOp, valid: UOp, idxs: tuple[UOp, ...], fixed: dict[int, int]
+    ) -> tuple[UOp, UOp]:
+        """A gathered load (gather.py) reads `idx * stride` further along, gated by 0 <= idx < n."""
+        for idx_ast, (stride, n) in zip(u.src[2:], u.arg or ()):
+            idx = self._lower(idx_ast, idxs, fixed)
+            idx = idx.cast(dtypes.int32) if idx.dtype != dtypes.int32 else idx
+            index = index + idx * stride
+            in_range = (idx < n) & (idx < 0).logical_not()
+            valid = in_range if valid.op is Ops.CONST and valid.arg is True else valid & in_range
+        return index, valid
 
     def _indexed(self, st: ShapeTracker, idxs: tuple[UOp, ...]) -> tuple[UOp, UOp]:
         """st.to_indexed_uops(idxs), shared by the lanes that differ only on axes `st` ignores.

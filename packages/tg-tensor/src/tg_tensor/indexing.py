@@ -18,7 +18,7 @@ import numpy as np
 
 from tg_tensor.inplace import view_chain
 from tg_tensor.util import broadcast_shape
-from tg_uop import dtypes
+from tg_uop import Ops, UOp, dtypes
 
 if TYPE_CHECKING:
     from tg_tensor.tensor import Tensor
@@ -121,6 +121,10 @@ class IndexingMixin:
             raise IndexError(f"tensor indices must be integers, got dtype {idx.dtype}")
         return (idx < 0).where(idx + n, idx)
 
+    def _positions(self: Tensor, n: int) -> Tensor:
+        """0..n-1 computed from the loop index (no buffer): a compare with it is folded into an indexed load."""
+        return type(self)(UOp(Ops.ARANGE, dtypes.int32, (UOp(Ops.DEVICE, arg=self.device),), n))
+
     def _apply_advanced(self: Tensor, advanced: list[tuple[int, Tensor]]) -> Tensor:
         """Gather with broadcast index tensors on dims `d` through a one-hot mask and a sum."""
         adv_dims = [d for d, _ in advanced]
@@ -131,7 +135,7 @@ class IndexingMixin:
         mask = None
         for j, (d, idx) in enumerate(advanced):
             n = int(self.shape[d])
-            ar = type(self).arange(n, device=self.device).reshape((1,) * nb + (1,) * j + (n,) + (1,) * (k - j - 1))
+            ar = self._positions(n).reshape((1,) * nb + (1,) * j + (n,) + (1,) * (k - j - 1))
             hit = idx.reshape(idx.shape + (1,) * k)._broadcast_to(bshape + (1,) * k) == ar
             mask = hit if mask is None else mask & hit
         assert mask is not None
@@ -159,7 +163,7 @@ class IndexingMixin:
         val = self._to_tensor(value).cast(self.dtype)._broadcast_to(positions.shape)
         flat_pos, flat_val = positions.flatten(), val.flatten()
         n = int(self.numel())
-        onehot = flat_pos.reshape(-1, 1) == type(self).arange(n, device=self.device).reshape(1, n)
+        onehot = flat_pos.reshape(-1, 1) == self._positions(n).reshape(1, n)
         hit = onehot.any(0)
         written = onehot.where(flat_val.reshape(-1, 1), 0).sum(0, dtype=_sum_dtype(self.dtype)).cast(self.dtype)
         new = hit.reshape(self.shape).where(written.reshape(self.shape), self)
@@ -195,7 +199,7 @@ class IndexingMixin:
         x = self.shrink(tuple(None if i == d else (0, index.shape[i]) for i in range(self.ndim)))
         x = x.transpose(d, -1).unsqueeze(-2)  # (..., 1, n)
         idx = index.transpose(d, -1).unsqueeze(-1)  # (..., m, 1)
-        hit = idx == type(self).arange(n, device=self.device)
+        hit = idx == self._positions(n)
         out = hit.where(x, 0).sum(-1, dtype=_sum_dtype(self.dtype)).cast(self.dtype)
         return out.transpose(d, -1)
 
@@ -209,7 +213,7 @@ class IndexingMixin:
         n = int(self.shape[d])
         s = self._to_tensor(src).cast(self.dtype)
         s = s._broadcast_to(index.shape) if s.ndim == 0 else s.shrink(tuple((0, k) for k in index.shape))
-        hit = index.transpose(d, -1).unsqueeze(-1) == type(self).arange(n, device=self.device)  # (..., m, n)
+        hit = index.transpose(d, -1).unsqueeze(-1) == self._positions(n)  # (..., m, n)
         vals = s.transpose(d, -1).unsqueeze(-1)
         pads = tuple((0, int(a) - int(b)) for a, b in zip(self.transpose(d, -1).shape, hit.shape[:-2] + (n,)))
         any_hit = hit.any(-2).pad(pads).transpose(d, -1)

@@ -210,6 +210,8 @@ class _KernelBuilder:
 
     def _load(self, buf: UOp, st: ShapeTracker) -> UOp:
         buf = self.sched.copies.get(buf, buf)
+        if buf.arg[1] == 0:  # every position of a view of nothing is padding: never pass an empty buffer
+            return UOp(Ops.CONST, buf.dtype, (UOp(Ops.VIEW, dtypes.void, (), st),), dtypes.as_const(0, buf.dtype))
         if buf not in self.inputs:
             check_not_stale(buf)
             memory = buffer_of(buf)
@@ -240,6 +242,9 @@ class _KernelBuilder:
         if op is Ops.CONST:
             st = _movement_st((), ops)
             return UOp(Ops.CONST, node.dtype, (UOp(Ops.VIEW, dtypes.void, (), st),), node.arg)
+        if op is Ops.ARANGE:  # computed from the loop indices, like a load from a buffer holding 0..n-1
+            st = _movement_st((node.arg,), ops)
+            return UOp(Ops.ARANGE, node.dtype, (UOp(Ops.VIEW, dtypes.void, (), st),), node.arg)
         if op in (Ops.DETACH, Ops.CONTIGUOUS):
             return self._build(node.src[0], ops)
         if op in GroupOp.Elementwise:
@@ -265,8 +270,8 @@ class _KernelBuilder:
     def _costly_to_repeat(self, node: UOp, st: ShapeTracker) -> bool:
         """Is `node`, read through `st`, used many times per element and costly to recompute each time?"""
         shape = tuple(node.shape or ())
-        if not all(isinstance(s, int) for s in shape):
-            return False
+        if not all(isinstance(s, int) for s in shape) or _compares_with_arange(node):
+            return False  # (a one-hot index mask folds into an indexed load in codegen: keep it in the kernel)
         uses = prod(st.shape) // max(1, prod(shape))
         if uses < REPEAT_MIN_USES:
             return False
@@ -279,6 +284,18 @@ class _KernelBuilder:
 REPEAT_MIN_USES = 8
 REPEAT_MAX_ALUS = 4
 REPEAT_MAX_BUFFERS = 3
+
+
+def _compares_with_arange(node: UOp) -> bool:
+    """Is `node` `x == arange` (or an AND of those): the one-hot mask of tensor indexing?"""
+    node = _resolve(node)
+    if node.op is Ops.AND:
+        return all(_compares_with_arange(s) for s in node.src)
+    if node.op is not Ops.CMPNE:
+        return False
+    if _resolve(node.src[0]).op is Ops.CMPNE:  # x == y is written (x != y) != True
+        node = _resolve(node.src[0])
+    return any(_resolve(s).base.op is Ops.ARANGE for s in node.src)
 
 
 def _has_mask(st: ShapeTracker) -> bool:

@@ -19,6 +19,7 @@ class Ops(Enum):
     DEVICE = auto()
     BUFFER = auto()
     CONST = auto()
+    ARANGE = auto()  # the ints 0..n-1 as a leaf (tensor level: src DEVICE, arg n; kernel AST: src VIEW)
     VIEW = auto()
     COPY = auto()
     ASSIGN = auto()

@@ -28,6 +28,8 @@ def uop_shape(u: UOp) -> tuple[sint, ...] | None:
         if not u.src:
             return None
         return () if u.src[0].op is Ops.DEVICE else u.src[0].shape
+    if op is Ops.ARANGE:
+        return (u.arg,) if u.src[0].op is Ops.DEVICE else u.src[0].shape
     if op is Ops.RESHAPE or op is Ops.EXPAND:
         return tuple(u.arg)
     src_shape = u.src[0].shape if u.src else None
