@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 
 import numpy as np
 import pytest
 
 from tg import Tensor, nn
-from tg_nn.optim import LAMB, SGD, Adam, AdamW, Optimizer, OptimizerGroup
+from tg_nn.optim import LAMB, LARS, SGD, Adam, AdamW, Optimizer, OptimizerGroup
 
 TARGET = np.array([0.5, -1.0, 2.0, 0.0], np.float32)
 SCALE = np.array([1.0, 2.0, 0.5, 3.0], np.float32)
@@ -107,11 +108,20 @@ def test_optimizer_group_steps_every_member() -> None:
     assert group[1].params[0] is b
 
 
-def test_step_outside_training_and_without_gradients_raise() -> None:
+def test_step_outside_training_works_and_without_gradients_raises(monkeypatch: pytest.MonkeyPatch) -> None:
     w = Tensor([1.0], requires_grad=True)
-    opt = SGD([w])
-    with pytest.raises(RuntimeError, match="Tensor.training=False"):
-        opt.step()
+    opt = SGD([w], lr=0.5)
+    monkeypatch.setattr(Optimizer, "_warned", False)
+    (w * w).sum().backward()
+    with pytest.warns(UserWarning, match="Tensor.training=False"):
+        opt.step()  # PyTorch code steps outside any training mode: it runs, with one warning
+    assert w.tolist() == [0.0]
+    opt.zero_grad()
+    (w * w).sum().backward()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        opt.step()  # once only
+    opt.zero_grad()
     with Tensor.train(), pytest.raises(RuntimeError, match=r"parameters \[0\] have no gradient"):
         opt.step()
     with pytest.raises(ValueError, match="no parameter requires a gradient"):
@@ -131,3 +141,32 @@ def test_optimizer_realizes_buffers_such_as_batchnorm_statistics() -> None:
         opt.step()
     assert bn.num_batches_tracked.tolist() == [1]
     assert bn.running_mean.numpy()[0] > 0
+
+
+@pytest.mark.parametrize("classic, nesterov", [(True, False), (False, True)])
+def test_lars_against_numpy(classic: bool, nesterov: bool) -> None:
+    """LARS (tinygrad's rule) for three steps of a quadratic loss, against the same update in numpy."""
+    rng = np.random.default_rng(3)
+    w0 = rng.standard_normal((3, 4)).astype(np.float32)
+    lr, mom, wd, tcoef = 0.1, 0.9, 1e-2, 0.02
+    w = Tensor(w0.copy(), requires_grad=True)
+    opt = LARS([w], lr=lr, momentum=mom, weight_decay=wd, nesterov=nesterov, classic=classic, tcoef=tcoef)
+    ref, b = w0.astype(np.float64), np.zeros_like(w0, dtype=np.float64)
+    for _ in range(3):
+        with Tensor.train():
+            opt.zero_grad()
+            (w * w * w).sum().backward()
+            opt.step()
+        g = 3 * ref * ref
+        r1, r2 = np.sqrt((ref * ref).sum()), np.sqrt((g * g).sum())
+        r = tcoef * r1 / (r2 + wd * r1)
+        g = g + wd * ref
+        if classic:
+            g = g * r * lr
+        b = mom * b + g
+        g = g + mom * b if nesterov else b
+        if not classic:
+            g = g * r * lr
+        ref = ref - g
+    np.testing.assert_allclose(w.numpy(), ref, rtol=1e-4, atol=1e-6)
+    assert isinstance(nn.optim.LARS([Tensor([1.0])]), LARS)

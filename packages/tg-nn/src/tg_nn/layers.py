@@ -60,7 +60,7 @@ class Linear:
 class Conv2d:
     """N-d convolution over (N, C, *spatial) inputs; the kernel's rank picks the dimension (2-D by default).
 
-    padding: int, a tuple per spatial dim (or per side, as for Tensor.conv2d).
+    padding: int, a tuple per spatial dim (or per side, as for Tensor.conv2d), "same" or "valid".
     """
 
     def __init__(
@@ -69,7 +69,7 @@ class Conv2d:
         out_channels: int,
         kernel_size: IntOrTuple,
         stride: IntOrTuple = 1,
-        padding: int | tuple[int, ...] = 0,
+        padding: int | tuple[int, ...] | str = 0,
         dilation: IntOrTuple = 1,
         groups: int = 1,
         bias: bool = True,
@@ -113,7 +113,7 @@ class ConvTranspose2d(Conv2d):
         out_channels: int,
         kernel_size: IntOrTuple,
         stride: IntOrTuple = 1,
-        padding: int | tuple[int, ...] = 0,
+        padding: int | tuple[int, ...] | str = 0,
         output_padding: int = 0,
         dilation: IntOrTuple = 1,
         groups: int = 1,

@@ -1,4 +1,4 @@
-"""Optimizers: SGD (momentum, nesterov, weight decay), Adam, AdamW, LAMB, and OptimizerGroup.
+"""Optimizers: SGD (momentum, nesterov, weight decay), LARS, Adam, AdamW, LAMB, and OptimizerGroup.
 
 Updates are written in place (`Tensor.assign`) and realized together by `step()`, so they work
 under TinyJit. The learning rate is a one-element tensor: change it with `opt.lr.assign(...)`
@@ -17,6 +17,7 @@ under TinyJit. The learning rate is a one-element tensor: change it with `opt.lr
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 from tg_nn.util import own_buffer
@@ -46,6 +47,8 @@ def _as_buffer(t: Tensor) -> None:
 
 class Optimizer:
     """Base class: holds the parameters (requires_grad) and buffers (the other tensors given, e.g. BatchNorm stats)."""
+
+    _warned = False  # the warning for a step outside training mode is given once per process
 
     def __init__(self, params: Sequence[Tensor], lr: float | Tensor) -> None:
         params = list(params)
@@ -77,10 +80,13 @@ class Optimizer:
 
     def schedule_step(self) -> list[Tensor]:
         """Build the update lazily and return the tensors to realize (for `Tensor.realize(loss, *...)`)."""
-        if not Tensor.training:
-            raise RuntimeError(
-                "optimizer step with Tensor.training=False: run the training step under `with Tensor.train():` "
-                "(or decorate it with @Tensor.train())"
+        if not Tensor.training and not Optimizer._warned:
+            # tinygrad raises here; PyTorch code steps outside any training mode, so tg steps and says so once
+            Optimizer._warned = True
+            warnings.warn(
+                "optimizer step with Tensor.training=False: the step runs, but dropout and batchnorm were in eval "
+                "mode; run the training step under `with Tensor.train():` (this warning is shown once)",
+                stacklevel=3,
             )
         missing = [i for i, p in enumerate(self.params) if p.grad is None]
         if missing:
@@ -149,6 +155,59 @@ class SGD(Optimizer):
                 out.append(self.b[i])
             p.assign((p.detach() - g * self.lr).cast(p.dtype))
         return out
+
+
+class LARS(Optimizer):
+    """Layer-wise adaptive rate scaling (You et al. 2017, arXiv:1708.03888), as in tinygrad.
+
+    Per parameter w with gradient g: the trust ratio r = tcoef * |w| / (|g| + weight_decay * |w|) (1 where
+    a norm is 0); g += weight_decay * w; with `classic` momentum g = g * r * lr before the momentum
+    b = momentum * b + g (else after); w -= g (g + momentum * b with nesterov).
+    """
+
+    def __init__(
+        self,
+        params: Sequence[Tensor],
+        lr: float | Tensor = 0.001,
+        momentum: float = 0.9,
+        weight_decay: float = 1e-4,
+        nesterov: bool = False,
+        classic: bool = True,
+        tcoef: float = 0.001,
+    ) -> None:
+        super().__init__(params, lr)
+        if momentum < 0 or weight_decay < 0 or tcoef < 0:
+            raise ValueError(
+                f"LARS: momentum, weight_decay and tcoef must be >= 0, got {momentum}, {weight_decay}, {tcoef}"
+            )
+        self.momentum, self.wd, self.nesterov, self.classic, self.tcoef = (
+            momentum,
+            weight_decay,
+            nesterov,
+            classic,
+            tcoef,
+        )
+        self.b = [_state_like(p) for p in self.params] if momentum else []
+
+    def _ratio(self, p: Tensor, g: Tensor) -> Tensor | float:
+        if self.tcoef == 0:
+            return 1.0
+        r1, r2 = p.detach().square().sum().sqrt(), g.square().sum().sqrt()
+        return (r1 > 0).where((r2 > 0).where(self.tcoef * r1 / (r2 + self.wd * r1), 1.0), 1.0)
+
+    def _updates(self, grads: list[Tensor]) -> list[Tensor]:
+        for i, (p, g) in enumerate(zip(self.params, grads)):
+            r = self._ratio(p, g)
+            g = g + self.wd * p.detach() if self.wd else g
+            if self.classic:
+                g = g * r * self.lr
+            if self.momentum:
+                self.b[i].assign(self.momentum * self.b[i] + g)
+                g = g + self.momentum * self.b[i] if self.nesterov else self.b[i]
+            if not self.classic:
+                g = g * r * self.lr
+            p.assign((p.detach() - g).cast(p.dtype))
+        return list(self.b)
 
 
 class LAMB(Optimizer):

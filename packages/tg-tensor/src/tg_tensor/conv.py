@@ -43,6 +43,22 @@ def _padding_pairs(padding: Any, n: int) -> tuple[tuple[int, int], ...]:
     raise ValueError(f"padding: expected an int, {n} ints or {2 * n} ints, got {padding!r}")
 
 
+def _named_padding(name: str, kernel: tuple[int, ...], stride: IntOrTuple, dilation: IntOrTuple) -> tuple[int, ...]:
+    """torch's padding="valid" (none) and "same" (output size = input size; the odd extra on the right)."""
+    nd = len(kernel)
+    if name == "valid":
+        return (0,) * (2 * nd)
+    if name != "same":
+        raise ValueError(f"conv2d: padding must be an int, a tuple, 'valid' or 'same', got {name!r}")
+    if any(s != 1 for s in _tuple(stride, nd, "stride")):
+        raise ValueError(f"conv2d: padding='same' is not supported for strided convolutions (stride={stride!r})")
+    totals = [d * (k - 1) for k, d in zip(kernel, _tuple(dilation, nd, "dilation"))]
+    flat: list[int] = []
+    for t in reversed(totals):  # torch's flat order: last dim first, (left, right) each
+        flat += [t // 2, t - t // 2]
+    return tuple(flat)
+
+
 class ConvMixin:
     """conv2d (1-D/2-D/3-D), conv_transpose2d, max_pool2d, avg_pool2d."""
 
@@ -107,6 +123,8 @@ class ConvMixin:
                 f"conv2d: input channels {cin_all} (shape {self.shape}) do not match weight {weight.shape} "
                 f"with groups={groups}"
             )
+        if isinstance(padding, str):
+            padding = _named_padding(padding, kernel, stride, dilation)
         x = self.pad(((0, 0), (0, 0)) + _padding_pairs(padding, nd))._pool(kernel, stride, dilation)
         out = tuple(int(s) for s in x.shape[2 : 2 + nd])
         rcout = cout // groups

@@ -165,6 +165,7 @@ class IndexingMixin:
         n = int(self.numel())
         onehot = flat_pos.reshape(-1, 1) == self._positions(n).reshape(1, n)
         hit = onehot.any(0)
+        onehot = _last_hits(onehot, 0)  # a position selected twice gets the last value, as in numpy and torch
         written = onehot.where(flat_val.reshape(-1, 1), 0).sum(0, dtype=_sum_dtype(self.dtype)).cast(self.dtype)
         new = hit.reshape(self.shape).where(written.reshape(self.shape), self)
         self.assign(new.contiguous())
@@ -220,6 +221,8 @@ class IndexingMixin:
         if reduce == "multiply":
             prod = hit.where(vals, 1).prod(-2).cast(self.dtype).pad(pads).transpose(d, -1)
             return any_hit.where(self * prod, self)
+        if reduce is None:
+            hit = _last_hits(hit, -2)  # duplicate indices: the last write wins (tinygrad, torch on the CPU)
         total = hit.where(vals, 0).sum(-2, dtype=_sum_dtype(self.dtype)).cast(self.dtype).pad(pads).transpose(d, -1)
         return any_hit.where(self + total if reduce == "add" else total, self)
 
@@ -257,6 +260,14 @@ class IndexingMixin:
         return self._tri_mask(diagonal, False).where(self, self.zeros_like())
 
 
+def _last_hits(hit: Tensor, axis: int) -> Tensor:
+    """Of the True entries along `axis` (the writers of one position), keep only the last."""
+    m = int(hit.shape[axis])
+    order = hit._positions(m).reshape((m,) + (1,) * (hit.ndim - (axis % hit.ndim) - 1))
+    last = hit.where(order, -1).max(axis, keepdim=True)
+    return hit & (order == last)
+
+
 def _sum_dtype(dt: Any) -> Any:
     return dt if dtypes.is_float(dt) else None
 
@@ -268,9 +279,12 @@ def _flatten_list(x: Any) -> list[Any]:
 
 
 def _is_mask(it: Any) -> bool:
-    """A bool Tensor or numpy array used as an index."""
+    """A bool Tensor, numpy array or (nested) list of bools used as an index."""
     if hasattr(it, "uop"):
         return bool(it.dtype == dtypes.bool)
+    if isinstance(it, list):
+        flat = _flatten_list(it)
+        return bool(flat) and all(isinstance(v, (bool, np.bool_)) for v in flat)
     return isinstance(it, np.ndarray) and it.dtype == np.bool_
 
 

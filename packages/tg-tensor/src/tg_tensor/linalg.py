@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tg_tensor.util import to_dtype
+from tg_tensor.util import ShapeError, broadcast_shape, to_dtype
 from tg_uop import DType
 
 if TYPE_CHECKING:
@@ -27,11 +27,19 @@ class LinalgMixin:
 
     def dot(self: Tensor, w: Tensor, dtype: DType | None = None) -> Tensor:
         """Matrix product with numpy's rules for 1-D operands and broadcast batch dims."""
-        if self.ndim == 0 or w.ndim == 0:
-            raise ValueError(f"matmul: both operands need at least 1 dim, got shapes {self.shape} and {w.shape}")
+        if self.ndim == 0 or w.ndim == 0:  # numpy and torch refuse 0-d operands too (use * for a scalar)
+            raise ShapeError(f"matmul: both operands need at least 1 dim, got shapes {self.shape} and {w.shape}")
         k_w = w.shape[-2] if w.ndim > 1 else w.shape[0]
         if self.shape[-1] != k_w:
-            raise ValueError(f"matmul: shapes {self.shape} and {w.shape} do not align: {self.shape[-1]} != {k_w}")
+            raise ShapeError(f"matmul: shapes {self.shape} and {w.shape} do not align: {self.shape[-1]} != {k_w}")
+        if self.ndim > 2 and w.ndim > 2:
+            try:
+                broadcast_shape(self.shape[:-2], w.shape[:-2])
+            except ValueError:
+                raise ShapeError(
+                    f"matmul: batch dims {self.shape[:-2]} and {w.shape[:-2]} (of shapes {self.shape} and "
+                    f"{w.shape}) cannot be broadcast together"
+                ) from None
         if w.ndim == 1:
             return (self * w).sum(-1, dtype=dtype)
         if self.ndim == 1:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tg_tensor.util import normalize_axis, varargs_shape
+from tg_tensor.util import ShapeError, normalize_axis, varargs_shape
 from tg_uop import UOp, dtypes
 from tg_uop.helpers import prod
 from tg_uop.uop import sint
@@ -44,7 +44,7 @@ class MovementMixin:
             entries = tuple(self.shape[i] if e is None else e for i, e in enumerate(entries))
         new = varargs_shape(entries)
         if sum(1 for s in new if s == -1) > 1:
-            raise ValueError(f"reshape: only one dimension can be -1, got {new}")
+            raise ShapeError(f"reshape: only one dimension can be -1, got {new}")
         if -1 in new:
             known = prod(s for s in new if s != -1)
             if known == 0 or self.numel() % known != 0:
@@ -62,7 +62,7 @@ class MovementMixin:
     def permute(self: Tensor, order: Any, *args: Any) -> Tensor:
         axes = tuple(self._axis(a) for a in varargs_shape((order, *args)))
         if sorted(axes) != list(range(self.ndim)):
-            raise ValueError(f"permute: {axes} is not a permutation of the axes of shape {self.shape}")
+            raise ShapeError(f"permute: {axes} is not a permutation of the axes of shape {self.shape}")
         return type(self)(self.uop.permute(axes))
 
     def expand(self: Tensor, shape: Any, *args: Any) -> Tensor:

@@ -244,12 +244,14 @@ class Tensor(
         if not Tensor.no_grad:
             for g in list(_grad_tensors):
                 grad_nodes.update(n for n in (g.uop, g._lazy) if n is not None)
+        before = [t.uop for t in tensors]
         for t, (root, shape) in zip(tensors, roots):
             # keep the pre-realize graph only where autograd may still need it: it keeps every
             # intermediate buffer of that graph alive (and so out of TinyJit's memory planner)
             if root.op is not Ops.ASSIGN and not is_contiguous_buffer(t.uop) and _reads_any(t.uop, grad_nodes):
                 t._lazy = t.uop
             t.uop = becomes[root].reshape(shape)
+        _share_results(tensors, before)
         items, finish = protect_old_values(items)
         items = order_items(items)
         finish()
@@ -461,6 +463,23 @@ class Tensor(
             yield
         finally:
             Tensor.no_grad = prev
+
+
+def _share_results(tensors: list[Tensor], before: list[UOp]) -> None:
+    """Other live tensors that stood for the same lazy node now stand for the same buffer.
+
+    Equal specifications are one UOp, so after `A = t * 4; B = t * 4; A.realize()` B is realized
+    too (`A.uop is B.uop`), as in tinygrad.
+    """
+    done = {id(old): t for old, t in zip(before, tensors) if old.op is not Ops.ASSIGN and old is not t.uop}
+    if not done:
+        return
+    scheduled = {id(t) for t in tensors}
+    for ref in list(live_tensors.data):  # O(live tensors) per realize, as tinygrad's walk of all tensors
+        other = ref()
+        if other is not None and (t := done.get(id(other.uop))) is not None and id(other) not in scheduled:
+            other._lazy = t._lazy if t._lazy is not None else other._lazy
+            other.uop = t.uop
 
 
 def _strip_reshapes(u: UOp) -> tuple[UOp, tuple[sint, ...]]:

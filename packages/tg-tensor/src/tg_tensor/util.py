@@ -15,6 +15,13 @@ from tg_uop import ConstType, DType, Ops, UOp, dtypes
 from tg_uop.uop import sint
 
 
+class ShapeError(RuntimeError, ValueError):
+    """Operands whose shapes do not fit (matmul, permute, reshape with two -1s).
+
+    tinygrad and PyTorch raise RuntimeError for these; tg raised ValueError before: it is both.
+    """
+
+
 def np_dtype(dt: DType) -> np.dtype[Any]:
     """The numpy dtype matching a tg dtype (bfloat16 has none: callers convert)."""
     return np.dtype(dtypes.to_np_name(dt))
