@@ -113,7 +113,7 @@ class ConvTranspose2d(Conv2d):
         out_channels: int,
         kernel_size: IntOrTuple,
         stride: IntOrTuple = 1,
-        padding: int | tuple[int, ...] | str = 0,
+        padding: int | tuple[int, ...] = 0,
         output_padding: int = 0,
         dilation: IntOrTuple = 1,
         groups: int = 1,
