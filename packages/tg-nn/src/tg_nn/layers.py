@@ -129,6 +129,8 @@ class ConvTranspose2d(Conv2d):
         self.bias = _uniform_bias(out_channels, fan_in) if bias else None
 
     def __call__(self, x: Tensor) -> Tensor:
+        if isinstance(self.padding, str):
+            raise ValueError(f"ConvTranspose2d: padding must be an int or a tuple, got {self.padding!r}")
         return x.conv_transpose2d(
             self.weight, self.bias, self.groups, self.stride, self.dilation, self.padding, self.output_padding
         )

@@ -475,7 +475,8 @@ def _share_results(tensors: list[Tensor], before: list[UOp]) -> None:
     if not done:
         return
     scheduled = {id(t) for t in tensors}
-    for ref in list(live_tensors.data):  # O(live tensors) per realize, as tinygrad's walk of all tensors
+    refs = list(live_tensors.data)  # type: ignore[attr-defined]  # (the weakrefs: cheaper than iterating the set)
+    for ref in refs:  # O(live tensors) per realize, as tinygrad's walk of all tensors
         other = ref()
         if other is not None and (t := done.get(id(other.uop))) is not None and id(other) not in scheduled:
             other._lazy = t._lazy if t._lazy is not None else other._lazy
