@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from tg_codegen.bf16 import emulate_bf16
 from tg_codegen.gpudims import launch_dims
 from tg_codegen.heuristic import hand_coded_optimizations
 from tg_codegen.kernel import Kernel
@@ -19,6 +20,8 @@ from tg_uop.trace import TRACE
 
 def optimized_kernel(ast: UOp, renderer: Renderer, opts: list[Opt] | tuple[Opt, ...] | None = None) -> Kernel:
     """The Kernel for `ast` with `opts` applied; None means the hand-coded heuristics (none under NOOPT=1)."""
+    if renderer.emulate_bf16:
+        ast = emulate_bf16(ast)
     k = Kernel(ast, renderer)
     if opts is None:
         opts = [] if NOOPT else hand_coded_optimizations(k)

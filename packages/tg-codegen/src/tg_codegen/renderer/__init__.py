@@ -88,6 +88,7 @@ class Renderer:
     vector_bytes: int = 0  # widest vector dtype (0: none); upcast axes are packed into vectors up to this size
     limits: LaunchLimits | None = None  # per-launch limits of a GPU (threads, block/grid sizes, shared memory)
     tensor_cores: tuple[object, ...] = ()
+    emulate_bf16: bool = False  # bf16 math in float32, bf16 stored as 16-bit integers (bf16.py)
 
     def render(self, name: str, uops: list[UOp]) -> str:
         raise NotImplementedError(f"{type(self).__name__} does not render programs")

@@ -289,7 +289,9 @@ class ClangRenderer(CStyleLanguage):
     device = "CPU"
     has_threads = True
     thread_pragma = "#pragma omp parallel for schedule(static)"
-    type_map = {dtypes.bool: "_Bool", dtypes.float16: "_Float16", dtypes.bfloat16: "__bf16"}
+    # gcc 12 has no __bf16 arithmetic: bf16 is computed in float and stored as its 16 bits (bf16.py), as tinygrad does
+    emulate_bf16 = True
+    type_map = {dtypes.bool: "_Bool", dtypes.float16: "_Float16", dtypes.bfloat16: "unsigned short"}
     extra_headers = (
         "#include <math.h>",
         "#define tg_max(a,b) ((a)!=(a)||(b)!=(b) ? (a)+(b) : ((a)>(b)?(a):(b)))",

@@ -18,6 +18,7 @@ class OpenCLRenderer(CStyleLanguage):
 
     device = "CL"
     has_local = True
+    emulate_bf16 = True
     has_shared = True
     vector_bytes = 32
     kernel_prefix = "__kernel "
@@ -51,8 +52,8 @@ class OpenCLRenderer(CStyleLanguage):
             return base + "*"
         if dt.scalar() == dtypes.float16 and not self.fp16:
             return super().render_dtype(dtypes.float32.vec(dt.count) if dt.count > 1 else dtypes.float32)
-        if dt.scalar() == dtypes.bfloat16:
-            raise NotImplementedError("the CL renderer has no bfloat16")
+        if dt.scalar() == dtypes.bfloat16:  # computed in float, stored as its 16 bits (bf16.py)
+            return super().render_dtype(dtypes.uint16.vec(dt.count) if dt.count > 1 else dtypes.uint16)
         if dt.scalar() == dtypes.float64 and not self.fp64:
             raise NotImplementedError("this OpenCL device has no float64 (cl_khr_fp64)")
         return super().render_dtype(dt)
