@@ -1,8 +1,11 @@
-"""The DISK device: read-only memory maps of files, so a checkpoint loads without copying its bytes.
+"""The DISK device: memory maps of files, so a checkpoint loads without copying its bytes.
 
 A DISK device is named after its file, `DISK:/path/to/file`. Its buffers are windows into the
 file's memory map; reading one (`Buffer.as_bytes`, or a COPY to another device) reads the
 pages it needs, and nothing else is touched. DISK runs no kernels: move data first (`.to("CPU")`).
+Windows opened by `disk_buffers` (safe_load) are read-only; a buffer allocated on DISK
+(`Tensor.empty(..., device="DISK:path")`) maps the file's first bytes read-write, creating or
+growing the file to the buffer's size, and can be written (`copyin`, `Tensor.assign`).
 
 >>> import tempfile, os
 >>> from tg_uop import dtypes
@@ -30,23 +33,31 @@ class DiskError(ValueError):
 
 
 class DiskAllocator(Allocator):
-    """Buffers are memoryviews into a read-only mapping; they cannot be allocated from nothing."""
+    """Buffers are memoryviews into a mapping of the file: read-only windows, or the file's start read-write."""
 
     def __init__(self, device: str) -> None:
         self.device = device
 
     def _alloc(self, nbytes: int) -> Any:
-        raise DiskError(
-            f"{self.device}: DISK buffers are windows into an existing file, opened with tg_nn.state.safe_load "
-            "(or tg_runtime.ops_disk.disk_buffers), not by allocating; DISK runs no kernels: .to('CPU') first"
-        )
+        path = _path_of(self.device)
+        if nbytes == 0:
+            return memoryview(bytearray(0))
+        with open(path, "r+b" if os.path.exists(path) else "w+b") as f:
+            if os.fstat(f.fileno()).st_size < nbytes:
+                f.truncate(nbytes)
+            return memoryview(mmap.mmap(f.fileno(), nbytes, access=mmap.ACCESS_WRITE))
 
     def _free(self, opaque: Any, nbytes: int) -> None:
         if isinstance(opaque, memoryview):
             opaque.release()
 
     def _copyin(self, dest: Any, src: memoryview) -> None:
-        raise DiskError(f"{self.device}: DISK buffers are read-only (memory-mapped with read access)")
+        if dest.readonly:
+            raise DiskError(
+                f"{self.device}: this DISK buffer is a read-only window (opened by safe_load); "
+                f"a tensor made with Tensor.empty(..., device={self.device!r}) can be written"
+            )
+        dest[:] = src
 
     def _copyout(self, dest: memoryview, src: Any) -> None:
         dest[:] = src
@@ -60,6 +71,18 @@ class DiskCompiler(Compiler):
 
     def compile(self, src: str) -> bytes:
         raise DiskError(f"{self.device} cannot run kernels; move the tensor to a compute device first: t.to('CPU')")
+
+
+class DiskRenderer(Renderer):
+    """DISK renders no programs: a computation on DISK tensors is refused with what to do instead."""
+
+    device = "DISK"
+
+    def render(self, name: str, uops: list[Any]) -> str:
+        raise DiskError(
+            "DISK runs no kernels: compute on a device, e.g. t.to('CPU') + 1 instead of t + 1 for a DISK tensor t "
+            "(copies, slices and assigns of DISK tensors need no kernel)"
+        )
 
 
 def _no_program(name: str, lib: bytes) -> Program:
@@ -104,6 +127,16 @@ def disk_buffers(
     return ret
 
 
+def disk_window(buf: Buffer, offset: int, count: int) -> Buffer:
+    """A Buffer of `count` elements starting at element `offset` of the DISK buffer `buf` (the same memory)."""
+    size = buf.dtype.itemsize
+    if offset < 0 or count < 0 or offset + count > buf.size:
+        raise DiskError(f"{buf.device}: window [{offset}, {offset + count}) is outside the buffer of {buf.size}")
+    ret = Buffer(buf.device, count, buf.dtype)
+    ret._opaque = buf.opaque[offset * size : (offset + count) * size]
+    return ret
+
+
 def open_device(name: str) -> Compiled:
     _path_of(name)
-    return Compiled(name, DiskAllocator(name), Renderer(), DiskCompiler(name), _no_program)
+    return Compiled(name, DiskAllocator(name), DiskRenderer(), DiskCompiler(name), _no_program)

@@ -64,12 +64,16 @@ class CompiledRunner:
             print(debug_line(self.spec, bufs, et or 0.0))
         return et
 
-
     def _record_launch(self, start_us: float, et: float) -> None:
         spec = self.spec
         TRACE.event(
-            spec.name, "kernel", self.device, start_us, et * 1e6,
-            global_size=list(spec.global_size or ()), local_size=list(spec.local_size or ()),
+            spec.name,
+            "kernel",
+            self.device,
+            start_us,
+            et * 1e6,
+            global_size=list(spec.global_size or ()),
+            local_size=list(spec.local_size or ()),
         )
         if self.trace_group is not None:
             meta = self.trace_group.meta
@@ -133,7 +137,13 @@ def run_copy(dest: Buffer, src: Buffer) -> None:
     start_us = TRACE.now_us()
     dest.copyin(src.as_bytes())
     if TRACE.profiling:
-        TRACE.event(f"copy {src.nbytes} bytes {src.device} -> {dest.device}", "copy", dest.device, start_us,
-                    TRACE.now_us() - start_us, nbytes=src.nbytes)
+        TRACE.event(
+            f"copy {src.nbytes} bytes {src.device} -> {dest.device}",
+            "copy",
+            dest.device,
+            start_us,
+            TRACE.now_us() - start_us,
+            nbytes=src.nbytes,
+        )
     if DEBUG >= 2:
         print(f"*** {dest.device:7s}      copy {src.nbytes:8d} bytes {src.device} -> {dest.device}")

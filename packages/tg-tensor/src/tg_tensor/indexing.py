@@ -154,6 +154,8 @@ class IndexingMixin:
         """Write `value` into the selected elements of a realized tensor (one-hot scatter, then assign)."""
         if self.requires_grad:
             raise RuntimeError("__setitem__ on a tensor that requires grad is not supported")
+        if self.device.startswith("DISK") and not hasattr(value, "uop"):  # not a DISK buffer of its own:
+            value = type(self)(value, dtype=self.dtype)  # that would map (and write) the file's first bytes
         if _is_mask(index) and hasattr(index, "uop") and _is_scalar(value):
             self._set_masked(index, value)  # a mask and one value: a lazy where, nothing read to the host
             return

@@ -27,6 +27,7 @@ from tg_tensor.activation import ActivationMixin
 from tg_tensor.creation import CreationMixin
 from tg_tensor.custom import CustomKernelMixin
 from tg_tensor.decomp import DecompMixin
+from tg_tensor.disk import disk_assign, disk_to, is_disk
 from tg_tensor.elementwise import ElementwiseMixin
 from tg_tensor.indexing import IndexingMixin
 from tg_tensor.inplace import live_tensors, previous, protect_old_values, rebuild_view, view_chain
@@ -327,7 +328,10 @@ class Tensor(
         if dev == self.device:
             return self
         Device[dev]  # raises for unknown devices
-        ret = Tensor(UOp(Ops.COPY, self.dtype, (self.uop, UOp(Ops.DEVICE, arg=dev))))
+        if is_disk(self.device) and not is_contiguous_buffer(self.uop):  # DISK has no copy kernels for views
+            ret = Tensor(disk_to(self, dev))
+        else:
+            ret = Tensor(UOp(Ops.COPY, self.dtype, (self.uop, UOp(Ops.DEVICE, arg=dev))))
         ret.requires_grad = self.requires_grad
         return ret
 
@@ -351,6 +355,9 @@ class Tensor(
         >>> w[1:].assign(w[1:] * 10).realize().tolist(), w.tolist(), old.tolist()
         ([20.0, 30.0], [1.0, 20.0, 30.0], [1.0, 2.0, 3.0])
         """
+        if is_disk(self.device):  # written into the file at once (disk.py)
+            disk_assign(self, x if isinstance(x, Tensor) else Tensor(x, dtype=self.dtype))
+            return self
         value = x if isinstance(x, Tensor) else Tensor(x, device=self.device, dtype=self.dtype)
         if value.shape != self.shape:
             raise ValueError(f"assign: value of shape {value.shape} does not match the tensor's shape {self.shape}")
