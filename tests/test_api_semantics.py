@@ -124,3 +124,12 @@ def test_equal_lazy_tensors_share_one_buffer() -> None:
     assert a.uop is b.uop  # b stands for the same buffer now
     GlobalCounters.reset()
     assert b.tolist() == [4.0, 8.0, 12.0] and GlobalCounters.kernel_count == 0
+    b.assign(Tensor([0.0, 0.0, 0.0]))  # b stood for a's result: assigning replaces b, never writes a
+    assert a.tolist() == [4.0, 8.0, 12.0] and b.tolist() == [0.0, 0.0, 0.0]
+
+
+def test_relu_family_keeps_nan() -> None:
+    x = np.array([np.nan, -1.0, 0.5, 7.0], np.float32)
+    for name in ("relu", "relu6", "hardsigmoid", "elu", "softplus", "abs", "sigmoid"):
+        assert np.isnan(getattr(Tensor(x), name)().numpy()[0]), name
+    assert np.isnan(Tensor(x).clip(0.0, 1.0).numpy()[0])

@@ -100,12 +100,16 @@ class ActivationMixin:
 
     # ---- activations ----
     def relu(self: Tensor) -> Tensor:
-        """max(x, 0); the gradient at 0 is 0 (PyTorch, tinygrad), not a tie's 0.5."""
-        return (self > 0).where(self, 0)
+        """max(x, 0); the gradient at 0 is 0 (PyTorch, tinygrad), not a tie's 0.5; NaN stays NaN."""
+        return ((self > 0) | self.ne(self)).where(self, 0)
 
     def relu6(self: Tensor) -> Tensor:
         """min(max(x, 0), 6); the gradient is 1 strictly inside (0, 6) and 0 at both ends (PyTorch)."""
-        return (self > 0).where((self < 6).where(self, 6), 0)
+        return self.relu()._clip_top(6)
+
+    def _clip_top(self: Tensor, top: float) -> Tensor:
+        """min(x, top) with slope 0 at top (PyTorch's hardtanh family); NaN stays NaN."""
+        return ((self < top) | self.ne(self)).where(self, top)
 
     def leaky_relu(self: Tensor, neg_slope: float = 0.01) -> Tensor:
         return (self < 0).where(self * neg_slope, self)
@@ -132,8 +136,8 @@ class ActivationMixin:
         return -(-self).softplus()
 
     def hardsigmoid(self: Tensor, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
-        y = alpha * self + beta  # clipped to [0, 1]; the gradient is 0 at both ends (PyTorch)
-        return (y > 0).where((y < 1).where(y, 1.0), 0.0)
+        # alpha x + beta clipped to [0, 1]; the gradient is 0 at both ends (PyTorch)
+        return (alpha * self + beta).relu()._clip_top(1.0)
 
     def gelu(self: Tensor, approximate: str = "tanh") -> Tensor:
         """GELU. approximate="tanh" (tinygrad's default): 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3)));

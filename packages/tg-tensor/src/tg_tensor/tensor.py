@@ -64,6 +64,9 @@ TensorLike = Any  # Tensor | ConstType | nested lists | numpy arrays | bytes
 # every live tensor that asked for gradients: backward() finds its targets here
 _grad_tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
 _unique_ids = itertools.count()
+# tensors re-pointed to another tensor's realized buffer by _share_results (an assign must not write it)
+# (by id: a WeakSet compares members with ==, which builds a Tensor)
+_shared: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
 
 
 def _from_numpy(arr: np.ndarray[Any, Any], dtype: DType | None, device: str) -> UOp:
@@ -359,6 +362,11 @@ class Tensor(
             disk_assign(self, x if isinstance(x, Tensor) else Tensor(x, dtype=self.dtype))
             return self
         value = x if isinstance(x, Tensor) else Tensor(x, device=self.device, dtype=self.dtype)
+        if _shared.get(id(self)) is self:  # it stands for another tensor's result (_share_results): replace it
+            del _shared[id(self)]
+            if value.shape == self.shape and value.dtype == self.dtype and value.device == self.device:
+                self.uop = value.uop
+                return self
         if value.shape != self.shape:
             raise ValueError(f"assign: value of shape {value.shape} does not match the tensor's shape {self.shape}")
         if value.dtype != self.dtype:
@@ -478,7 +486,10 @@ def _share_results(tensors: list[Tensor], before: list[UOp]) -> None:
     Equal specifications are one UOp, so after `A = t * 4; B = t * 4; A.realize()` B is realized
     too (`A.uop is B.uop`), as in tinygrad.
     """
-    done = {id(old): t for old, t in zip(before, tensors) if old.op is not Ops.ASSIGN and old is not t.uop}
+    # (not CONTIGUOUS: `Tensor.zeros(3).contiguous()` asks for a buffer of its own, to assign into)
+    done = {
+        id(old): t for old, t in zip(before, tensors) if old.op not in (Ops.ASSIGN, Ops.CONTIGUOUS) and old is not t.uop
+    }
     if not done:
         return
     scheduled = {id(t) for t in tensors}
@@ -488,6 +499,7 @@ def _share_results(tensors: list[Tensor], before: list[UOp]) -> None:
         if other is not None and (t := done.get(id(other.uop))) is not None and id(other) not in scheduled:
             other._lazy = t._lazy if t._lazy is not None else other._lazy
             other.uop = t.uop
+            _shared[id(other)] = other
 
 
 def _strip_reshapes(u: UOp) -> tuple[UOp, tuple[sint, ...]]:
