@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from tg_runtime.device import Buffer
 from tg_shape import ShapeTracker
 from tg_tensor.lift_consts import lift_changing_consts, plain_only
-from tg_tensor.split_reduce import split_reduces
+from tg_tensor.split_reduce import compares_with_arange, split_reduces
 from tg_tensor.symbolic import unbind_ast
 from tg_uop import GroupOp, Ops, UOp, dtypes
 from tg_uop.helpers import LRUCache, getenv, prod
@@ -270,7 +270,7 @@ class _KernelBuilder:
     def _costly_to_repeat(self, node: UOp, st: ShapeTracker) -> bool:
         """Is `node`, read through `st`, used many times per element and costly to recompute each time?"""
         shape = tuple(node.shape or ())
-        if not all(isinstance(s, int) for s in shape) or _compares_with_arange(node):
+        if not all(isinstance(s, int) for s in shape) or compares_with_arange(node, realized):
             return False  # (a one-hot index mask folds into an indexed load in codegen: keep it in the kernel)
         uses = prod(st.shape) // max(1, prod(shape))
         if uses < REPEAT_MIN_USES:
@@ -284,18 +284,6 @@ class _KernelBuilder:
 REPEAT_MIN_USES = 8
 REPEAT_MAX_ALUS = 4
 REPEAT_MAX_BUFFERS = 3
-
-
-def _compares_with_arange(node: UOp) -> bool:
-    """Is `node` `x == arange` (or an AND of those): the one-hot mask of tensor indexing?"""
-    node = _resolve(node)
-    if node.op is Ops.AND:
-        return all(_compares_with_arange(s) for s in node.src)
-    if node.op is not Ops.CMPNE:
-        return False
-    if _resolve(node.src[0]).op is Ops.CMPNE:  # x == y is written (x != y) != True
-        node = _resolve(node.src[0])
-    return any(_resolve(s).base.op is Ops.ARANGE for s in node.src)
 
 
 def _has_mask(st: ShapeTracker) -> bool:

@@ -28,7 +28,31 @@ SPLIT_AXIS_LAST = False  # G outermost (MNIST step 217 steps/s, vs 96 with G las
 
 
 def _splits(u: UOp) -> bool:
-    return split_reduce(u) is not None or split_axis(u) is not None
+    return not is_one_hot_sum(u) and (split_reduce(u) is not None or split_axis(u) is not None)
+
+
+def compares_with_arange(node: UOp, resolve: Mapping[UOp, UOp] | None = None) -> bool:
+    """Is `node` `x == arange` or `x != arange` (or an AND of those): the one-hot mask of tensor indexing?"""
+    node = resolve.get(node, node) if resolve is not None else node
+    if node.op is Ops.AND:
+        return all(compares_with_arange(s, resolve) for s in node.src)
+    if node.op is not Ops.CMPNE:
+        return False
+    inner = resolve.get(node.src[0], node.src[0]) if resolve is not None else node.src[0]
+    if inner.op is Ops.CMPNE:  # x == y is written (x != y) != True
+        node = inner
+    return any((resolve.get(s, s) if resolve is not None else s).base.op is Ops.ARANGE for s in node.src)
+
+
+def is_one_hot_sum(node: UOp) -> bool:
+    """A sum of where(idx == arange, v, 0): codegen folds it into an indexed load (tg_codegen/gather.py),
+    so it must stay one reduction (a split would turn the gather back into a scan of the table)."""
+    if node.op is not Ops.REDUCE_AXIS or node.arg[0] is not Ops.ADD:
+        return False
+    body = node.src[0].base
+    while body.op is Ops.CAST:
+        body = body.src[0].base
+    return body.op is Ops.WHERE and compares_with_arange(body.src[0].base)
 
 
 def split_reduce(node: UOp) -> UOp | None:
@@ -89,5 +113,6 @@ def split_reduces(root: UOp, realized: Mapping[UOp, UOp]) -> UOp:
             done[u] = u
             continue
         new = u.replace(src=tuple(done[s] for s in u.src))
-        done[u] = (split_reduce(new) or split_axis(new) or new) if new.op is Ops.REDUCE_AXIS else new
+        split = new.op is Ops.REDUCE_AXIS and not is_one_hot_sum(new)
+        done[u] = (split_reduce(new) or split_axis(new) or new) if split else new
     return done[root]
