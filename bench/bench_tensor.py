@@ -47,7 +47,7 @@ def bench_gather() -> None:
     emit("gather_rows", "tg", best_of(lambda: x[i].realize(), reps=20) * 1e3, "ms", **params)
     gather = TinyJit(lambda t, j: t[j].realize())
     emit("gather_rows", "tg_jit_replay", best_of(lambda: gather(x, i), reps=20) * 1e3, "ms", **params)
-    emit("gather_rows", "numpy", best_of(lambda: table[idx].copy()) * 1e3, "ms", **params)
+    emit("gather_rows", "numpy", best_of(lambda: table[idx].copy(), reps=20) * 1e3, "ms", **params)
 
 
 def bench_rand() -> None:
