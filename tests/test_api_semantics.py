@@ -133,3 +133,13 @@ def test_relu_family_keeps_nan() -> None:
     for name in ("relu", "relu6", "hardsigmoid", "elu", "softplus", "abs", "sigmoid"):
         assert np.isnan(getattr(Tensor(x), name)().numpy()[0]), name
     assert np.isnan(Tensor(x).clip(0.0, 1.0).numpy()[0])
+
+
+def test_assign_mismatches_raise_runtime_errors_as_tinygrad() -> None:
+    w = Tensor([1.0, 2.0]).realize()
+    with pytest.raises(RuntimeError, match="does not match the tensor's shape"):
+        w.assign(Tensor([1.0, 2.0, 3.0]))
+    with pytest.raises(RuntimeError, match="does not match the tensor's dtype"):
+        w.assign(Tensor([1, 2]))
+    with pytest.raises(TypeError):  # tg's earlier type still catches it
+        w.assign(Tensor([1, 2]))

@@ -50,7 +50,7 @@ from tg_tensor.schedule import (
 from tg_tensor.selection import SelectionMixin
 from tg_tensor.shaping import ShapingMixin
 from tg_tensor.sorting import SortingMixin
-from tg_tensor.util import const_uop, is_contiguous_buffer, np_dtype, shape_of_list, to_dtype
+from tg_tensor.util import DTypeError, ShapeError, const_uop, is_contiguous_buffer, np_dtype, shape_of_list, to_dtype
 from tg_tensor.visibility import on_schedule
 from tg_uop import ConstType, DType, GroupOp, Ops, UOp, dtypes
 from tg_uop.helpers import all_int, prod
@@ -368,9 +368,9 @@ class Tensor(
                 self.uop = value.uop
                 return self
         if value.shape != self.shape:
-            raise ValueError(f"assign: value of shape {value.shape} does not match the tensor's shape {self.shape}")
+            raise ShapeError(f"assign: value of shape {value.shape} does not match the tensor's shape {self.shape}")
         if value.dtype != self.dtype:
-            raise TypeError(f"assign: value of dtype {value.dtype} does not match the tensor's dtype {self.dtype}")
+            raise DTypeError(f"assign: value of dtype {value.dtype} does not match the tensor's dtype {self.dtype}")
         if value.device != self.device:
             raise ValueError(f"assign: value is on {value.device}, the tensor on {self.device}")
         follows = (self.uop,) if self.uop.op is Ops.ASSIGN else ()  # an assign not run yet: this one comes after

@@ -22,6 +22,10 @@ class ShapeError(RuntimeError, ValueError):
     """
 
 
+class DTypeError(RuntimeError, TypeError):
+    """An operand of the wrong dtype where tinygrad and PyTorch raise RuntimeError (assign); also a TypeError."""
+
+
 def np_dtype(dt: DType) -> np.dtype[Any]:
     """The numpy dtype matching a tg dtype (bfloat16 has none: callers convert)."""
     return np.dtype(dtypes.to_np_name(dt))
