@@ -100,8 +100,9 @@ class ActivationMixin:
 
     # ---- activations ----
     def relu(self: Tensor) -> Tensor:
-        """max(x, 0); the gradient at 0 is 0 (PyTorch, tinygrad), not a tie's 0.5; NaN stays NaN."""
-        return ((self > 0) | self.ne(self)).where(self, 0)
+        """max(x, 0): one MAX (NaN stays NaN); the gradient at 0 is 0 (PyTorch, tinygrad), as MAX against
+        a constant gives a tie to the constant (gradient.py)."""
+        return self.maximum(0)
 
     def relu6(self: Tensor) -> Tensor:
         """min(max(x, 0), 6); the gradient is 1 strictly inside (0, 6) and 0 at both ends (PyTorch)."""

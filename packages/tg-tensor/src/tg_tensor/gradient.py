@@ -28,7 +28,12 @@ LN2 = math.log(2)
 
 
 def _max_grad(ret: Tensor, g: Tensor, a: Tensor, b: Tensor) -> Grads:
-    """Ties split the gradient evenly, as in tinygrad."""
+    """Ties split the gradient evenly, as in tinygrad and torch.maximum; against a constant (relu's
+    max(x, 0)) a tie goes to the constant, so relu's slope at 0 is 0 as in PyTorch."""
+    if b.uop.base.op is Ops.CONST:
+        return g * (a > b).cast(g.dtype), None
+    if a.uop.base.op is Ops.CONST:
+        return None, g * (b > a).cast(g.dtype)
     share = (a > b).where(1.0, (a == b).where(0.5, 0.0)).cast(g.dtype)
     return g * share, g * (1 - share)
 

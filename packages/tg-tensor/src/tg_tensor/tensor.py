@@ -331,7 +331,8 @@ class Tensor(
         if dev == self.device:
             return self
         Device[dev]  # raises for unknown devices
-        if is_disk(self.device) and not is_contiguous_buffer(self.uop):  # DISK has no copy kernels for views
+        if is_disk(self.device) and not is_contiguous_buffer(self.uop) and view_chain(self.uop) is not None:
+            # DISK has no copy kernels for views (a computation on DISK fails at realize, saying so)
             ret = Tensor(disk_to(self, dev))
         else:
             ret = Tensor(UOp(Ops.COPY, self.dtype, (self.uop, UOp(Ops.DEVICE, arg=dev))))
