@@ -143,7 +143,24 @@ class ElementwiseMixin:
         base, expo = self._broadcasted(x, reverse)
         if dtypes.is_int(base.dtype) or base.dtype == dtypes.bool:
             return base._float().pow(expo._float()).round().cast(base.dtype)
+        if not reverse and isinstance(x, float) and math.isfinite(x):
+            return base._scalar_pow(x)
         return base._float_pow(expo)
+
+    def _scalar_pow(self: Tensor, e: float) -> Tensor:
+        """b ** e for a Python exponent: its sign, parity and integrality are known here, so the graph is
+        only exp2(e * log2|b|) with the sign and the zero-base cases (gradients as in `_float_pow`)."""
+        if e == 0:
+            return self.ones_like() + self * 0  # 1, also for NaN (numpy); d/db = 0
+        is_zero = self.eq(0)
+        safe = is_zero.where(1.0, self)
+        mag = (safe.abs().log2() * e).exp2()
+        if e.is_integer():
+            signed = (safe < 0).where(-mag, mag) if int(e) % 2 else mag
+        else:  # a negative base gives NaN by itself (log2 of a negative): no NaN constant in the graph
+            signed = (safe.log2() * e).exp2()  # (a NaN constant under a compare is mis-simplified today)
+        at_zero: Tensor | float = self if e == 1 else (0.0 if e > 0 else math.inf)
+        return is_zero.where(at_zero, signed)
 
     def _float_pow(self: Tensor, expo: Tensor) -> Tensor:
         """b ** e for floats, with PyTorch's gradients at a zero base or exponent (never NaN there).
@@ -158,9 +175,11 @@ class ElementwiseMixin:
         mag = (expo * safe.abs().log2()).exp2()
         odd = (expo.abs() % 2).eq(1)
         is_int = expo.eq(expo.trunc())
-        signed = (safe < 0).where(is_int.where(odd.where(-mag, mag), math.nan), mag)
+        # (no NaN constants: a where with a NaN branch under a compare is mis-simplified by codegen today)
+        nan = (safe.detach().log2() * expo.detach()).exp2()  # NaN exactly where it is picked; no gradient
+        signed = (safe < 0).where(is_int.where(odd.where(-mag, mag), nan), mag)
         at_zero = (expo > 0).where(expo.eq(1).where(self, 0.0), math.inf)
-        special_value = expo.eq(0).where(1.0, is_zero.where(at_zero, math.nan))
+        special_value = expo.eq(0).where(1.0, is_zero.where(at_zero, self))
         return special.where(special_value, signed)
 
     def _int_pow(self: Tensor, n: int) -> Tensor:
