@@ -43,7 +43,8 @@ class MathOpsMixin:
     def fmod(self: Tensor, x: TensorLike) -> Tensor:
         """C's remainder: the sign follows the dividend (`%` and `mod` follow the divisor, as Python).
 
-        Floats compute a - trunc(a / b) * b, so a quotient beyond float precision loses the remainder.
+        Floats compute r = a - trunc(a / b) * b (16-bit floats in float32), then correct a quotient that
+        rounding pushed across an integer (r of the wrong sign, or |r| >= |b|), as numpy's exact fmod.
 
         >>> from tg_tensor import Tensor
         >>> Tensor([-7, 7]).fmod(3).tolist()
@@ -52,7 +53,15 @@ class MathOpsMixin:
         a, b = self._broadcasted(x)
         if a.dtype == dtypes.bool:
             a, b = a.cast(dtypes.default_int), b.cast(dtypes.default_int)
-        return a - a.div(b, rounding_mode="trunc") * b
+        if not dtypes.is_float(a.dtype):
+            return a - a.div(b, rounding_mode="trunc") * b
+        wide = dtypes.float32 if a.dtype.itemsize < 4 else a.dtype
+        af, bf = a.cast(wide), b.cast(wide)
+        r = af - af.div(bf, rounding_mode="trunc") * bf
+        step = a.sign().cast(wide) * bf.abs()  # one multiple of b, toward the dividend's sign
+        r = (r.ne(0) & r.sign().ne(a.sign().cast(wide))).where(r + step, r)
+        r = (r.abs() >= bf.abs()).where(r - step, r)
+        return r.cast(a.dtype)
 
     def log10(self: Tensor) -> Tensor:
         """Base-10 logarithm.
