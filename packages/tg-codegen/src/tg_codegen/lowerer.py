@@ -16,8 +16,9 @@ import itertools
 from tg_codegen.gpudims import special_indexes
 from tg_codegen.kernel import Kernel
 from tg_codegen.vectorize import VECTOR_WIDTHS, pack_stores
+from tg_codegen.wide_index import index_dtype
 from tg_shape import ShapeTracker
-from tg_uop import Ops, UOp, dtypes, graph_rewrite
+from tg_uop import DType, Ops, UOp, dtypes, graph_rewrite
 from tg_uop.helpers import prod
 from tg_uop.symbolic import symbolic
 
@@ -50,20 +51,25 @@ class Lowerer:
 
     def __init__(self, k: Kernel) -> None:
         self.k = k
-        zero = UOp.const(dtypes.int32, 0)
+        self.idx_dt = self._index_dtype()
+        zero = UOp.const(self.idx_dt, 0)
         self.loop: list[UOp] = []
         for i, (s, t) in enumerate(zip(k.full_shape, k.axis_types)):
             if t in ("upcast", "unroll") or s == 1:
                 self.loop.append(zero)
                 continue
-            end = UOp.const(dtypes.int32, s) if isinstance(s, int) else s
+            end = UOp.const(self.idx_dt, s) if isinstance(s, int) else s.cast(self.idx_dt)
             kind = "reduce" if t in ("reduce", "group") else "thread" if t == "thread" else "loop"
-            self.loop.append(UOp(Ops.RANGE, dtypes.int32, (end,), (i, kind)))
+            self.loop.append(UOp(Ops.RANGE, self.idx_dt, (end,), (i, kind)))
         if k.opts.has_local:
             self._launch_ids()
         self.memo: dict[tuple[UOp, tuple[UOp, ...]], UOp] = {}
         self.indexed: dict[tuple[ShapeTracker, tuple[UOp, ...]], tuple[UOp, UOp]] = {}
         self.n_locals = 0
+
+    def _index_dtype(self) -> DType:
+        """int32 index maths, or int64 when this kernel's sizes can pass 2^31 (wide_index.py)."""
+        return index_dtype(self.k)
 
     def _launch_ids(self) -> None:
         """GPU style: output axes are group ids, local and group axes local ids (no loops for them)."""
@@ -72,7 +78,7 @@ class Lowerer:
             lim = self.k.opts.limits
             maxes = None if lim is None else lim.grid if prefix == "gidx" else lim.block
             for a, idx in zip(axes, special_indexes([int(self.k.full_shape[a]) for a in axes], prefix, maxes)):
-                self.loop[a] = idx
+                self.loop[a] = idx.cast(self.idx_dt)
 
     def _group_gate(self) -> tuple[UOp, ...]:
         """Only the first thread of a GROUP writes the result."""
@@ -92,9 +98,9 @@ class Lowerer:
         ret = []
         for i, t in enumerate(self.k.axis_types):
             if i in fixed:
-                ret.append(UOp.const(dtypes.int32, fixed[i]))
+                ret.append(UOp.const(self.idx_dt, fixed[i]))
             elif t in red and not inside_reduce:
-                ret.append(UOp.const(dtypes.int32, 0))
+                ret.append(UOp.const(self.idx_dt, 0))
             else:
                 ret.append(self.loop[i])
         return tuple(ret)
@@ -174,7 +180,7 @@ class Lowerer:
         its index once per distinct address instead of once per lane keeps lowering fast.
         """
         last = st.views[-1]
-        zero = UOp.const(dtypes.int32, 0)
+        zero = UOp.const(self.idx_dt, 0)
         key_idxs = tuple(
             zero if last.strides[i] == 0 and (last.mask is None or last.mask[i] == (0, last.shape[i])) else x
             for i, x in enumerate(idxs)
@@ -210,7 +216,7 @@ class Lowerer:
         for vals in itertools.product(*[range(sizes[i]) for i in group]):
             at = dict(zip(group, vals))
             terms = [
-                (UOp.const(dtypes.int32, at[i]) if i in at else self.loop[a]) * strides[i] for i, a in enumerate(locs)
+                (UOp.const(self.idx_dt, at[i]) if i in at else self.loop[a]) * strides[i] for i, a in enumerate(locs)
             ]
             idx = functools.reduce(lambda a, b: a + b, terms)
             parts.append(UOp(Ops.LOAD, partial.dtype, (UOp(Ops.INDEX, buf.dtype, (buf, idx, barrier)),)))

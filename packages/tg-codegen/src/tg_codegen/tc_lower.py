@@ -20,7 +20,7 @@ from tg_codegen.kernel import Kernel
 from tg_codegen.lowerer import Lowerer, drop_true_gates
 from tg_codegen.tensorcore import TC_AXIS_TYPES, Layout, applied_tensor_core, mma_operands, moving
 from tg_codegen.wideload import widen_loads
-from tg_uop import Ops, UOp, dtypes, graph_rewrite
+from tg_uop import DType, Ops, UOp, dtypes, graph_rewrite
 from tg_uop.symbolic import symbolic
 
 
@@ -43,6 +43,10 @@ class TCLowerer(Lowerer):
         self.n_up = n_up[-1] if n_up else None
         self.elem = 0
         self.reduce_memo: dict[tuple[UOp, tuple[tuple[int, int], ...]], UOp] = {}
+
+    def _index_dtype(self) -> DType:
+        """Tensor-core kernels keep int32 index maths (their lane and fragment terms are int32)."""
+        return dtypes.int32
 
     def _launch_ids(self) -> None:
         """Output axes are group ids; the lane is threadIdx.x and LOCAL axes (warps) the other local ids."""

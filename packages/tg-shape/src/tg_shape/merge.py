@@ -14,18 +14,18 @@ from __future__ import annotations
 
 import functools
 
-from tg_shape.view import View, unravel
-from tg_uop import Ops, UOp, dtypes
+from tg_shape.view import View, index_dtype_for, unravel
+from tg_uop import DType, Ops, UOp, dtypes
 from tg_uop.helpers import all_int
 from tg_uop.symbolic import split_add
 from tg_uop.symbolic_terms import split_and as split_valid
 from tg_uop.valid import clause_bound, simplify_given_valid
 
 
-def position_vars(shape: tuple[int, ...], prefix: str = "\x00m") -> list[UOp]:
+def position_vars(shape: tuple[int, ...], prefix: str = "\x00m", dtype: DType = dtypes.int32) -> list[UOp]:
     """One variable per dim over [0, size-1] (the constant 0 for size-1 dims)."""
     return [
-        UOp.variable(f"{prefix}{k}", 0, s - 1) if s > 1 else UOp.const(dtypes.int32, 0) for k, s in enumerate(shape)
+        UOp.variable(f"{prefix}{k}", 0, s - 1, dtype) if s > 1 else UOp.const(dtype, 0) for k, s in enumerate(shape)
     ]
 
 
@@ -71,7 +71,7 @@ def merge_views(inner: View, outer: View) -> View | None:
         return None
     if not (isinstance(inner.offset, int) and isinstance(outer.offset, int)):
         return None
-    idxs = position_vars(outer.shape)
+    idxs = position_vars(outer.shape, dtype=index_dtype_for((inner, outer)))
     index, valid = compose_index([inner, outer], idxs)
     valid = valid.simplify()
     if valid.op is Ops.CONST and valid.arg is False:

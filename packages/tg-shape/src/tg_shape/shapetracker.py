@@ -14,18 +14,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tg_shape.merge import compose_index, merge_views
-from tg_shape.view import View, strides_for_shape
-from tg_uop import Ops, UOp
+from tg_shape.view import View, index_dtype_for, strides_for_shape
+from tg_uop import DType, Ops, UOp, dtypes
 from tg_uop.helpers import prod
 from tg_uop.symbolic import split_add
 from tg_uop.uop import sint
 from tg_uop.valid import simplify_given_valid
 
 
-def _index_vars(shape: tuple[sint, ...]) -> list[UOp]:
+def _index_vars(shape: tuple[sint, ...], dtype: DType = dtypes.int32) -> list[UOp]:
     """The default position variables idx0, idx1, ... (symbolic dims use their largest value)."""
     return [
-        UOp.variable(f"idx{i}", 0, max(int(s.vmax if isinstance(s, UOp) else s) - 1, 0)) for i, s in enumerate(shape)
+        UOp.variable(f"idx{i}", 0, max(int(s.vmax if isinstance(s, UOp) else s) - 1, 0), dtype)
+        for i, s in enumerate(shape)
     ]
 
 
@@ -138,7 +139,9 @@ class ShapeTracker:
     # ---- indexing ----
     def to_indexed_uops_raw(self, idxs: list[UOp] | None = None) -> tuple[UOp, UOp]:
         """(index, valid) exactly as the views compose, before any simplification."""
-        return compose_index(list(self.views), list(idxs) if idxs is not None else _index_vars(self.shape))
+        if idxs is None:
+            idxs = _index_vars(self.shape, index_dtype_for(self.views))
+        return compose_index(list(self.views), list(idxs))
 
     def to_indexed_uops(self, idxs: list[UOp] | None = None) -> tuple[UOp, UOp]:
         """(index, valid) for position `idxs` (default: variables idx0, idx1, ...), both simplified.
@@ -156,7 +159,7 @@ class ShapeTracker:
         """
         if len(self.views) == 1 and (self.views[-1].mask is None or ignore_valid):
             return self.views[-1].strides
-        idxs = _index_vars(self.shape)
+        idxs = _index_vars(self.shape, index_dtype_for(self.views))
         index, valid = self.to_indexed_uops(idxs)
         ret: list[sint | None] = [0] * len(self.shape)
         for term in split_add(index):

@@ -12,7 +12,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-from tg_uop import UOp, dtypes
+from tg_uop import DType, UOp, dtypes
 from tg_uop.helpers import all_int, prod
 from tg_uop.uop import sint
 
@@ -37,13 +37,26 @@ def unravel(shape: tuple[sint, ...], flat: UOp) -> list[UOp]:
         if isinstance(s, int) and s == 1:
             out.append(UOp.const(flat.dtype, 0))
         else:
-            out.append((flat // _const_index(acc)) % _const_index(s))
+            out.append((flat // _const_index(acc, flat.dtype)) % _const_index(s, flat.dtype))
         acc = acc * s
     return out[::-1]
 
 
-def _const_index(x: sint) -> UOp:
-    return x if isinstance(x, UOp) else UOp.const(dtypes.int32, x)
+def _const_index(x: sint, dtype: DType = dtypes.int32) -> UOp:
+    if isinstance(x, UOp):
+        return x if x.dtype == dtype else x.cast(dtype)
+    return UOp.const(dtype, x)
+
+
+def index_dtype_for(views: tuple[View, ...] | list[View]) -> DType:
+    """int64 when index maths over these views can pass 2^31 (so int32 constants would wrap), else int32."""
+    return dtypes.int64 if max((v.extent() for v in views), default=0) >= 2**31 - 1 else dtypes.int32
+
+
+def _index_positions(idxs: list[UOp]) -> tuple[list[UOp], DType]:
+    """The positions in one index dtype: int64 when any of them is (a kernel with 64-bit indexing), else int32."""
+    dt = dtypes.int64 if any(i.dtype == dtypes.int64 for i in idxs) else dtypes.int32
+    return [i if i.dtype == dt else i.cast(dt) for i in idxs], dt
 
 
 @dataclass(frozen=True)
@@ -76,6 +89,13 @@ class View:
     @property
     def size(self) -> sint:
         return prod(self.shape)
+
+    def extent(self) -> int:
+        """The element count, or the largest address the view spans, whichever is larger (int dims only)."""
+        ext = int(prod(s for s in self.shape if isinstance(s, int)))
+        if isinstance(self.offset, int) and all(isinstance(x, int) for x in (*self.shape, *self.strides)):
+            ext = max(ext, abs(self.offset) + sum((s - 1) * abs(st) for s, st in zip(self.shape, self.strides)))
+        return ext
 
     # ---- movement ----
     def permute(self, order: tuple[int, ...]) -> View:
@@ -199,18 +219,19 @@ class View:
 
     # ---- indexing ----
     def to_indexed_uops(self, idxs: list[UOp], valid: UOp | None = None) -> tuple[UOp, UOp]:
-        """(index into the buffer, validity) for the view position `idxs`."""
-        index = _const_index(self.offset)
+        """(index into the buffer, validity) for the view position `idxs` (index in the positions' dtype)."""
+        idxs, dt = _index_positions(idxs)
+        index = _const_index(self.offset, dt)
         for i, st in zip(idxs, self.strides):
             if not (isinstance(st, int) and st == 0):
-                index = index + i * _const_index(st)
+                index = index + i * _const_index(st, dt)
         ok = valid if valid is not None else UOp.const(dtypes.bool, True)
         if self.mask is not None:
             for i, (b, e), s in zip(idxs, self.mask, self.shape):
                 if not (isinstance(b, int) and b == 0):
-                    ok = ok & (i >= _const_index(b))
+                    ok = ok & (i >= _const_index(b, dt))
                 if not (isinstance(e, int) and isinstance(s, int) and e == s):
-                    ok = ok & (i < _const_index(e))
+                    ok = ok & (i < _const_index(e, dt))
         return index, ok
 
     def substitute(self, mapping: dict[UOp, UOp]) -> View:

@@ -19,12 +19,39 @@ from typing import TYPE_CHECKING
 
 from tg_tensor.util import resolve_axes, sum_acc_dtype
 from tg_uop import DType, Ops, dtypes
+from tg_uop.alu import cast_const, exec_alu
+from tg_uop.dtype import ConstType
 from tg_uop.helpers import prod
 
 if TYPE_CHECKING:
     from tg_tensor.tensor import Tensor
 
 Axis = int | Sequence[int] | None
+_UNIFORM_VIEWS = (Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.SHRINK, Ops.FLIP)  # PAD adds other values
+
+
+def _uniform_value(t: Tensor, axes: tuple[int, ...], op: Ops) -> ConstType | None:
+    """The reduction of a tensor whose elements are all one constant (Tensor.full/ones seen through views).
+
+    A sum of n copies of c is c * n, computed once in the tensor's dtype (exact, and wrapping as the loop
+    would for ints); a max is c. None when the tensor is not such a constant.
+    """
+    if not all(isinstance(s, int) for s in t.shape):
+        return None  # symbolic shapes keep their kernels
+    u, casts = t.uop, []
+    while u.op in _UNIFORM_VIEWS or u.op is Ops.CAST:
+        if u.op is Ops.CAST:
+            casts.append(u.dtype)
+        u = u.src[0]
+    if u.op is not Ops.CONST or u.src[1:]:
+        return None
+    c: ConstType = u.arg
+    for dt in reversed(casts):  # innermost cast first
+        c = cast_const(c, dt)
+    if op is Ops.MAX:
+        return c
+    n = int(prod(t.shape[a] for a in axes))
+    return exec_alu(Ops.MUL, t.dtype, (c, float(n) if dtypes.is_float(t.dtype) else n))
 
 
 class ReduceMixin:
@@ -43,6 +70,9 @@ class ReduceMixin:
             # gradient is a zero-size tensor of zeros (not a target missing from the graph)
             pads = tuple((0, 1) if s == 0 and i in axes else (0, 0) for i, s in enumerate(self.shape))
             ret = type(self)(self.pad(pads, value=0 if op is Ops.ADD else 1).uop.r(op, axes))
+        elif op in (Ops.ADD, Ops.MAX) and (value := _uniform_value(self, axes, op)) is not None:
+            kept = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
+            ret = type(self).full(kept, value, self.dtype, self.device)  # no loop over a constant
         else:
             ret = type(self)(self.uop.r(op, axes))
         return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))

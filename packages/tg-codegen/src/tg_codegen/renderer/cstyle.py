@@ -234,7 +234,7 @@ class CStyleLanguage(Renderer):
                 names[u] = f"ridx{u.arg[0]}"
                 if u.arg[1] == "thread" and self.thread_pragma:
                     line(self.thread_pragma)
-                line(f"for (int {names[u]} = 0; {names[u]} < {r[0]}; {names[u]}++) {{")
+                line(f"for ({self.render_dtype(u.dtype)} {names[u]} = 0; {names[u]} < {r[0]}; {names[u]}++) {{")
                 indent += 1
             elif op is Ops.ENDRANGE:
                 indent -= 1
