@@ -8,6 +8,11 @@
 [7, 5]
 >>> t[[0, 2], 1].tolist()
 [1, 9]
+
+Out-of-range indices in a tensor (`t[Tensor([5])]`, `gather`, `scatter`, `one_hot`) select nothing by
+default, as in tinygrad: the result holds 0 there (checking would read the indices back from the device).
+`CHECK_INDEX=1` (or `Context(CHECK_INDEX=1)`) reads them and raises IndexError naming the first bad index,
+as PyTorch does; it cannot be used inside TinyJit (a host read). Python ints and lists are always checked.
 """
 
 from __future__ import annotations
@@ -19,11 +24,23 @@ import numpy as np
 from tg_tensor.inplace import view_chain
 from tg_tensor.util import broadcast_shape
 from tg_uop import Ops, UOp, dtypes
+from tg_uop.helpers import ContextVar
 
 if TYPE_CHECKING:
     from tg_tensor.tensor import Tensor
 
 Index = Any
+CHECK_INDEX = ContextVar("CHECK_INDEX", 0)  # 1: tensor indices are read back and checked (IndexError)
+
+
+def check_index(idx: Tensor, lo: int, hi: int, what: str) -> None:
+    """Under CHECK_INDEX=1: raise IndexError naming the first element of `idx` outside [lo, hi)."""
+    if not CHECK_INDEX:
+        return
+    values = idx.numpy().reshape(-1)
+    bad = values[(values < lo) | (values >= hi)]
+    if bad.size:
+        raise IndexError(f"{what}: index {int(bad[0])} is out of range [{lo}, {hi}) (CHECK_INDEX=1)")
 
 
 class IndexingMixin:
@@ -119,6 +136,8 @@ class IndexingMixin:
             idx = type(self)(item, device=self.device, dtype=dtypes.int32)
         if not dtypes.is_int(idx.dtype):
             raise IndexError(f"tensor indices must be integers, got dtype {idx.dtype}")
+        if isinstance(item, type(self)):
+            check_index(idx, -n, n, f"indexing dim {dim} of size {n} (shape {self.shape})")
         return (idx < 0).where(idx + n, idx)
 
     def _positions(self: Tensor, n: int) -> Tensor:
@@ -199,6 +218,7 @@ class IndexingMixin:
         if index.ndim != self.ndim or any(index.shape[i] > self.shape[i] for i in range(self.ndim) if i != d):
             raise ValueError(f"gather: index shape {index.shape} does not fit self shape {self.shape} on dim {d}")
         n = int(self.shape[d])
+        check_index(index, 0, n, f"gather on dim {d} of size {n}")
         x = self.shrink(tuple(None if i == d else (0, index.shape[i]) for i in range(self.ndim)))
         x = x.transpose(d, -1).unsqueeze(-2)  # (..., 1, n)
         idx = index.transpose(d, -1).unsqueeze(-1)  # (..., m, 1)
@@ -214,6 +234,7 @@ class IndexingMixin:
         if reduce not in (None, "add", "multiply"):
             raise ValueError(f"scatter: reduce must be None, 'add' or 'multiply', got {reduce!r}")
         n = int(self.shape[d])
+        check_index(index, 0, n, f"scatter on dim {d} of size {n}")
         s = self._to_tensor(src).cast(self.dtype)
         s = s._broadcast_to(index.shape) if s.ndim == 0 else s.shrink(tuple((0, k) for k in index.shape))
         hit = index.transpose(d, -1).unsqueeze(-1) == self._positions(n)  # (..., m, n)
@@ -242,6 +263,7 @@ class IndexingMixin:
             raise TypeError(f"one_hot needs an integer tensor, got dtype {self.dtype}")
         if num_classes == -1:
             num_classes = int(self.max().item()) + 1
+        check_index(self, 0, num_classes, f"one_hot with {num_classes} classes")
         classes = type(self).arange(num_classes, device=self.device)
         return (self.unsqueeze(-1) == classes).where(1, 0)
 
