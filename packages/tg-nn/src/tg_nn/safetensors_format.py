@@ -109,9 +109,19 @@ def parse_header(data: bytes | memoryview) -> tuple[list[Entry], dict[str, str]]
     return entries, meta
 
 
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's dict, refusing a key given twice (json.loads keeps the last; safetensors rejects it)."""
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise SafetensorsError(f"header names tensor {k!r:.200} twice")
+        out[k] = v
+    return out
+
+
 def _decode_json(raw: bytes) -> dict[str, Any]:
     try:
-        header = json.loads(raw.decode("utf-8"))
+        header = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicate_keys)
     except UnicodeDecodeError as e:
         raise SafetensorsError(f"header is not UTF-8: {e}") from None
     except (json.JSONDecodeError, RecursionError) as e:

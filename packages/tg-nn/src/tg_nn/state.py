@@ -166,7 +166,10 @@ def safe_load(path: str | os.PathLike[str]) -> dict[str, Tensor]:
     Raises SafetensorsError when the file is malformed.
     """
     mapping = map_file(path)
-    entries, _ = parse_header(mapping)
+    try:
+        entries, _ = parse_header(mapping)
+    except SafetensorsError as e:
+        raise SafetensorsError(f"{os.fspath(path)}: {e}") from None
     bufs = disk_buffers(path, [(e.offset, e.count, e.dtype) for e in entries], mapping)
     return {e.name: buffer_tensor(b, e.shape) for e, b in zip(entries, bufs)}
 

@@ -243,6 +243,7 @@ class Buffer:
             raise ValueError(f"Buffer: size must be a non-negative int, got {size!r}")
         self.device, self.size, self.dtype = Device.canonicalize(device), size, dtype
         self._opaque: Any = None
+        self._counted = 0  # bytes this buffer added to GlobalCounters.mem_used (0 for memory it was handed)
 
     @property
     def nbytes(self) -> int:
@@ -259,6 +260,7 @@ class Buffer:
         if self._opaque is None:
             self._opaque = self.allocator.alloc(self.nbytes)
             GlobalCounters.mem_used += self.nbytes
+            self._counted = self.nbytes
         return self
 
     @property
@@ -286,7 +288,7 @@ class Buffer:
         if self._opaque is not None:
             try:
                 self.allocator.free(self._opaque, self.nbytes)
-                GlobalCounters.mem_used -= self.nbytes
+                GlobalCounters.mem_used -= self._counted  # DISK windows were never added
             except Exception:  # interpreter shutdown
                 pass
 
