@@ -4,6 +4,11 @@ Location: `CACHEDB` if set, else `<user cache dir>/tg/cache.db`. `CACHELEVEL=0` 
 that cannot be opened or written (read-only directory, corrupted file) is never fatal: it warns once
 and behaves as an empty cache.
 
+Values are data, never code: bytes are stored raw after a tag and their SHA-256, anything else as JSON
+(no pickle: whoever can write the file must not be able to run code in every tg process). An entry that
+does not decode or whose checksum fails is reported once (naming the file) and read as missing, so the
+caller computes the value again and its put rewrites the entry.
+
 >>> from tg_codegen.diskcache import diskcache_get, diskcache_put
 >>> diskcache_get("doctest", "missing") is None
 True
@@ -11,8 +16,9 @@ True
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
-import pickle
 import sqlite3
 import threading
 import warnings
@@ -59,11 +65,55 @@ def diskcache_get(table: str, key: str) -> Any:
         return None
     try:
         row = conn.execute("SELECT val FROM cache WHERE tbl=? AND key=?", (table, key)).fetchone()
-        return pickle.loads(row[0]) if row is not None else None
-    except (sqlite3.Error, pickle.UnpicklingError, EOFError, ValueError) as e:
+    except sqlite3.Error as e:
         _warn("cannot read", e)
         _conns[(cache_path(), threading.get_ident())] = None
         return None
+    if row is None:
+        return None
+    try:
+        return decode_value(table, key, bytes(row[0]))
+    except ValueError as e:
+        _warn(f"entry {table}/{key[:16]} is not valid, recomputing it", e)
+        return None
+
+
+_BYTES, _JSON = b"tgB1", b"tgJ1"
+
+
+def _digest(table: str, key: str, body: bytes) -> bytes:
+    return hashlib.sha256(table.encode() + b"\0" + key.encode() + b"\0" + body).digest()
+
+
+def encode_value(table: str, key: str, value: Any) -> bytes:
+    """tag + SHA-256 of (table, key, body) + body: raw bytes, or JSON for other data (ValueError if not data).
+
+    The checksum covers the key, so an entry copied under another key (two kernels' binaries swapped) fails.
+    """
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        tag, body = _BYTES, bytes(value)
+    else:
+        try:
+            tag, body = _JSON, json.dumps(value).encode()
+        except TypeError as e:
+            raise ValueError(f"disk cache values must be bytes or JSON data: {e}") from None
+    return tag + _digest(table, key, body) + body
+
+
+def decode_value(table: str, key: str, blob: bytes) -> Any:
+    """The value `encode_value` stored under (table, key); ValueError for anything else (a pickle, an entry
+    of another key, a bad checksum, bad JSON)."""
+    tag, digest, body = blob[:4], blob[4:36], blob[36:]
+    if tag not in (_BYTES, _JSON):
+        raise ValueError(f"unknown entry format {tag!r} (not written by this version of tg)")
+    if _digest(table, key, body) != digest:
+        raise ValueError("checksum mismatch (corrupt, or the entry of another key)")
+    if tag == _BYTES:
+        return body
+    try:
+        return json.loads(body.decode())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"bad JSON: {e}") from None
 
 
 def diskcache_put(table: str, key: str, value: Any) -> None:
@@ -71,7 +121,9 @@ def diskcache_put(table: str, key: str, value: Any) -> None:
     if CACHELEVEL.value <= 0 or (conn := _connect()) is None:
         return
     try:
-        conn.execute("REPLACE INTO cache (tbl, key, val) VALUES (?, ?, ?)", (table, key, pickle.dumps(value)))
+        conn.execute(
+            "REPLACE INTO cache (tbl, key, val) VALUES (?, ?, ?)", (table, key, encode_value(table, key, value))
+        )
     except sqlite3.Error as e:
         _warn("cannot write", e)
         _conns[(cache_path(), threading.get_ident())] = None

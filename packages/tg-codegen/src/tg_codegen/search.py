@@ -15,12 +15,13 @@ import hashlib
 import multiprocessing
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Protocol
+from typing import Any, Protocol
 
-from tg_codegen.diskcache import diskcache_get, diskcache_put
+from tg_codegen.diskcache import cache_path, diskcache_get, diskcache_put
 from tg_codegen.heuristic import hand_coded_optimizations
 from tg_codegen.kernel import Kernel
 from tg_codegen.opt import KernelOptError, Opt, OptOps
@@ -87,12 +88,32 @@ def beam_search(ast: UOp, target: SearchTarget, width: int, max_steps: int | Non
     if not isinstance(width, int) or width < 1:
         raise ValueError(f"beam width must be an int >= 1, got {width!r}")
     key = cache_key(ast, target.renderer, width)
-    if (hit := diskcache_get("beam", key)) is not None:
-        return list(hit)
+    if (hit := _opts_from_data(diskcache_get("beam", key))) is not None:
+        try:
+            Kernel(ast, target.renderer).apply_opts(hit)  # a cached list that does not apply is searched again
+            return hit
+        except KernelOptError as e:
+            warnings.warn(
+                f"tg disk cache {cache_path()!r}: BEAM entry does not apply ({e}); searching again", stacklevel=2
+            )
     steps = max_steps if max_steps is not None else getenv("BEAM_MAX_STEPS", 12)
     opts = _search(Kernel(ast, target.renderer), target, width, steps)
-    diskcache_put("beam", key, opts)
+    diskcache_put("beam", key, [[o.op.name, o.axis, o.arg] for o in opts])
     return opts
+
+
+def _opts_from_data(data: Any) -> list[Opt] | None:
+    """Opts from a cached [[op name, axis, arg], ...]; None (search again) when the entry is not that."""
+    if data is None:
+        return None
+    try:
+        return [Opt(OptOps[name], axis, arg) for name, axis, arg in data]
+    except (KeyError, TypeError, ValueError) as e:
+        warnings.warn(
+            f"tg disk cache {cache_path()!r}: BEAM entry {data!r:.100} is not valid ({e!r}); searching again",
+            stacklevel=3,
+        )
+        return None
 
 
 def _search(base: Kernel, target: SearchTarget, width: int, steps: int) -> list[Opt]:
