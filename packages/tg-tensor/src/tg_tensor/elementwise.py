@@ -231,7 +231,7 @@ class ElementwiseMixin:
 
     def _select_bound(self: Tensor, bound: TensorLike, lower: bool) -> Tensor:
         a, b = self._broadcasted(bound)
-        return ((a < b) if lower else (a > b)).where(b, a)
+        return (((a < b) if lower else (a > b)) | b.ne(b)).where(b, a)  # a NaN bound gives NaN (numpy, torch)
 
     def clamp(self: Tensor, min_: TensorLike = None, max_: TensorLike = None) -> Tensor:
         return self.clip(min_, max_)
