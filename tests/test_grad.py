@@ -236,12 +236,19 @@ GRAD_CASES.update(
         "contiguous_backward": (lambda x: x.contiguous_backward() * 2, [_r(*U)]),
         "alu": (lambda x: x.alu(__import__("tg_uop").Ops.MUL, x), [_r(*U)]),
         "const_like": (lambda x: x + x.const_like(2.0), [_r(*U)]),
+        "shard": (lambda x: _two_devices(x).exp().sum(1).to(x.device), [_r(4, 3)]),
     }
 )
 NOT_DIFFERENTIABLE |= set(
-    "argsort nonzero isclose allclose short bfloat16 multinomial randperm invalids max_numel replace to_ const "
+    "argsort nonzero isclose allclose short bfloat16 multinomial randperm invalids max_numel replace to_ shard_ const "
     "custom_kernel".split()
 )
+
+
+def _two_devices(x: Tensor) -> Tensor:
+    """x split over two devices of its kind (CPU ones for CL, which may have one device)."""
+    kind = x.device.split(":")[0] if not x.device.startswith("CL") else "CPU"
+    return x.to(kind).shard((kind, f"{kind}:1"), axis=0)
 
 
 def _public_methods() -> set[str]:

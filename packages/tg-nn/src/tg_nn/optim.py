@@ -31,7 +31,7 @@ def _state(t: Tensor) -> Tensor:
 
 
 def _state_like(t: Tensor, value: float = 0.0) -> Tensor:
-    return _state(Tensor.full(t.shape, value, dtype=t.dtype, device=t.device))
+    return _state(t.full_like(value))  # (on several devices: split as t is)
 
 
 def _once(g: Tensor) -> Tensor:

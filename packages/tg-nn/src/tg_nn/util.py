@@ -18,7 +18,7 @@ def own_buffer(t: Tensor, requires_grad: bool | None = None) -> Tensor:
     Identical lazy graphs are one node in tg (hash-consing): two `Tensor.zeros(3).contiguous()` would
     share one buffer, and an update of one would show in the other. A fresh empty buffer never does.
     """
-    ret = Tensor.empty(*t.shape, dtype=t.dtype, device=t.device)
+    ret = t.empty_like()  # (on several devices: split as t is)
     ret.assign(t.detach()).realize()
     ret.requires_grad = requires_grad
     return ret

@@ -146,7 +146,10 @@ class _DeviceRegistry:
         self._default: str | None = None
 
     @staticmethod
-    def canonicalize(name: str) -> str:
+    def canonicalize(name: str | tuple[str, ...] | list[str]) -> str:
+        """The canonical name: `cpu` -> `CPU`, `CUDA:0` -> `CUDA`; several devices give a DeviceSet."""
+        if isinstance(name, (tuple, list)) or (isinstance(name, str) and "," in name):
+            return DeviceSet(name)
         if not isinstance(name, str) or not name:
             raise ValueError(f"device name must be a non-empty string, got {name!r}")
         base, _, idx = name.partition(":")
@@ -162,6 +165,9 @@ class _DeviceRegistry:
 
     def __getitem__(self, name: str) -> Compiled:
         key = self.canonicalize(name)
+        if isinstance(key, DeviceSet):
+            names = ", ".join(key.devices)
+            raise ValueError(f"Device[{key!r}]: that is several devices; open them one by one ({names})")
         if key not in self._opened:
             self._opened[key] = self._open(key)
         return self._opened[key]
@@ -221,6 +227,51 @@ def _entry_point_devices() -> dict[str, Any]:
 
 
 Device = _DeviceRegistry()
+
+
+class DeviceSet(str):
+    """Several devices of one kind, where a sharded tensor lives: a str (`"CPU,CPU:1"`) so it travels wherever a
+    device name does, equal to the tuple of its names as well (tinygrad's `t.device` of a sharded tensor).
+
+    >>> ds = DeviceSet(("cpu:0", "CPU:1"))
+    >>> ds.devices, ds == ("CPU", "CPU:1"), ds
+    (('CPU', 'CPU:1'), True, 'CPU,CPU:1')
+    """
+
+    devices: tuple[str, ...]
+
+    def __new__(cls, names: str | tuple[str, ...] | list[str]) -> DeviceSet:
+        items = names.split(",") if isinstance(names, str) else list(names)
+        if not items or not all(isinstance(d, str) and d.strip() for d in items):
+            raise ValueError(f"a device set needs one or more device names, got {names!r}")
+        devs = tuple(_DeviceRegistry.canonicalize(d.strip()) for d in items)
+        if len(set(devs)) != len(devs):
+            raise ValueError(f"a device set names a device twice: {devs}")
+        kinds = sorted({d.split(":")[0] for d in devs})
+        if len(kinds) > 1:
+            raise ValueError(
+                f"devices of different kinds in one set: {devs} ({', '.join(kinds)}); a sharded tensor lives on "
+                "devices of one kind (collectives run within one kind: NCCL on CUDA, the host between CPU devices)"
+            )
+        self = super().__new__(cls, ",".join(devs))
+        self.devices = devs
+        return self
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (tuple, list)):
+            try:
+                return self.devices == DeviceSet(other).devices
+            except ValueError:
+                return False
+        return str.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = str.__hash__
+
+    def __reduce__(self) -> tuple[type[DeviceSet], tuple[tuple[str, ...]]]:
+        return (DeviceSet, (self.devices,))
 
 
 @dataclass(frozen=True)

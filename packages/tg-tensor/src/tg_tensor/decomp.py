@@ -134,7 +134,7 @@ class DecompMixin:
         self.uop = x.uop
         return self
 
-    def to_(self: Tensor, device: str | None) -> Tensor:
+    def to_(self: Tensor, device: str | tuple[str, ...] | None) -> Tensor:
         """Move this tensor (and its .grad) to `device` in place; returns self."""
         moved = self.to(device) if device is not None else self
         if self.grad is not None:

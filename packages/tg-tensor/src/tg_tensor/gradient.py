@@ -83,6 +83,16 @@ def _shrink_grad(ret: Tensor, g: Tensor, src: Tensor) -> Grads:
     return (g.pad(tuple((b, s - e) for (b, e), s in zip(ret.uop.arg, src.shape))),)
 
 
+def _multi_grad(ret: Tensor, g: Tensor, *shards: Tensor) -> Grads:
+    """Each shard gets its slice of the gradient on its own device; a replicated tensor's goes to the first copy."""
+    axis, n = ret.uop.arg, len(shards)
+    if axis is None:
+        return (g.to(shards[0].device), *[None] * (n - 1))
+    k = int(ret.shape[axis]) // n
+    slices = [tuple((i * k, (i + 1) * k) if j == axis else (0, s) for j, s in enumerate(ret.shape)) for i in range(n)]
+    return tuple(g.shrink(sl).to(s.device) for sl, s in zip(slices, shards))
+
+
 def _flip_grad(ret: Tensor, g: Tensor, src: Tensor) -> Grads:
     return (g.flip(tuple(i for i, f in enumerate(ret.uop.arg) if f)),)
 
@@ -115,6 +125,7 @@ GRAD_RULES: dict[Ops, Rule] = {
     Ops.FLIP: _flip_grad,
     Ops.CONTIGUOUS: lambda ret, g, a: (g,),
     Ops.COPY: lambda ret, g, a, dev=None: (g.to(a.device),),
+    Ops.MULTI: _multi_grad,
 }
 # ops through which no gradient flows (comparisons, integer and bit ops, DETACH...)
 NO_GRAD_OPS = frozenset(

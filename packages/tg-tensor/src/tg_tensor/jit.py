@@ -37,9 +37,12 @@ from typing import Any, Generic, TypeVar
 from tg_runtime.device import Buffer, Device, DeviceGraph, GraphLaunch
 from tg_runtime.ops_cpu import CPUProgram
 from tg_runtime.runner import CompiledRunner, get_runner, run_copy
-from tg_tensor.inplace import pending_writes
+from tg_tensor import multi
+from tg_tensor.collective import run_collective
+from tg_tensor.inplace import live_tensors, pending_writes
 from tg_tensor.jit_args import JitArgError, describe_change, flatten_call
 from tg_tensor.lift_consts import plain_only
+from tg_tensor.multi import pending_multi_writes
 from tg_tensor.realize import item_observers, run_pending
 from tg_tensor.schedule import ScheduleItem, buffer_of, buffers
 from tg_tensor.tensor import Tensor
@@ -114,6 +117,7 @@ class _Launch:
     runner: CompiledRunner | None
     bufs: list[Buffer]
     born: set[int] = field(default_factory=set)  # positions of buffers first allocated by this item
+    collective: tuple[str, str, int] | None = None  # (kind, op, outputs) of a collective item (runner None)
 
 
 @dataclass
@@ -220,6 +224,11 @@ class TinyJit(Generic[ReturnType]):
             _check_specs(self.name, cap.specs, specs)
         cap.specs = specs
         run_pending()
+        if multi_in := [t for t in inputs if t.uop.op is Ops.MULTI]:
+            raise JitError(
+                f"{self.name}: tensor input on several devices ({multi_in[0].device}); pass it on one device and "
+                "shard it inside the function (`x.shard(devices, axis)`), so the recording includes the split"
+            )
         input_bufs = [_realized_buffer(t) for t in inputs]
         if len({id(b) for b in input_bufs}) != len(input_bufs):
             raise JitError(f"{self.name}: the same tensor was passed as two inputs; pass distinct tensors")
@@ -260,9 +269,15 @@ class TinyJit(Generic[ReturnType]):
             _running.pop()
         outs = _flat_tensors(ret)
         for t in outs:
+            if multi.is_multi(t.uop):
+                raise JitError(
+                    f"{self.name}: returns a tensor on several devices ({t.device}); return it on one device "
+                    "(`t.to(device)`, e.g. a replicated loss) so each replay can hand back a fresh buffer"
+                )
             if not _is_buffer(t.uop):
                 t.uop = t.contiguous().uop
-        writes = pending_writes()  # assigns made inside the function (not realized there) are part of the recording
+        # assigns made inside the function (not realized there) are part of the recording
+        writes = pending_writes() + pending_multi_writes(list(live_tensors))
         if outs or writes:
             Tensor.realize(*outs, *writes)
         return ret
@@ -274,11 +289,14 @@ class TinyJit(Generic[ReturnType]):
         launches: list[_Launch] = []
 
         def observe(item: ScheduleItem) -> None:
-            runner = None if item.ast.op is Ops.COPY else get_runner(item.bufs[0].device, item.ast)
+            plain = item.ast.op in (Ops.COPY, Ops.COLLECTIVE)
+            runner = None if plain else get_runner(item.bufs[0].device, item.ast)
             born = {i for i, b in enumerate(item.bufs) if not b.is_allocated()}
-            launches.append(_Launch(runner, list(item.bufs), born))
+            coll = (*item.ast.arg, item.outputs) if item.ast.op is Ops.COLLECTIVE else None
+            launches.append(_Launch(runner, list(item.bufs), born, coll))
 
-        if before := pending_writes():  # assigns made before the call are not the function's: run them now
+        # assigns made before the call are not the function's: run them now
+        if before := pending_writes() + pending_multi_writes(list(live_tensors)):
             Tensor.realize(*before)
         existing = _live_buffers(collect=False) | {id(b) for b in input_bufs}
         item_observers.append(observe)
@@ -300,7 +318,7 @@ class TinyJit(Generic[ReturnType]):
                 rec.launches[li].bufs[pos] = buf
         if DEBUG >= 2 or TRACE.profiling:  # the slow path, with one timed line (or profile event) per kernel
             for launch in rec.launches:
-                run_copy(launch.bufs[0], launch.bufs[1]) if launch.runner is None else launch.runner(launch.bufs)
+                _bind(launch)() if launch.runner is None else launch.runner(launch.bufs)
             return _rebuild(rec.ret, [buffer_tensor(fresh[i], shape) for i, shape in rec.output_map])
         if rec.graph is not None:
             for li in rec.swapped:
@@ -360,6 +378,9 @@ def _check_specs(name: str, expected: list[Spec], got: list[Spec]) -> None:
 
 def _bind(launch: _Launch) -> Callable[[], Any]:
     """The launch as a call with its arguments prepared (on CPU: the C function and raw pointers, ~1 us)."""
+    if launch.collective is not None:
+        kind, op, n = launch.collective
+        return functools.partial(run_collective, kind, op, launch.bufs[:n], launch.bufs[n:])
     if launch.runner is None:
         return functools.partial(run_copy, launch.bufs[0], launch.bufs[1])
     program, spec = launch.runner.program, launch.runner.spec

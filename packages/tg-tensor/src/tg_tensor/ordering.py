@@ -36,6 +36,9 @@ def _reads(item: ScheduleItem) -> tuple[UOp, ...]:
 def _edges(items: list[ScheduleItem]) -> list[set[int]]:
     """after[i]: the items that must run after item i."""
     writer = {w: i for i, it in enumerate(items) if (w := _writes(it)) is not None}
+    for i, it in enumerate(items):  # a collective writes one output per device
+        for w in it.metadata.get("also_writes", ()):  # type: ignore[attr-defined]
+            writer[w] = i
     by_buffer: dict[int, list[int]] = {}  # id(runtime Buffer) -> items writing it
     for node, i in writer.items():
         by_buffer.setdefault(id(buffer_of(node)), []).append(i)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tg_runtime.runner import get_runner, run_copy
+from tg_tensor.collective import run_collective
 from tg_tensor.schedule import ScheduleItem, buffers, failed, pending, realized
 from tg_uop import Ops
 from tg_uop.helpers import DEBUG, GlobalCounters
@@ -65,6 +66,10 @@ def _run_one(item: ScheduleItem) -> int:
         b.ensure_allocated()
     if item.ast.op is Ops.COPY:
         run_copy(item.bufs[0], item.bufs[1])
+        return 0
+    if item.ast.op is Ops.COLLECTIVE:
+        kind, op = item.ast.arg
+        run_collective(kind, op, item.bufs[: item.outputs], item.bufs[item.outputs :])
         return 0
     get_runner(item.bufs[0].device, item.ast)(item.bufs, item.var_vals)
     return 1

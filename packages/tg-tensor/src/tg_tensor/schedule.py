@@ -301,7 +301,8 @@ class Scheduler:
 
     def is_boundary(self, node: UOp, current_root: UOp) -> bool:
         """Is `node` computed by a kernel of its own (so the current kernel loads it)?"""
-        return node in self.forced or node.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN) or node in realized
+        own = (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN, Ops.COLLECTIVE)
+        return node in self.forced or node.op in own or node in realized
 
     def elementwise_cost(self, node: UOp, current_root: UOp) -> tuple[int, int]:
         """(ALU ops, distinct buffers) of the elementwise graph under `node`, down to loads and constants."""
@@ -341,6 +342,8 @@ class Scheduler:
         try:
             if node.op is Ops.COPY:
                 self._schedule_copy(node)
+            elif node.op is Ops.COLLECTIVE:
+                self._schedule_collective(node)
             else:
                 self._schedule_kernel(node)
         finally:
@@ -369,6 +372,23 @@ class Scheduler:
             )
         )
         realized[node] = out.reshape(tuple(node.shape or ()))
+
+    def _schedule_collective(self, node: UOp) -> None:
+        """One item for a collective over several devices: it writes every device's output (multi.py builds them)."""
+        *inputs, _ = node.src
+        ins = [self.buffer_for(s) for s in inputs]
+        siblings = [UOp(Ops.COLLECTIVE, node.dtype, (*inputs, UOp(Ops.DEVICE, arg=i.device)), node.arg) for i in inputs]
+        outs = [self._new_output(s) for s in siblings]
+        self.items.append(
+            ScheduleItem(
+                UOp(Ops.COLLECTIVE, node.dtype, (), node.arg[:2]),
+                [buffer_of(o) for o in outs] + [buffer_of(b) for b in ins],
+                outputs=len(outs),
+                metadata={"writes": outs[0], "also_writes": tuple(outs[1:]), "reads": tuple(ins)},
+            )
+        )
+        for s, o in zip(siblings, outs):
+            realized[s] = o
 
     def buffer_for(self, node: UOp) -> UOp:
         """A BUFFER holding `node` contiguously (a kernel is scheduled when it is not one already)."""

@@ -21,8 +21,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from tg_runtime.device import Device
+from tg_runtime.device import Device, DeviceSet
 from tg_tensor import gradient as autograd
+from tg_tensor import multi
 from tg_tensor.activation import ActivationMixin
 from tg_tensor.creation import CreationMixin
 from tg_tensor.custom import CustomKernelMixin
@@ -124,7 +125,7 @@ class Tensor(
     def __init__(
         self,
         data: TensorLike,
-        device: str | None = None,
+        device: str | tuple[str, ...] | None = None,
         dtype: DType | str | None = None,
         requires_grad: bool | None = None,
     ) -> None:
@@ -150,6 +151,8 @@ class Tensor(
             return data.uop if dtype is None else data.uop.cast(dtype)
         if isinstance(data, (bool, int, float)):
             return const_uop(data, dtype or dtypes.from_py(data), dev)
+        if isinstance(dev, DeviceSet):  # made on the first device, copied to the others
+            return multi.replicate(Tensor._make_uop(data, dtype, dev.devices[0]), dev)
         if isinstance(data, (list, tuple)):
             return _from_list(data, dtype, dev)
         if isinstance(data, np.ndarray):
@@ -240,6 +243,8 @@ class Tensor(
         mean inside `x.std()` share one kernel).
         """
         tensors = [self, *others]
+        if multi.needs_lowering(tensors):  # some live on several devices: every device's graph is scheduled
+            return multi.schedule_multi(tensors)
         roots = [_strip_reshapes(t.uop) for t in tensors]
         start_us = TRACE.now_us()
         items, becomes = create_schedule([r for r, _ in roots])
@@ -293,6 +298,8 @@ class Tensor(
         from tg_tensor.jit import check_host_read  # (jit imports this module)
 
         check_host_read("reading values (.numpy()/.item()/.tolist())")
+        if multi.is_multi(self.uop):
+            return multi.to_numpy(self)  # type: ignore[no-any-return]
         self.realize()  # a lazy tensor gets its own buffer; a view of a buffer stays a view
         t = self if is_contiguous_buffer(self.uop) else self.contiguous().realize()
         base = t.uop.base
@@ -325,12 +332,14 @@ class Tensor(
             raise ValueError(f"item: the tensor has {self.numel()} elements (shape {self.shape}); item needs exactly 1")
         return self.numpy().reshape(()).item()  # type: ignore[no-any-return]
 
-    def to(self, device: str) -> Tensor:
-        """This tensor on another device (a lazy copy)."""
+    def to(self, device: str | tuple[str, ...]) -> Tensor:
+        """This tensor on another device (a lazy copy); a tensor on several devices is gathered, and a tuple of
+        devices gives a full copy on each (as `shard(devices)`)."""
         dev = Device.canonicalize(device)
         if dev == self.device:
             return self
-        Device[dev]  # raises for unknown devices
+        for d in dev.devices if isinstance(dev, DeviceSet) else (dev,):
+            Device[d]  # raises for unknown devices
         if is_disk(self.device) and not is_contiguous_buffer(self.uop) and view_chain(self.uop) is not None:
             # DISK has no copy kernels for views (a computation on DISK fails at realize, saying so)
             ret = Tensor(disk_to(self, dev))
@@ -338,6 +347,26 @@ class Tensor(
             ret = Tensor(UOp(Ops.COPY, self.dtype, (self.uop, UOp(Ops.DEVICE, arg=dev))))
         ret.requires_grad = self.requires_grad
         return ret
+
+    def shard(self, devices: tuple[str, ...] | list[str], axis: int | None = None) -> Tensor:
+        """This tensor split over `devices` along `axis` (None: a full copy on each device).
+
+        The axis must split evenly (as in tinygrad; RuntimeError otherwise). Ops on the result run on every
+        device; a reduction over the sharded axis all-reduces; `.to(device)` gathers it on one device.
+
+        >>> from tg_tensor import Tensor
+        >>> t = Tensor([1.0, 2.0, 3.0, 4.0]).shard(("CPU:0", "CPU:1"), axis=0)
+        >>> t.device, (t + 1).sum().item()
+        ('CPU,CPU:1', 14.0)
+        """
+        ret = Tensor(multi.shard_uop(self.uop, devices, axis))
+        ret.requires_grad = self.requires_grad
+        return ret
+
+    def shard_(self, devices: tuple[str, ...] | list[str], axis: int | None = None) -> Tensor:
+        """Shard this tensor in place (see `shard`); returns it."""
+        self.uop = multi.shard_uop(self.uop, devices, axis)
+        return self
 
     def clone(self, device: str | None = None) -> Tensor:
         """A copy with its own buffer once realized (on `device` when given), with a clone of `.grad`."""
@@ -374,6 +403,8 @@ class Tensor(
             raise DTypeError(f"assign: value of dtype {value.dtype} does not match the tensor's dtype {self.dtype}")
         if value.device != self.device:
             raise ValueError(f"assign: value is on {value.device}, the tensor on {self.device}")
+        if multi.is_multi(self.uop):
+            return multi.assign_multi(self, value)
         follows = (self.uop,) if self.uop.op is Ops.ASSIGN else ()  # an assign not run yet: this one comes after
         # (not through realized lazy nodes: equal lazy graphs are one node, so that memory may be another tensor's)
         chain = view_chain(self.uop.src[0] if follows else self.uop, resolve=False)

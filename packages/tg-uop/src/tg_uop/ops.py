@@ -28,6 +28,8 @@ class Ops(Enum):
     KERNEL = auto()
     DEFINE_VAR = auto()
     BIND = auto()
+    MULTI = auto()  # a tensor on several devices: src = (*per-device shards, DEVICE(device set)), arg = sharded axis
+    COLLECTIVE = auto()  # one device's result of a collective: src = (*inputs, DEVICE(d)), arg = (kind, op, size)
 
     # movement ops (tensor level; the scheduler turns them into VIEWs)
     RESHAPE = auto()

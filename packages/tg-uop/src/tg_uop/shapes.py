@@ -32,6 +32,10 @@ def uop_shape(u: UOp) -> tuple[sint, ...] | None:
         return (u.arg,) if u.src[0].op is Ops.DEVICE else u.src[0].shape
     if op is Ops.RESHAPE or op is Ops.EXPAND:
         return tuple(u.arg)
+    if op is Ops.MULTI:
+        return _multi_shape(u)
+    if op is Ops.COLLECTIVE:
+        return (u.arg[2],)
     src_shape = u.src[0].shape if u.src else None
     if op in (Ops.LOAD, Ops.STORE) and len(u.src) > 1 and u.src[1].op is Ops.VIEW:
         return u.src[1].shape
@@ -50,3 +54,12 @@ def uop_shape(u: UOp) -> tuple[sint, ...] | None:
     if op in GroupOp.Elementwise or op in (Ops.FLIP, Ops.COPY, Ops.CONTIGUOUS, Ops.DETACH, Ops.ASSIGN):
         return src_shape
     return None
+
+
+def _multi_shape(u: UOp) -> tuple[sint, ...] | None:
+    """The whole shape of a tensor split over devices: the shards' shape, times their count on the sharded axis."""
+    shard = u.src[0].shape
+    if shard is None or u.arg is None:
+        return shard
+    n = len(u.src) - 1
+    return tuple(s * n if i == u.arg else s for i, s in enumerate(shard))

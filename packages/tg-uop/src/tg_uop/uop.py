@@ -417,9 +417,9 @@ class UOp(metaclass=UOpMetaClass):
     def device(self) -> str | None:
         """The device a tensor-level node lives on."""
         if self.op is Ops.DEVICE:
-            return str(self.arg)
-        if self.op is Ops.COPY:
-            return self.src[1].device
+            return self.arg if isinstance(self.arg, str) else str(self.arg)  # (keeps a str subclass: device sets)
+        if self.op in (Ops.COPY, Ops.MULTI, Ops.COLLECTIVE):
+            return self.src[-1].device
         for s in self.src:
             if (d := s.device) is not None:
                 return d
