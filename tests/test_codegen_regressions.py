@@ -75,3 +75,30 @@ def test_padding_after_negation_is_positive_zero(device: str) -> None:
     x = np.array([0.25, -1.5], np.float32)
     _same((-Tensor(x, device=device)).pad(((1, 2),)).numpy(), np.pad(-x, (1, 2)))
     _same((-Tensor(x, device=device) + 1).pad(((0, 1),)).numpy(), np.pad(-x + 1, (0, 1)))
+
+
+def test_compare_of_where_with_a_nan_branch(device: str) -> None:
+    """`where(x == 0, 0, where(x < 0, nan, x)) > 1e-12` was False everywhere: range analysis gave the NaN
+    constant the bounds (nan, nan), and min/max of a NaN depend on argument order, so the outer where got
+    the range [0, 0] and the compare folded to a constant. A NaN now has no range (its dtype's whole one)."""
+    x = np.array([0.0, -1.0, 0.5, 2.0, 1e-13, -0.0, np.nan, np.inf, -np.inf], np.float32)
+    t = Tensor(x, device=device)
+    with np.errstate(invalid="ignore"):
+        inner = np.where(x < 0, np.float32(np.nan), x)
+        outer = np.where(x == 0, np.float32(0.0), inner)
+        np.testing.assert_array_equal(
+            (t.eq(0).where(0.0, (t < 0).where(float("nan"), t)) > 1e-12).numpy(), outer > np.float32(1e-12)
+        )
+        # the NaN in either branch, and under max
+        other = np.where(x < 0, x, np.float32(np.nan))
+        np.testing.assert_array_equal(
+            (t.eq(0).where(0.0, (t < 0).where(t, float("nan"))) < -0.5).numpy(),
+            np.where(x == 0, np.float32(0), other) < -0.5,
+        )
+        np.testing.assert_array_equal(
+            ((t < 0).where(float("nan"), 3.0) < 1.0).numpy(), np.where(x < 0, np.nan, 3.0) < 1.0
+        )
+        np.testing.assert_array_equal(
+            (t.maximum((t < 0).where(float("nan"), -5.0)) >= -5.0).numpy(),
+            np.maximum(x, np.where(x < 0, np.float32(np.nan), np.float32(-5.0))) >= -5.0,
+        )

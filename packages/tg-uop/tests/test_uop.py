@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import math
 import weakref
 
 import pytest
@@ -83,6 +84,19 @@ def test_substitute() -> None:
     x, y = UOp.variable("x", 0, 10), UOp.variable("y", 0, 10)
     e = (x + 2) * x
     assert e.substitute({x: y}) is (y + 2) * y
+
+
+def test_float_bounds_are_never_nan() -> None:
+    """A NaN constant, or a bound that comes out NaN (x + inf with x down to -inf), gives the dtype's range."""
+    f = dtypes.float32
+    x = UOp(Ops.LOAD, f, (UOp(Ops.DEFINE_GLOBAL, f.ptr(), (), 0),))
+    nan, zero = UOp.const(f, float("nan")), UOp.const(f, 0.0)
+    assert (nan.vmin, nan.vmax) == (-math.inf, math.inf)
+    assert ((x + math.inf).vmin, (x + math.inf).vmax) == (-math.inf, math.inf)
+    c = x < zero
+    w = c.where(zero, c.where(nan, x))
+    assert (w.vmin, w.vmax) == (-math.inf, math.inf)  # was [0.0, 0.0]: min(0.0, nan) is 0.0
+    assert (UOp.const(f, 1e-12) < w).vmin is False and (UOp.const(f, 1e-12) < w).vmax is True
 
 
 def test_vmin_vmax() -> None:

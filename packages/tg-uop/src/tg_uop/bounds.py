@@ -103,7 +103,21 @@ def _compare_bounds(u: UOp) -> tuple[ConstType, ConstType]:
 
 
 def bounds(u: UOp) -> tuple[ConstType, ConstType]:
-    """(vmin, vmax) of `u`, from its sources' bounds."""
+    """(vmin, vmax) of `u`, from its sources' bounds: the range of its values other than NaN.
+
+    A bound is never NaN: a NaN constant, or an operation whose bound comes out NaN (`x + inf` with
+    `x` down to -inf), gets its dtype's whole range. (A NaN bound was not a range: `min`/`max` of it
+    depend on the order of their arguments, so `where(c, 0.0, where(d, nan, x))` got the range
+    [0.0, 0.0] and `1e-12 < it` folded to False.)
+    """
+    vmin, vmax = _bounds(u)
+    if (isinstance(vmin, float) and math.isnan(vmin)) or (isinstance(vmax, float) and math.isnan(vmax)):
+        dt = u.dtype.scalar()
+        return dtypes.min(dt), dtypes.max(dt)
+    return vmin, vmax
+
+
+def _bounds(u: UOp) -> tuple[ConstType, ConstType]:
     if (leaf := _leaf_bounds(u)) is not None:
         return leaf
     dt = u.dtype.scalar()
