@@ -102,3 +102,25 @@ def test_compare_of_where_with_a_nan_branch(device: str) -> None:
             (t.maximum((t < 0).where(float("nan"), -5.0)) >= -5.0).numpy(),
             np.maximum(x, np.where(x < 0, np.float32(np.nan), np.float32(-5.0))) >= -5.0,
         )
+
+
+def test_sum_of_negative_zeros_is_positive_zero(device: str) -> None:
+    """seed 2000460 (PYTHON, NOOPT=1): 1 / sqrt(half(-0.0)).sum(0) was -inf, numpy's inf. A sum starts from +0.0,
+    as numpy's and as a loop's accumulator does; the paths without a loop skipped it: a size-1 axis (no
+    reduction at all), a fully unrolled reduction (x0 + x1), and the sum of a constant (c * n)."""
+    z32, z16 = np.full((2, 1), -0.0, np.float32), np.array([-0.0], np.float16)
+    t32, t16 = Tensor(z32, device=device), Tensor(z16, device=device)
+    _same(t32.sum(axis=1).numpy(), z32.sum(axis=1))  # size-1 axis
+    _same(t32.sum(axis=0).numpy(), z32.sum(axis=0))  # two terms, unrolled by the optimizer
+    _same(t32.sum().numpy(), z32.sum())
+    _same(t32.mean(axis=1).numpy(), z32.mean(axis=1))
+    with np.errstate(divide="ignore"):
+        want = 1 / np.sqrt(z16).sum(axis=0, keepdims=True)
+    _same((1 / t16.sqrt().sum(axis=0, keepdim=True)).numpy(), want)
+    _same(Tensor.full((3,), -0.0, device=device).sum().numpy(), np.full((3,), -0.0, np.float32).sum())
+    _same((t32.reshape(1, 2) @ t32).numpy(), z32.reshape(1, 2) @ z32)
+    _same((t32[:1] @ Tensor([[1.0]], device=device)).numpy(), z32[:1] @ np.ones((1, 1), np.float32))
+    # sums that are not all zeros keep their values, and max keeps -0.0 (nothing is added to it)
+    x = np.array([[-0.0, 1.5], [-2.0, 2.0]], np.float32)
+    _same(Tensor(x, device=device).sum(axis=1).numpy(), x.sum(axis=1))
+    _same(Tensor(x, device=device)[:, :1].max(axis=1).numpy(), np.array([-0.0, -2.0], np.float32))

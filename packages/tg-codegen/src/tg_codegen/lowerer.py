@@ -198,6 +198,10 @@ class Lowerer:
         ]
         val = _tree(alu_op, parts)
         rngs = tuple(self.loop[a] for a in self.k.axes_of("reduce", "group") if self.loop[a].op is Ops.RANGE)
+        if not rngs and alu_op is Ops.ADD and dtypes.is_float(val.dtype):
+            # fully unrolled: no accumulator, but a sum still starts from +0.0 as a loop's does (and numpy's):
+            # -0.0 + -0.0 is -0.0, their sum is 0.0
+            val = val.const_like(0.0) + val
         ret = UOp(Ops.REDUCE, u.dtype, (val, *rngs), alu_op) if rngs else val
         return self._group_reduce(ret, alu_op) if self._group_gate() else ret
 

@@ -51,7 +51,9 @@ def _uniform_value(t: Tensor, axes: tuple[int, ...], op: Ops) -> ConstType | Non
     if op is Ops.MAX:
         return c
     n = int(prod(t.shape[a] for a in axes))
-    return exec_alu(Ops.MUL, t.dtype, (c, float(n) if dtypes.is_float(t.dtype) else n))
+    if dtypes.is_float(t.dtype):  # a sum starts from +0.0 (numpy): n times -0.0 sums to 0.0
+        return exec_alu(Ops.ADD, t.dtype, (exec_alu(Ops.MUL, t.dtype, (c, float(n))), 0.0))
+    return exec_alu(Ops.MUL, t.dtype, (c, n))
 
 
 class ReduceMixin:
@@ -74,7 +76,10 @@ class ReduceMixin:
             kept = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
             ret = type(self).full(kept, value, self.dtype, self.device)  # no loop over a constant
         else:
-            ret = type(self)(self.uop.r(op, axes))
+            red = self.uop.r(op, axes)
+            if red is self.uop and op is Ops.ADD and dtypes.is_float(self.dtype):
+                red = (self + 0.0).uop  # only size-1 axes: still a sum from +0.0 (sum([-0.0]) is 0.0, as numpy)
+            ret = type(self)(red)
         return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
     def sum(self: Tensor, axis: Axis = None, keepdim: bool = False, dtype: DType | None = None) -> Tensor:
