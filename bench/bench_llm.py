@@ -11,6 +11,8 @@ tinygrad.apps.llm for older versions), median of the tok/s it prints after warm-
 when that python has no tinygrad. The PyPI wheel of tinygrad 0.14.0 cannot run `-m tinygrad.llm` (its
 model.py imports tinygrad.llm.kernels, which the wheel lacks): point TINYGRAD_PATH at a source tree
 (e.g. `git archive <commit> tinygrad | tar -x -C DIR` from a clone) and it goes first on PYTHONPATH.
+tinygrad's CLI times decode only; its prefill is timed through tinygrad.llm.model's generate() in a second
+process. DECODE_KERNELS=1 adds tg's per-kernel time of one decode step (DEBUG=2, summed per kernel name, to stderr).
 Peak bandwidth: PEAK_GBS, else from nvidia-smi's GPU name (H100 SXM
 3350, H100 PCIe 2000, H200 4800 GB/s), else no bound row. Prints one JSON line per figure.
 """
@@ -102,6 +104,38 @@ def bench_tg(path: str, qtype: str, keep_quantized: bool) -> None:
             load_s=round(load_s, 1),
             **row["params"],
         )
+    if os.getenv("DECODE_KERNELS"):
+        profile_decode(model, impl, qtype)
+
+
+_KERNEL_LINE = re.compile(
+    r"\*\*\* \S+\s+\d+ (?:\x1b\[\d+m)?(\S+)\s*(?:\x1b\[0m)?\s+arg\s+\d+ mem\s+[\d.]+ GB tm\s+([\d.]+)us/"
+)
+
+
+def profile_decode(model: Any, impl: str, qtype: str, top: int = 12) -> None:
+    """DECODE_KERNELS=1: the DEBUG=2 kernel list of one jitted decode step, summed per kernel name, to stderr, and one
+    JSON line with the kernel count and summed kernel time per step (the wall time per step is the decode row's)."""
+    import contextlib
+    import io
+    from collections import defaultdict
+
+    from tg_uop.helpers import Context
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), Context(DEBUG=2):
+        model.forward([1], CONTEXT // 2).numpy()
+    per: dict[str, list[float]] = defaultdict(list)
+    for line in out.getvalue().splitlines():
+        if m := _KERNEL_LINE.search(line):
+            per[m.group(1)].append(float(m.group(2)))
+    total, count = sum(sum(v) for v in per.values()), sum(len(v) for v in per.values())
+    for name, ts in sorted(per.items(), key=lambda kv: -sum(kv[1]))[:top]:
+        print(
+            f"# {impl} {qtype} {name:36s} x{len(ts):<4d} {sum(ts):9.1f} us {sum(ts) / max(total, 1e-9):6.1%}",
+            file=sys.stderr,
+        )
+    emit("llm_decode_kernels", impl, total, "us", qtype=qtype, size=SIZE, kernels=count)
 
 
 def bench_tinygrad(path: str, qtype: str) -> None:
@@ -135,6 +169,51 @@ def bench_tinygrad(path: str, qtype: str) -> None:
     print("# tinygrad: no figure (not installed, or it cannot run this file)", file=sys.stderr)
 
 
+_TINYGRAD_PREFILL = """
+import json, sys, time
+from tinygrad.llm.model import Transformer
+path, ctx, n, vocab = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+model, _ = Transformer.from_gguf(path, ctx)
+def prompt(seed): return [(7 * i + seed) % vocab for i in range(n)]
+for seed in (3, 5): next(model.generate(prompt(seed)))  # compile, then capture the jitted chunks
+times = []
+for seed in (11, 13, 17):  # a new first token each time: nothing of the cache is reused
+    t0 = time.perf_counter(); next(model.generate(prompt(seed))); times.append(time.perf_counter() - t0)
+print(json.dumps({"prefill_tok_s": n / min(times)}))
+"""
+
+
+def bench_tinygrad_prefill(path: str, qtype: str) -> None:
+    """tinygrad's CLI benchmark times decode only: its prefill is timed through tinygrad.llm.model's own
+    generate() (chunks of 32 tokens, as its chat does), the first token of a PROMPT-token prompt, best of 3."""
+    python = os.getenv("TINYGRAD_PYTHON", sys.executable)
+    env = dict(os.environ)
+    if os.getenv("TINYGRAD_PATH"):
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ["TINYGRAD_PATH"], env.get("PYTHONPATH")) if p)
+    vocab = SIZES[SIZE]["vocab_size"]
+    cmd = [python, "-c", _TINYGRAD_PREFILL, path, str(CONTEXT), str(PROMPT), str(vocab)]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=env)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        print(f"# tinygrad prefill: {e}", file=sys.stderr)
+        return
+    found = re.findall(r'\{"prefill_tok_s": ([\d.e+-]+)\}', r.stdout)
+    if r.returncode != 0 or not found:
+        tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]
+        print(f"# tinygrad prefill exit {r.returncode}: {tail[0][:300]}", file=sys.stderr)
+        return
+    emit(
+        "llm_prefill",
+        "tinygrad",
+        float(found[0]),
+        "tok/s",
+        qtype=qtype,
+        size=SIZE,
+        prompt_tokens=PROMPT,
+        context=CONTEXT,
+    )
+
+
 def main() -> None:
     peak = peak_gbs()
     for qtype in QTYPES:
@@ -156,6 +235,7 @@ def main() -> None:
             bench_tg(path, qtype, keep_quantized=True)
         if os.getenv("TINYGRAD", "1") != "0":
             bench_tinygrad(path, qtype)
+            bench_tinygrad_prefill(path, qtype)
 
 
 if __name__ == "__main__":

@@ -95,3 +95,10 @@ def test_load_from_a_uint8_tensor(model_file: pathlib.Path) -> None:
     assert meta["general.architecture"] == "llama" and got.keys() == want.keys()
     for k in ("blk.0.attn_norm.weight", "blk.1.ffn_up.weight"):
         np.testing.assert_array_equal(got[k].numpy(), want[k].numpy())
+
+
+def test_random_model_bad_shape(tmp_path: pathlib.Path) -> None:
+    with pytest.raises(ValueError, match="dim=64 must be a multiple of Q4_K's 256-value block"):
+        write_random_gguf(tmp_path / "x.gguf", qtype="Q4_K")
+    with pytest.raises(ValueError, match="qtype='Q9' is not a ggml type name"):
+        write_random_gguf(tmp_path / "x.gguf", qtype="Q9")

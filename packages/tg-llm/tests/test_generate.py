@@ -99,3 +99,10 @@ def test_cli_bad_file(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
     bad.write_bytes(b"GGUF\x03\x00")
     assert main(["--model", str(bad), "--prompt", "x"]) == 1
     assert "truncated or corrupt" in capsys.readouterr().err
+
+
+def test_cli_prompt_longer_than_context(path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The CLI names the prompt's length and the context (it said 'max_tokens=-N must be a positive int')."""
+    assert main(["--model", str(path), "--device", "CPU", "--prompt", "hello world " * 30]) == 1
+    err = capsys.readouterr().err
+    assert "the context holds 40" in err and "the prompt has" in err and "max_tokens" not in err

@@ -100,7 +100,8 @@ def _chat(session: Session, args: Any, stdin: TextIO, stdout: TextIO) -> int:
             answer = ""
             for piece, _ in session.generate(
                 prompt,
-                min(args.max_tokens, session.model.cfg.context_length - len(prompt)),
+                # at least 1: a prompt over the context then fails in prefill, which names both lengths
+                max(1, min(args.max_tokens, session.model.cfg.context_length - len(prompt))),
                 args.temperature,
                 args.top_p,
                 args.top_k,

@@ -94,8 +94,12 @@ def spm_vocab(n_pieces: int = 200, corpus: str = CORPUS) -> tuple[list[str], lis
     return tokens, scores, types
 
 
+# Q8_0 matrices of at least this many values get random blocks, not gguf's quantizer (minutes for a 1B model)
+_BIG = 1 << 22
+
+
 def _random_quant(rows: int, cols: int, qtype: Any, rng: np.random.Generator) -> np.ndarray:
-    """Random K-quant blocks (uint8, one row of blocks per matrix row) whose scales keep values ~0.02."""
+    """Random K-quant (or Q8_0) blocks (uint8, one row of blocks per matrix row) whose scales keep values ~0.02."""
     import gguf
 
     block, size = gguf.GGML_QUANT_SIZES[qtype]
@@ -104,7 +108,9 @@ def _random_quant(rows: int, cols: int, qtype: Any, rng: np.random.Generator) ->
     def put_f16(at: int, lo: float, hi: float) -> None:
         raw[:, at : at + 2] = rng.uniform(lo, hi, size=(raw.shape[0], 1)).astype(np.float16).view(np.uint8)
 
-    if qtype.name in ("Q4_K", "Q5_K"):
+    if qtype.name == "Q8_0":
+        put_f16(0, 1e-4, 3e-4)  # d; the 32 int8 values stay uniform random
+    elif qtype.name in ("Q4_K", "Q5_K"):
         put_f16(0, 1e-4, 3e-4)  # d
         put_f16(2, 1e-4, 3e-4)  # dmin
     elif qtype.name == "Q6_K":
@@ -112,16 +118,18 @@ def _random_quant(rows: int, cols: int, qtype: Any, rng: np.random.Generator) ->
     return raw.reshape(rows, cols // block * size)
 
 
-def _encode_weight(a: np.ndarray, qtype: Any, rng: np.random.Generator) -> tuple[np.ndarray, Any]:
+def _encode_weight(rows: int, cols: int, qtype: Any, rng: np.random.Generator) -> tuple[np.ndarray, Any]:
+    """A random (rows, cols) matrix, values ~0.02, in ggml type `qtype` (raw blocks and their type)."""
     import gguf
 
     q = gguf.GGMLQuantizationType
+    if qtype in (q.Q4_K, q.Q5_K, q.Q6_K) or (qtype == q.Q8_0 and rows * cols >= _BIG):
+        return _random_quant(rows, cols, qtype, rng), qtype  # random blocks: no quantizer to run
+    a = rng.standard_normal((rows, cols), dtype=np.float32) * np.float32(0.02)
     if qtype in (q.F32, q.F16):
         return a.astype(np.float32 if qtype == q.F32 else np.float16), None
     if qtype == q.BF16:
         return gguf.quants.quantize(a, q.BF16), q.BF16
-    if qtype in (q.Q4_K, q.Q5_K, q.Q6_K):
-        return _random_quant(a.shape[0], a.shape[1], qtype, rng), qtype
     return gguf.quants.quantize(a, qtype), qtype
 
 
@@ -188,11 +196,17 @@ def write_random_gguf(
         w.add_token_scores(scores)
         w.add_bos_token_id(1)
         w.add_eos_token_id(2)
+    if qtype not in gguf.GGMLQuantizationType.__members__:
+        raise ValueError(f"write_random_gguf: qtype={qtype!r} is not a ggml type name (e.g. 'F16', 'Q8_0', 'Q4_K')")
     qt = gguf.GGMLQuantizationType[qtype]
+    block = gguf.GGML_QUANT_SIZES[qt][0]
+    for what, size in (("dim", dim), ("hidden_dim", hidden_dim)):
+        if size % block:
+            raise ValueError(f"write_random_gguf: {what}={size} must be a multiple of {qtype}'s {block}-value block")
     hd = dim // n_heads
 
     def matrix(name: str, rows: int, cols: int) -> None:
-        data, raw = _encode_weight(rng.standard_normal((rows, cols), dtype=np.float32) * np.float32(0.02), qt, rng)
+        data, raw = _encode_weight(rows, cols, qt, rng)
         w.add_tensor(name, data, raw_dtype=raw)
 
     def vector(name: str, n: int, around: float) -> None:
