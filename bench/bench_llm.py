@@ -12,7 +12,8 @@ when that python has no tinygrad. The PyPI wheel of tinygrad 0.14.0 cannot run `
 model.py imports tinygrad.llm.kernels, which the wheel lacks): point TINYGRAD_PATH at a source tree
 (e.g. `git archive <commit> tinygrad | tar -x -C DIR` from a clone) and it goes first on PYTHONPATH.
 tinygrad's CLI times decode only; its prefill is timed through tinygrad.llm.model's generate() in a second
-process. DECODE_KERNELS=1 adds tg's per-kernel time of one decode step (DEBUG=2, summed per kernel name, to stderr).
+process (TINYGRAD_PREFILL=0 skips it). DECODE_KERNELS=1 adds tg's per-kernel time of one decode step (DEBUG=2,
+summed per kernel name, to stderr).
 Peak bandwidth: PEAK_GBS, else from nvidia-smi's GPU name (H100 SXM
 3350, H100 PCIe 2000, H200 4800 GB/s), else no bound row. Prints one JSON line per figure.
 """
@@ -235,7 +236,8 @@ def main() -> None:
             bench_tg(path, qtype, keep_quantized=True)
         if os.getenv("TINYGRAD", "1") != "0":
             bench_tinygrad(path, qtype)
-            bench_tinygrad_prefill(path, qtype)
+            if os.getenv("TINYGRAD_PREFILL", "1") != "0":
+                bench_tinygrad_prefill(path, qtype)
 
 
 if __name__ == "__main__":

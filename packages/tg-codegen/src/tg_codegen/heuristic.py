@@ -180,8 +180,24 @@ def _gpu(k: Kernel) -> None:
     if not (k.reduceops and not k.axes_of("group") and _broadcast_axes(k)):
         _gpu_locals(k, budget)
         return
+    tiled = k.copy()
     for opt in _gpu_tile(k, budget):
-        k.apply_opt(opt)
+        tiled.apply_opt(opt)
+    if _reduce_size(k) <= GPU_SHORT_REDUCE and _workgroups(tiled) < GPU_MIN_WORKGROUPS:
+        # a register tile that leaves most SMs idle: the LLM decode step's attention scores (8 kv heads x 4 queries
+        # x 1024 slots, 64 long) got 8 workgroups (49 us per call on an H100 under DEBUG=2); threads along the
+        # outputs only, one output each, give 512 (20 us), bench/bench_llm.py DECODE_KERNELS=1
+        _gpu_locals(k, GPU_CONV_WORKGROUP)
+        return
+    k.apply_opts(tiled.applied_opts[len(k.applied_opts) :])
+
+
+GPU_MIN_WORKGROUPS = 16  # a tile leaving fewer workgroups than this idles > 85% of an H100's 132 SMs
+GPU_SHORT_REDUCE = 256
+
+
+def _workgroups(k: Kernel) -> int:
+    return int(prod(int(k.full_shape[a]) for a in k.axes_of("global")))
 
 
 def _reduce_size(k: Kernel) -> int:

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from tg_tensor import Tensor, TinyJit
+from tg_tensor.schedule import buffer_of
 from tg_uop import DType, Ops, dtypes
 
 __all__ = ["ARCHITECTURES", "Llama", "LlamaConfig"]
@@ -217,7 +218,8 @@ class Llama:
         # matmuls reading them unpack the blocks (the weights stay quantized in memory)
         kept = {k: v for k, v in params.items() if k in quantized and k != "token_embd.weight"}
         loaded = {
-            k: v.to(self.device).cast(dtypes.float32 if k.endswith(norms) or k == "rope_freqs.weight" else dtype)
+            k: v.to(self.device)
+            .cast(dtypes.float32 if k.endswith(norms) or k == "rope_freqs.weight" else dtype)
             .contiguous()
             for k, v in params.items()
             if k not in kept
@@ -237,6 +239,10 @@ class Llama:
         kv = (cfg.n_kv_heads, cfg.context_length, cfg.head_dim)
         self.caches = [KVCache(*kv, self.device, dtype) for _ in self.blocks]
         self._decode = TinyJit(self._step)
+        # the decode step's inputs, refilled in place each step: the same buffers every replay, so the jitted
+        # step rebinds none of the kernels that read them (a CUDA graph node update each, ~200 per token)
+        self._decode_x = Tensor.empty(1, cfg.dim, device=self.device).realize()
+        self._decode_pos = Tensor.empty(1, dtype=dtypes.int32, device=self.device).realize()
         self._prefill: dict[int, TinyJit[Tensor]] = {}  # one jitted prefill step per padded length
 
     def logits(self, x: Tensor, positions: Tensor) -> Tensor:
@@ -253,12 +259,15 @@ class Llama:
         Tensor.realize(logits, *[c.keys for c in self.caches], *[c.values for c in self.caches])
         return logits
 
-    def embed(self, tokens: list[int]) -> Tensor:
+    def _embed_rows(self, tokens: list[int]) -> np.ndarray:
         bad = [t for t in tokens if not isinstance(t, (int, np.integer)) or not 0 <= t < self.cfg.vocab_size]
         if bad:
             raise ValueError(f"Llama: token {bad[0]!r} is not an id in 0..{self.cfg.vocab_size - 1}")
-        rows = self.embed_host[np.asarray(tokens, dtype=np.int64)].astype(np.float32)
-        return Tensor(rows, device=self.device)
+        return np.ascontiguousarray(self.embed_host[np.asarray(tokens, dtype=np.int64)], dtype=np.float32)
+
+    def embed(self, tokens: list[int]) -> Tensor:
+        """The embedding rows (len(tokens), dim) of `tokens`, float32 on the model's device."""
+        return Tensor(self._embed_rows(tokens), device=self.device)
 
     def forward(self, tokens: list[int], start_pos: int) -> Tensor:
         """Logits (len(tokens), vocab) of `tokens` at positions start_pos.. (prefill: all in one pass).
@@ -273,9 +282,12 @@ class Llama:
         n, ctx = len(tokens), self.cfg.context_length
         if start_pos < 0 or start_pos + n > ctx:
             raise ValueError(f"Llama: positions {start_pos}..{start_pos + n - 1} exceed the context of {ctx} tokens")
-        x = self.embed(tokens)
         if n == 1:
-            return self._decode(x, Tensor([start_pos], dtype=dtypes.int32, device=self.device))
+            row = self._embed_rows(tokens)
+            buffer_of(self._decode_x.uop.base).copyin(row.data)
+            buffer_of(self._decode_pos.uop.base).copyin(np.array([start_pos], dtype=np.int32).data)
+            return self._decode(self._decode_x, self._decode_pos)
+        x = self.embed(tokens)
         size = max(8, 1 << (n - 1).bit_length())
         if start_pos + size > ctx:
             size = n
