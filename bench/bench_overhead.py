@@ -1,0 +1,278 @@
+"""The eager feel: what a user waits for outside the kernels, next to numpy / torch / tinygrad in the same run.
+
+Figures (one JSON line each, {"bench", "impl", "value", "unit", "params"}):
+- tiny_realize: `(t * 2.5).realize()` on a 4-element tensor, a structure seen before with new buffers (us)
+- tiny_realize_new: `(t * c).realize()` with a new constant `c` each time: a graph never seen before whose
+  kernel compiled before (us)
+- import: `import <package>` in a fresh interpreter, median of IMPORT_RUNS (ms)
+- mnist_first_step: a fresh process builds beautiful_mnist's model and Adam and runs its first jitted train
+  step (batch 128) to the loss: schedule, codegen, compile, run (s); `cold` with an empty compile cache,
+  `warm` in a second process sharing the first one's cache
+- jit_replay: a TinyJit of KERNELS tiny kernels replayed, us per kernel (torch: one eager op)
+
+Run: `uv run python bench/bench_overhead.py`. torch and tinygrad are never dependencies: to compare, run it
+with an interpreter that has them and tg's sources on the path, e.g.
+`PYTHONPATH=$(ls -d packages/*/src | paste -sd:) /work/venv-peers/bin/python bench/bench_overhead.py`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+KERNELS = int(os.getenv("KERNELS", "50"))
+IMPORT_RUNS = int(os.getenv("IMPORT_RUNS", "7"))
+REALIZES = int(os.getenv("REALIZES", "500"))
+
+
+def emit(bench: str, impl: str, value: float, unit: str, **params: Any) -> None:
+    print(json.dumps({"bench": bench, "impl": impl, "value": round(value, 4), "unit": unit, "params": params}))
+    sys.stdout.flush()
+
+
+def has(mod: str) -> bool:
+    return importlib.util.find_spec(mod) is not None
+
+
+def per_call_us(fn: Callable[[int], object], n: int) -> float:
+    """Best of 3 rounds of n calls, us per call (the machine is shared: the best round is the least disturbed)."""
+    best = float("inf")
+    for _ in range(3):
+        st = time.perf_counter()
+        for i in range(n):
+            fn(i)
+        best = min(best, (time.perf_counter() - st) / n)
+    return best * 1e6
+
+
+# ---------------------------------------------------------------- tiny realize
+def tiny_realize_tg() -> None:
+    import numpy as np
+
+    from tg import Tensor
+
+    ts = [Tensor(np.full(4, i, np.float32)).realize() for i in range(REALIZES)]
+    for t in ts[:3]:
+        (t * 2.5).realize()  # compile once
+    emit("tiny_realize", "tg", per_call_us(lambda i: (ts[i] * 2.5).realize(), REALIZES), "us", n=4)
+    t = ts[0]
+    for c in (0.5, 0.25):
+        (t * c).realize()  # the family of `t * c` switches to constants loaded from buffers
+    counter = iter(range(10**9))
+    emit("tiny_realize_new", "tg", per_call_us(lambda i: (t * (3.0 + next(counter))).realize(), REALIZES), "us", n=4)
+
+
+def tiny_realize_peers() -> None:
+    import numpy as np
+
+    a = [np.full(4, i, np.float32) for i in range(REALIZES)]
+    emit("tiny_realize", "numpy", per_call_us(lambda i: a[i] * 2.5, REALIZES), "us", n=4)
+    if has("torch"):
+        import torch
+
+        ta = [torch.full((4,), float(i)) for i in range(REALIZES)]
+        emit("tiny_realize", "torch", per_call_us(lambda i: ta[i] * 2.5, REALIZES), "us", n=4)
+    if has("tinygrad"):
+        from tinygrad import Tensor as TT
+
+        n = min(REALIZES, 200)
+        ts = [TT.full((4,), float(i)).contiguous().realize() for i in range(n)]
+        for t in ts[:3]:
+            (t * 2.5).realize()
+        emit("tiny_realize", "tinygrad", per_call_us(lambda i: (ts[i] * 2.5).realize(), n), "us", n=4)
+        counter = iter(range(10**9))
+        t0 = ts[0]
+        emit("tiny_realize_new", "tinygrad", per_call_us(lambda i: (t0 * (3.0 + next(counter))).realize(), n), "us")
+
+
+# ---------------------------------------------------------------- import time
+def import_ms(mod: str) -> float:
+    code = f"import time; st = time.perf_counter(); import {mod}; print(time.perf_counter() - st)"
+    runs = []
+    for _ in range(IMPORT_RUNS):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=child_env())
+        runs.append(float(out.stdout.strip().splitlines()[-1]) * 1e3)
+    return statistics.median(runs)
+
+
+def bench_import() -> None:
+    for mod in ("tg", "numpy", "torch", "tinygrad"):
+        if mod == "tg" or has(mod):
+            emit("import", "tg" if mod == "tg" else mod, import_ms(mod), "ms", runs=IMPORT_RUNS, module=mod)
+
+
+# ---------------------------------------------------------------- first MNIST train step (child processes)
+def child_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("DEV", "CPU")
+    env.update(extra)
+    return env
+
+
+def first_step(impl: str, cachedb: str) -> float:
+    out = subprocess.run(
+        [sys.executable, __file__, "--first-step", impl],
+        capture_output=True,
+        text=True,
+        env=child_env(CACHEDB=cachedb),
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"first step of {impl} failed:\n{out.stderr[-2000:]}")
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def bench_first_step() -> None:
+    impls = ["tg"] + [p for p in ("torch", "tinygrad") if has(p)]
+    for impl in impls:
+        with tempfile.TemporaryDirectory(prefix=f"bench-overhead-{impl}-") as tmp:
+            db = os.path.join(tmp, "cache.db")
+            temps = ("cold", "warm") if impl != "torch" else ("cold",)  # torch compiles nothing
+            for label in temps:
+                emit("mnist_first_step", impl, first_step(impl, db), "s", cache=label, batch=128)
+
+
+def child_first_step(impl: str) -> None:
+    """In a fresh process: seconds from building the model to the first jitted step's loss (printed)."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    x, y = rng.random((128, 1, 28, 28), dtype=np.float32), rng.integers(0, 10, 128).astype(np.int32)
+    st = time.perf_counter()
+    if impl == "tg":
+        loss = tg_first_step(x, y)
+    elif impl == "tinygrad":
+        loss = tinygrad_first_step(x, y)
+    else:
+        loss = torch_first_step(x, y)
+    print(f"# loss {loss}", file=sys.stderr)
+    print(time.perf_counter() - st)
+
+
+def tg_first_step(x: Any, y: Any) -> float:
+    sys.path.insert(0, os.path.join(HERE, "..", "examples"))
+    from beautiful_mnist import Model
+
+    from tg import Tensor, TinyJit, nn
+
+    model = Model()
+    opt = nn.optim.Adam(nn.state.get_parameters(model))
+
+    @TinyJit
+    def step(x: Tensor, y: Tensor) -> Tensor:
+        with Tensor.train():
+            opt.zero_grad()
+            loss = model(x).sparse_categorical_crossentropy(y).backward()
+            Tensor.realize(loss, *opt.schedule_step())
+            return loss
+
+    return float(step(Tensor(x), Tensor(y)).item())
+
+
+def tinygrad_first_step(x: Any, y: Any) -> float:
+    from tinygrad import Tensor, TinyJit, nn
+
+    class Model:
+        def __init__(self) -> None:
+            self.c1, self.c2, self.l1 = nn.Conv2d(1, 32, 3), nn.Conv2d(32, 64, 3), nn.Linear(1600, 10)
+
+        def __call__(self, x: Tensor) -> Tensor:
+            x = self.c1(x).relu().max_pool2d((2, 2))
+            x = self.c2(x).relu().max_pool2d((2, 2))
+            return self.l1(x.flatten(1).dropout(0.5))
+
+    model = Model()
+    opt = nn.optim.Adam(nn.state.get_parameters(model))
+
+    @TinyJit
+    def step(x: Tensor, y: Tensor) -> Tensor:
+        with Tensor.train():
+            opt.zero_grad()
+            loss = model(x).sparse_categorical_crossentropy(y).backward()
+            Tensor.realize(loss, *opt.schedule_step())
+            return loss
+
+    return float(step(Tensor(x), Tensor(y)).item())
+
+
+def torch_first_step(x: Any, y: Any) -> float:
+    import torch
+
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(1, 32, 3), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(32, 64, 3), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Flatten(), torch.nn.Dropout(0.5), torch.nn.Linear(1600, 10),
+    )  # fmt: skip
+    opt = torch.optim.Adam(net.parameters())
+    opt.zero_grad()
+    loss = torch.nn.functional.cross_entropy(net(torch.from_numpy(x)), torch.from_numpy(y).long())
+    loss.backward()
+    opt.step()
+    return float(loss.item())
+
+
+# ---------------------------------------------------------------- TinyJit replay
+def bench_jit_replay() -> None:
+    import numpy as np
+
+    from tg import Tensor, TinyJit
+
+    def chain(x: Tensor) -> Tensor:
+        for _ in range(KERNELS):
+            x = (x + 1).contiguous()
+        return x
+
+    jitted, x = TinyJit(chain), Tensor(np.zeros(4, np.float32)).realize()
+    for _ in range(3):
+        jitted(x).realize()
+    emit("jit_replay", "tg", per_call_us(lambda i: jitted(x), 200) / KERNELS, "us/kernel", kernels=KERNELS)
+    if has("torch"):
+        import torch
+
+        tx = torch.zeros(4)
+        emit("jit_replay", "torch", per_call_us(lambda i: tx + 1, 2000), "us/kernel", note="one eager op")
+    if has("tinygrad"):
+        from tinygrad import Tensor as TT
+        from tinygrad import TinyJit as TJ
+
+        def tchain(x: TT) -> TT:
+            for _ in range(KERNELS):
+                x = (x + 1).contiguous()
+            return x.realize()
+
+        tj, tx2 = TJ(tchain), TT.zeros(4).contiguous().realize()
+        for _ in range(3):
+            tj(tx2)
+        emit("jit_replay", "tinygrad", per_call_us(lambda i: tj(tx2), 200) / KERNELS, "us/kernel", kernels=KERNELS)
+
+
+def peer(fn: Callable[[], None]) -> None:
+    """A peer that is installed but cannot run here is reported on stderr, not fatal."""
+    try:
+        fn()
+    except Exception as e:
+        print(f"{fn.__name__}: skipped ({type(e).__name__}: {e})", file=sys.stderr)
+
+
+def main() -> None:
+    os.environ.setdefault("DEV", "CPU")  # tinygrad would pick an OpenCL CPU driver first; tg's default here
+    bench_import()
+    tiny_realize_tg()
+    peer(tiny_realize_peers)
+    bench_jit_replay()
+    bench_first_step()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--first-step":
+        child_first_step(sys.argv[2])
+    else:
+        main()
