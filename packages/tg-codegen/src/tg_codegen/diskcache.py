@@ -19,12 +19,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sqlite3
 import threading
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tg_uop.helpers import CACHELEVEL, cache_dir
+
+if TYPE_CHECKING:  # sqlite3 is imported on the first cache access, not by `import tg`
+    import sqlite3
 
 _conns: dict[tuple[str, int], sqlite3.Connection | None] = {}  # per file and thread (SQLite objects are per-thread)
 _owner: dict[str, int] = {}
@@ -40,6 +42,8 @@ def _warn(what: str, err: Exception) -> None:
 
 
 def _connect() -> sqlite3.Connection | None:
+    import sqlite3
+
     path = cache_path()
     key = (path, threading.get_ident())
     if _owner.get("pid") != os.getpid():  # a forked child must not use its parent's connections
@@ -63,6 +67,8 @@ def diskcache_get(table: str, key: str) -> Any:
     """The cached value, or None (missing, disabled, or unreadable)."""
     if CACHELEVEL.value <= 0 or (conn := _connect()) is None:
         return None
+    import sqlite3
+
     try:
         row = conn.execute("SELECT val FROM cache WHERE tbl=? AND key=?", (table, key)).fetchone()
     except sqlite3.Error as e:
@@ -120,6 +126,8 @@ def diskcache_put(table: str, key: str, value: Any) -> None:
     """Store a value (silently skipped when the cache is disabled; warns when it cannot be written)."""
     if CACHELEVEL.value <= 0 or (conn := _connect()) is None:
         return
+    import sqlite3
+
     try:
         conn.execute(
             "REPLACE INTO cache (tbl, key, val) VALUES (?, ?, ?)", (table, key, encode_value(table, key, value))

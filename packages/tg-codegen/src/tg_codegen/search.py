@@ -12,14 +12,11 @@ Results are cached on disk (see diskcache: CACHEDB, CACHELEVEL).
 from __future__ import annotations
 
 import hashlib
-import multiprocessing
 import sys
 import time
 import warnings
 from collections.abc import Callable
-from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tg_codegen.diskcache import cache_path, diskcache_get, diskcache_put
 from tg_codegen.heuristic import hand_coded_optimizations
@@ -30,6 +27,9 @@ from tg_codegen.renderer import ProgramSpec, Renderer
 from tg_codegen.tensorcore import ALLOW_TF32
 from tg_uop import UOp
 from tg_uop.helpers import DEBUG, getenv
+
+if TYPE_CHECKING:  # multiprocessing and concurrent.futures are imported by a search, not by `import tg`
+    from concurrent.futures import Future, ProcessPoolExecutor
 
 
 class SearchTarget(Protocol):
@@ -142,6 +142,9 @@ def _search(base: Kernel, target: SearchTarget, width: int, steps: int) -> list[
 
 
 def _pool() -> ProcessPoolExecutor:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     return ProcessPoolExecutor(
         max_workers=getenv("BEAM_WORKERS", 0) or None, mp_context=multiprocessing.get_context(method)
@@ -152,6 +155,8 @@ def _time_all(
     kernels: list[Kernel], target: SearchTarget, pool: ProcessPoolExecutor, best: float, timeout: float | None = None
 ) -> list[tuple[Kernel, float]]:
     """Compile all in parallel (skipping failures and timeouts: BEAM_TIMEOUT s each), time each; fastest first."""
+    from concurrent.futures import TimeoutError as FutureTimeout
+
     timeout = timeout if timeout is not None else getenv("BEAM_TIMEOUT", 10.0)
     futures: list[tuple[Kernel, Future[tuple[ProgramSpec, bytes]]]] = [
         (k, pool.submit(_render_compile, k, target.compile_fn)) for k in kernels

@@ -6,7 +6,10 @@
 (4, 2)
 """
 
-from tg_nn import datasets, optim, state
+import importlib
+from types import ModuleType
+
+from tg_nn import optim, state
 from tg_nn.dropout import Dropout
 from tg_nn.layers import Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d, Embedding, Linear, LSTMCell
 from tg_nn.norm import BatchNorm, BatchNorm1d, BatchNorm2d, GroupNorm, InstanceNorm, LayerNorm, LayerNorm2d, RMSNorm
@@ -29,7 +32,13 @@ __all__ = [
     "LayerNorm2d",
     "Linear",
     "RMSNorm",
-    "datasets",
     "optim",
     "state",
 ]
+
+
+def __getattr__(name: str) -> ModuleType:
+    """`tg_nn.datasets` is imported on first use: it pulls in urllib, ssl, tarfile and numpy."""
+    if name == "datasets":
+        return importlib.import_module("tg_nn.datasets")
+    raise AttributeError(f"module 'tg_nn' has no attribute {name!r}")

@@ -19,8 +19,6 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from tg_runtime.device import Device, DeviceSet
 from tg_tensor.multi import multi_node, shard_uop
 from tg_tensor.rng import RandomState, to_unit_float
@@ -135,6 +133,8 @@ class CreationMixin:
         >>> Tensor.arange(1, 7, 2).tolist()
         [1, 3, 5]
         """
+        import numpy as np
+
         if stop is None:
             start, stop = 0, start
         if step == 0:
@@ -161,6 +161,8 @@ class CreationMixin:
         >>> Tensor.linspace(0, 1, 3).tolist()
         [0.0, 0.5, 1.0]
         """
+        import numpy as np
+
         if not isinstance(steps, int) or steps < 0:
             raise ValueError(f"linspace: steps must be a non-negative int, got {steps!r}")
         dt = _dt(dtype) or dtypes.default_float

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from tg_tensor.inplace import view_chain
 from tg_tensor.util import broadcast_shape
 from tg_uop import Ops, UOp, dtypes
@@ -76,6 +74,8 @@ class IndexingMixin:
         >>> x[x > 1].tolist(), x[Tensor([False, True])].tolist()
         ([2, 3, 4], [[3, 4]])
         """
+        import numpy as np
+
         items = list(index) if isinstance(index, tuple) else [index]
         if not any(_is_mask(it) for it in items):
             return index
@@ -304,6 +304,8 @@ def _flatten_list(x: Any) -> list[Any]:
 
 def _is_mask(it: Any) -> bool:
     """A bool Tensor, numpy array or (nested) list of bools used as an index."""
+    import numpy as np
+
     if hasattr(it, "uop"):
         return bool(it.dtype == dtypes.bool)
     if isinstance(it, list):

@@ -13,15 +13,17 @@ kernel that loads its constants from buffers (one per distinct constant, shared 
 
 from __future__ import annotations
 
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from tg_runtime.device import Buffer
 from tg_runtime.runner import is_compiled
 from tg_tensor.util import np_dtype
 from tg_uop import DType, Ops, UOp, dtypes
 from tg_uop.helpers import LRUCache, getenv
+
+if TYPE_CHECKING:
+    pass
+
 
 # families (device, AST with constants as loads) -> the first member seen, compiled with its constants folded
 _families: LRUCache[tuple[str, UOp], UOp] = LRUCache(getenv("KERNEL_CACHE_MAX", 1024))
@@ -80,6 +82,8 @@ def lift_changing_consts(device: str, ast: UOp, first: int) -> tuple[UOp, list[B
 
 
 def _const_buffer(device: str, c: UOp) -> Buffer:
+    import numpy as np
+
     key = (device, c.dtype, _value_key(c))
     if (buf := _const_bufs.get(key)) is None:
         data = np.array([c.arg], dtype=np_dtype(c.dtype)).tobytes()

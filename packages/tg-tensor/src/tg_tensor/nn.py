@@ -14,8 +14,6 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from tg_tensor.conv import ConvMixin
 from tg_uop import dtypes
 
@@ -119,6 +117,8 @@ class NNMixin(ConvMixin):
         return x
 
     def _resize_axis(self: Tensor, ax: int, out: int, mode: str, align_corners: bool) -> Tensor:
+        import numpy as np
+
         n = int(self.shape[ax])
         dst = np.arange(out, dtype=np.float64)
         if mode.startswith("nearest"):

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from tg_tensor.util import const_uop
 from tg_uop import Ops, UOp, dtypes
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from tg_tensor.tensor import Tensor
 
 ROTATIONS = (13, 15, 26, 6, 17, 29, 16, 24)  # Threefry-2x32's rotation constants (Random123)
@@ -78,10 +78,14 @@ class RandomState:
         self.counters: dict[str, Tensor] = {}
 
     def _key_values(self) -> np.ndarray:
+        import numpy as np
+
         return np.array([self.seed & 0xFFFFFFFF, (self.seed >> 32) & 0xFFFFFFFF], np.uint32)
 
     def reseed(self, seed: int) -> None:
         """Start again from `seed`, writing the existing device state in place (TinyJit recordings see it)."""
+        import numpy as np
+
         from tg_tensor.tensor import Tensor
 
         self.seed = int(seed)
@@ -90,6 +94,8 @@ class RandomState:
             self.counters[dev].assign(Tensor(np.zeros(1, np.uint32), device=dev)).realize()
 
     def _state(self, device: str) -> tuple[Tensor, Tensor]:
+        import numpy as np
+
         from tg_tensor.tensor import Tensor
 
         if device not in self.counters:
@@ -111,6 +117,8 @@ _ranges: dict[tuple[int, str], Tensor] = {}
 
 def _arange(n: int, device: str) -> UOp:
     """0..n-1 as uint32 in a device buffer (kept for small n)."""
+    import numpy as np
+
     from tg_tensor.tensor import Tensor
 
     t = _ranges.get((n, device))

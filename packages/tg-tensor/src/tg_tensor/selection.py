@@ -19,8 +19,6 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from tg_tensor.util import normalize_axis, to_dtype
 from tg_uop import ConstType, DType, dtypes
 
@@ -281,6 +279,8 @@ class SelectionMixin:
         >>> sorted(Tensor.randperm(4).tolist())
         [0, 1, 2, 3]
         """
+        import numpy as np
+
         if not isinstance(n, int) or isinstance(n, bool) or n < 0:
             raise ValueError(f"randperm: n must be an int >= 0, got {n!r}")
         dt = to_dtype(dtype)

@@ -17,9 +17,7 @@ import itertools
 import sys
 import weakref
 from collections.abc import Iterator, Mapping
-from typing import Any, ClassVar
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from tg_runtime.device import Device, DeviceSet
 from tg_tensor import gradient as autograd
@@ -60,6 +58,9 @@ from tg_uop.uop import sint
 
 sys.setrecursionlimit(max(sys.getrecursionlimit(), 20_000))
 
+if TYPE_CHECKING:
+    import numpy as np
+
 TensorLike = Any  # Tensor | ConstType | nested lists | numpy arrays | bytes
 
 # every live tensor that asked for gradients: backward() finds its targets here
@@ -71,6 +72,8 @@ _shared: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary(
 
 
 def _from_numpy(arr: np.ndarray[Any, Any], dtype: DType | None, device: str) -> UOp:
+    import numpy as np  # numpy is imported when first used (not by `import tg`)
+
     if dtype is None:
         dtype = dtypes.from_np(arr.dtype)
     if dtype == dtypes.bfloat16:
@@ -88,6 +91,8 @@ def _from_numpy(arr: np.ndarray[Any, Any], dtype: DType | None, device: str) -> 
 def _from_list(data: list[Any] | tuple[Any, ...], dtype: DType | None, device: str) -> UOp:
     shape = shape_of_list(data)
     dt = dtype or (dtypes.from_py(data) if prod(shape) else dtypes.default_float)
+    import numpy as np
+
     npdt = np_dtype(dt) if dt != dtypes.bfloat16 else np.float32
     return _from_numpy(np.array(data, dtype=npdt).reshape(shape), dt, device)
 
@@ -155,11 +160,14 @@ class Tensor(
             return multi.replicate(Tensor._make_uop(data, dtype, dev.devices[0]), dev)
         if isinstance(data, (list, tuple)):
             return _from_list(data, dtype, dev)
-        if isinstance(data, np.ndarray):
+        npm: Any = sys.modules.get("numpy")  # an ndarray exists only once numpy was imported
+        if npm is not None and isinstance(data, npm.ndarray):
             return _from_numpy(data, dtype, dev)
-        if isinstance(data, np.generic):
-            return _from_numpy(np.array(data), dtype, dev)
+        if npm is not None and isinstance(data, npm.generic):
+            return _from_numpy(npm.array(data), dtype, dev)
         if isinstance(data, (bytes, bytearray, memoryview)):
+            import numpy as np
+
             return _from_numpy(np.frombuffer(bytes(data), dtype=np.uint8), dtype or dtypes.uint8, dev)
         raise TypeError(f"Tensor: cannot build a tensor from {type(data).__name__}")
 
@@ -300,6 +308,8 @@ class Tensor(
         check_host_read("reading values (.numpy()/.item()/.tolist())")
         if multi.is_multi(self.uop):
             return multi.to_numpy(self)  # type: ignore[no-any-return]
+        import numpy as np
+
         self.realize()  # a lazy tensor gets its own buffer; a view of a buffer stays a view
         t = self if is_contiguous_buffer(self.uop) else self.contiguous().realize()
         base = t.uop.base
@@ -316,6 +326,8 @@ class Tensor(
         if not all_int(self.shape):
             raise ValueError(f"numpy: shape {self.shape} is symbolic")
         if 0 in self.shape:
+            import numpy as np
+
             npdt = np_dtype(self.dtype) if self.dtype != dtypes.bfloat16 else np.float32
             return np.zeros(tuple(int(s) for s in self.shape), dtype=npdt)
         return self._data().copy()

@@ -7,12 +7,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from tg_uop import ConstType, DType, Ops, UOp, dtypes
 from tg_uop.uop import sint
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class ShapeError(RuntimeError, ValueError):
@@ -28,6 +29,8 @@ class DTypeError(RuntimeError, TypeError):
 
 def np_dtype(dt: DType) -> np.dtype[Any]:
     """The numpy dtype matching a tg dtype (bfloat16 has none: callers convert)."""
+    import numpy as np
+
     return np.dtype(dtypes.to_np_name(dt))
 
 

@@ -5,5 +5,15 @@
 (3, 2)
 """
 
+import importlib
+from types import ModuleType
+
 from tg_nn import *  # noqa: F403
 from tg_nn import __all__ as __all__
+
+
+def __getattr__(name: str) -> ModuleType:
+    """`tg.nn.datasets` is imported on first use (it pulls in urllib, ssl, tarfile and numpy)."""
+    if name == "datasets":
+        return importlib.import_module("tg.nn.datasets")
+    raise AttributeError(f"module 'tg.nn' has no attribute {name!r}")
