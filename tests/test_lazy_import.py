@@ -35,4 +35,3 @@ def test_numpy_interop_and_datasets_load_on_use() -> None:
     )
     mods = loaded_after(code)
     assert {"numpy", "tg_nn.datasets", "tg.nn.datasets"} <= mods
-

@@ -20,6 +20,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tg_runtime.device import Device, DeviceSet
+from tg_shape import ShapeTracker, View
 from tg_tensor import gradient as autograd
 from tg_tensor import multi
 from tg_tensor.activation import ActivationMixin
@@ -95,6 +96,24 @@ def _from_list(data: list[Any] | tuple[Any, ...], dtype: DType | None, device: s
 
     npdt = np_dtype(dt) if dt != dtypes.bfloat16 else np.float32
     return _from_numpy(np.array(data, dtype=npdt).reshape(shape), dt, device)
+
+
+def _strided_window(u: UOp) -> tuple[UOp, View] | None:
+    """(BUFFER, window) when `u` reads a realized buffer through one unpadded window with integer strides (a
+    reshape, permute, shrink, flip, an expand of a 0-d result): its values are read without a kernel."""
+    if (chain := view_chain(u)) is None:
+        return None
+    base, ops = chain
+    if base.shape is None or is_disk(str(base.device)):  # (DISK: never read a whole file for a window)
+        return None
+    st = ShapeTracker.from_shape(base.shape)
+    for op, arg in reversed(ops):
+        st = getattr(st, op.name.lower())(arg)  # RESHAPE -> st.reshape(arg), EXPAND -> st.expand(arg), ...
+    st = st.simplify()
+    view = st.views[-1]
+    if len(st.views) != 1 or view.mask is not None or not all_int((*view.strides, view.offset)):
+        return None
+    return base, view
 
 
 class Tensor(
@@ -311,15 +330,22 @@ class Tensor(
         import numpy as np
 
         self.realize()  # a lazy tensor gets its own buffer; a view of a buffer stays a view
-        t = self if is_contiguous_buffer(self.uop) else self.contiguous().realize()
-        base = t.uop.base
+        shape = tuple(int(s) for s in self.shape)
+        window = (self.uop.base, View.create(shape)) if is_contiguous_buffer(self.uop) else _strided_window(self.uop)
+        if window is None:  # a view that a kernel must gather (padding, several views, DISK)
+            window = (self.contiguous().realize().uop.base, View.create(shape))
+        base, view = window
         check_not_stale(base)  # a failed realize never wrote it
         raw = buffer_of(base).as_bytes()
         if self.dtype == dtypes.bfloat16:
             arr = (np.frombuffer(raw, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
         else:
             arr = np.frombuffer(raw, dtype=np_dtype(self.dtype))
-        return arr.reshape(tuple(int(s) for s in self.shape))
+        if view.contiguous and view.offset == 0 and arr.size == prod(shape):
+            return arr.reshape(shape)
+        step = arr.itemsize
+        strides = tuple(int(s) * step for s in view.strides)
+        return np.ndarray(shape, arr.dtype, arr, int(view.offset) * step, strides)
 
     def numpy(self) -> np.ndarray[Any, Any]:
         """The values as a new numpy array (realizes the tensor)."""
