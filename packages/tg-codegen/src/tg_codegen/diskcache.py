@@ -37,8 +37,14 @@ def cache_path() -> str:
     return os.getenv("CACHEDB") or os.path.join(cache_dir(), "cache.db")
 
 
+_warned: set[str] = set()  # each problem is reported once per process (compile threads each connect)
+
+
 def _warn(what: str, err: Exception) -> None:
-    warnings.warn(f"tg disk cache {cache_path()!r}: {what} ({err}); continuing without it", stacklevel=3)
+    msg = f"tg disk cache {cache_path()!r}: {what} ({err}); continuing without it"
+    if msg not in _warned:
+        _warned.add(msg)
+        warnings.warn(msg, stacklevel=3)
 
 
 def _connect() -> sqlite3.Connection | None:
@@ -143,3 +149,4 @@ def reset_connections() -> None:
         if conn is not None:
             conn.close()
     _conns.clear()
+    _warned.clear()

@@ -61,6 +61,7 @@ class Compiler:
     """Source -> binary. Results are cached in memory per (compiler, source)."""
 
     cachekey: str | None = None
+    threadsafe = False  # may several threads compile at once (kernels of one schedule compile in parallel)
 
     def compile(self, src: str) -> bytes:
         raise NotImplementedError(f"{type(self).__name__} must implement compile")

@@ -11,9 +11,11 @@ import ctypes
 import functools
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from typing import Any
 
@@ -73,25 +75,86 @@ def find_cc() -> str:
 
 
 @functools.cache
+def compiler_build(cc: str) -> str:
+    """The compiler binary's resolved path, size and modification time: changes when the compiler does."""
+    path = os.path.realpath(shutil.which(cc) or cc)
+    try:
+        st = os.stat(path)
+    except OSError:
+        return path
+    return f"{path}:{st.st_size}:{st.st_mtime_ns}"
+
+
+@functools.cache
 def openmp_flags(cc: str) -> tuple[str, ...]:
-    """("-fopenmp",) when `cc` can build and link OpenMP code, else () (loops then run on one core)."""
+    """("-fopenmp",) when `cc` can build and link OpenMP code, else () (loops then run on one core).
+
+    Found by a test compile once per compiler build (kept in the disk cache)."""
+    if isinstance(known := diskcache_get("cc_openmp", compiler_build(cc)), bool):
+        return ("-fopenmp",) if known else ()
     with tempfile.TemporaryDirectory() as tmp:
         src = "#include <omp.h>\nint f(void) { return omp_get_max_threads(); }\n"
         cmd = [cc, "-shared", "-fPIC", "-fopenmp", "-x", "c", "-", "-o", os.path.join(tmp, "t.so")]
         ok = subprocess.run(cmd, input=src.encode(), capture_output=True).returncode == 0
+    diskcache_put("cc_openmp", compiler_build(cc), ok)
     return ("-fopenmp",) if ok else ()
 
 
+@functools.cache
+def compiler_version(cc: str) -> str:
+    """Which build of `cc` this is: its resolved path and the first line of `cc --version`.
+
+    The version is asked once per build (the answer is kept in the disk cache under the binary's path, size
+    and modification time), so a process that finds its kernels cached starts no compiler at all.
+    """
+    build = compiler_build(cc)
+    if isinstance(known := diskcache_get("cc_version", build), str):
+        return f"{build} {known}"
+    try:
+        proc = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=60)
+        version = (proc.stdout.splitlines() or ["unknown"])[0]
+    except (OSError, subprocess.SubprocessError):
+        version = "unknown"
+    diskcache_put("cc_version", build, version)
+    return f"{build} {version}"
+
+
+@functools.cache
+def host_cpu() -> str:
+    """The machine and CPU model (-march=native code is built for this CPU)."""
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        pass
+    return f"{platform.machine()} {model}"
+
+
 class ClangCompiler(Compiler):
-    """C source -> shared object bytes (cached on disk by source, compiler and flags)."""
+    """C source -> shared object bytes, cached on disk by source, compiler (and its version), flags and host CPU.
+
+    >>> c = ClangCompiler()
+    >>> c.cache_key("void k(void) {}") != ClangCompiler(args=("-O1",)).cache_key("void k(void) {}")
+    True
+    """
+
+    threadsafe = True  # each compile is its own process
 
     def __init__(self, cc: str | None = None, args: tuple[str, ...] | None = None) -> None:
         self.cc = cc or find_cc()
         self.args = args if args is not None else ("-O2", "-march=native", *openmp_flags(self.cc))
         self.cachekey = f"cpu:{self.cc}:{' '.join(self.args)}"
+        self.invocations = 0  # how many times the C compiler ran (a disk cache hit runs none)
+        self._lock = threading.Lock()
+
+    def cache_key(self, src: str) -> str:
+        """The disk cache key of `src`'s binary: any change of source, compiler build, flags or CPU misses."""
+        ident = f"{self.cachekey}\n{compiler_version(self.cc)}\n{host_cpu()}\n{src}"
+        return hashlib.sha256(ident.encode()).hexdigest()
 
     def compile(self, src: str) -> bytes:
-        key = hashlib.sha256(f"{self.cachekey}\n{src}".encode()).hexdigest()
+        key = self.cache_key(src)
         if (lib := diskcache_get("cpu_binary", key)) is not None:
             return bytes(lib)
         lib = self._compile(src)
@@ -99,6 +162,8 @@ class ClangCompiler(Compiler):
         return lib
 
     def _compile(self, src: str) -> bytes:
+        with self._lock:
+            self.invocations += 1
         with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, "kernel.so")
             cmd = [self.cc, "-shared", "-fPIC", *self.args, "-x", "c", "-", "-o", out, "-lm"]

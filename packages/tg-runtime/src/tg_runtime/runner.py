@@ -5,8 +5,9 @@
 
 from __future__ import annotations
 
+import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tg_codegen.opt import Opt
 from tg_codegen.program import get_program
@@ -18,6 +19,9 @@ from tg_runtime.search import DeviceSearchTarget
 from tg_uop import UOp
 from tg_uop.helpers import BEAM, DEBUG, GlobalCounters, LRUCache, colored, getenv
 from tg_uop.trace import TRACE, Group
+
+if TYPE_CHECKING:  # (concurrent.futures is imported by the first parallel compile, not by `import tg`)
+    from concurrent.futures import ThreadPoolExecutor
 
 
 class CompiledRunner:
@@ -119,6 +123,36 @@ def get_runner(device: str, ast: UOp) -> CompiledRunner:
             get_program(ast, Device[key[0]].renderer, opts=[o for o in ret.spec.applied_opts if isinstance(o, Opt)])
             ret.trace_group = group
     return ret
+
+
+_pool: dict[int, ThreadPoolExecutor] = {}  # by process id (a forked child cannot use its parent's threads)
+
+
+def compile_all(kernels: list[tuple[str, UOp]]) -> None:
+    """Compile the kernels (device, AST) that are not compiled yet, several at once: each is rendered here
+    (Python, one at a time) and handed to a thread that runs the device compiler (a C compiler process,
+    NVRTC) while the next one is rendered. BEAM and VIZ recordings compile one by one in get_runner."""
+    if BEAM >= 1 or TRACE.active:
+        return
+    todo: dict[tuple[str, UOp, int], UOp] = {}
+    for device, ast in kernels:
+        key = (Device.canonicalize(device), ast, ALLOW_TF32.value)
+        if key not in _runner_cache and Device[key[0]].compiler.threadsafe:
+            todo[key] = ast
+    if len(todo) < 2:
+        return
+    if (pool := _pool.get(os.getpid())) is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _pool.clear()
+        pool = _pool[os.getpid()] = ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="tg-compile")
+    jobs = []
+    for key, ast in todo.items():
+        spec = get_program(ast, Device[key[0]].renderer)
+        jobs.append((key, spec, pool.submit(Device[key[0]].compiler.compile_cached, spec.src)))
+    for key, spec, job in jobs:
+        if job.exception() is None:  # a kernel that fails to compile raises where it runs, in order
+            _runner_cache[key] = CompiledRunner(spec)  # (the binary is in the compile cache now)
 
 
 def is_compiled(device: str, ast: UOp) -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tg_runtime.runner import get_runner, run_copy
+from tg_runtime.runner import compile_all, get_runner, run_copy
 from tg_tensor.collective import run_collective
 from tg_tensor.schedule import ScheduleItem, buffers, failed, pending, realized
 from tg_uop import Ops
@@ -38,6 +38,7 @@ def run_schedule(items: list[ScheduleItem]) -> None:
 
     st = time.perf_counter()
     kernels = 0
+    compile_all([(it.bufs[0].device, it.ast) for it in items if it.ast.op is Ops.SINK and not writes_nothing(it)])
     for i, item in enumerate(items):
         try:
             kernels += _run_one(item)

@@ -1,0 +1,65 @@
+"""The compile cache across processes: a second process of the same program starts no compiler at all (no
+kernel compile, no `--version`, no OpenMP probe); a corrupt or unwritable cache warns once and compiles."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.skipif(
+    not (shutil.which("clang") or shutil.which("gcc") or shutil.which("cc")), reason="no C compiler on PATH"
+)
+
+CHILD = """
+import json, subprocess
+launched = []
+_run = subprocess.run
+def counting_run(cmd, *a, **kw):
+    launched.append(cmd[0])
+    return _run(cmd, *a, **kw)
+subprocess.run = counting_run  # every compiler process tg starts goes through subprocess.run
+import numpy as np
+from tg import Tensor
+a = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4))
+rows = ((a * 2 + 1).relu().sum(axis=1)).numpy().tolist()
+top = (a.exp2() - a).max().item()
+print(json.dumps({"compiler_runs": len(launched), "rows": rows, "top": top}))
+"""
+
+
+def child(db: Path) -> tuple[dict[str, object], str]:
+    env = {**os.environ, "CACHEDB": str(db), "DEV": "CPU", "CACHELEVEL": "1"}
+    out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, env=env, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1]), out.stderr
+
+
+EXPECT_ROWS = [16.0, 48.0, 80.0]
+EXPECT_TOP = 2.0**11 - 11
+
+
+def test_second_process_starts_no_compiler(tmp_path: Path) -> None:
+    first, _ = child(tmp_path / "cache.db")
+    second, _ = child(tmp_path / "cache.db")
+    assert first["compiler_runs"] and first["compiler_runs"] >= 2  # type: ignore[operator]
+    assert second["compiler_runs"] == 0
+    for run in (first, second):
+        assert run["rows"] == EXPECT_ROWS and run["top"] == EXPECT_TOP
+
+
+@pytest.mark.parametrize("broken", ["corrupt", "unwritable"])
+def test_broken_cache_warns_once_and_compiles(tmp_path: Path, broken: str) -> None:
+    if broken == "corrupt":
+        db = tmp_path / "cache.db"
+        db.write_bytes(b"not an sqlite database " * 100)
+    else:
+        (tmp_path / "a_file").write_text("x")  # a file where the cache directory should be (fails for root too)
+        db = tmp_path / "a_file" / "cache.db"
+    run, stderr = child(db)
+    assert run["compiler_runs"] and run["rows"] == EXPECT_ROWS and run["top"] == EXPECT_TOP
+    assert stderr.count("tg disk cache") == 1, stderr
