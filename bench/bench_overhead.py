@@ -95,24 +95,35 @@ def tiny_realize_peers() -> None:
 
 
 # ---------------------------------------------------------------- import time
-def import_ms(mod: str) -> float:
-    code = f"import time; st = time.perf_counter(); import {mod}; print(time.perf_counter() - st)"
-    runs = []
-    for _ in range(IMPORT_RUNS):
+def import_ms(mod: str) -> tuple[float, float]:
+    """(wall ms, CPU ms) of `import mod` in a fresh interpreter, medians; a first run writes the bytecode caches
+    (as a user's first run does), so the runs timed load them as every later start does."""
+    code = (
+        "import resource, time\n"
+        "cpu = lambda: sum(resource.getrusage(resource.RUSAGE_SELF)[:2])\n"
+        f"c0, st = cpu(), time.perf_counter()\nimport {mod}\nprint(time.perf_counter() - st, cpu() - c0)"
+    )
+    walls, cpus = [], []
+    for i in range(IMPORT_RUNS + 1):
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=child_env())
-        runs.append(float(out.stdout.strip().splitlines()[-1]) * 1e3)
-    return statistics.median(runs)
+        wall, cpu = (float(v) * 1e3 for v in out.stdout.strip().splitlines()[-1].split())
+        if i:
+            walls.append(wall)
+            cpus.append(cpu)
+    return statistics.median(walls), statistics.median(cpus)
 
 
 def bench_import() -> None:
     for mod in ("tg", "numpy", "torch", "tinygrad"):
         if mod == "tg" or has(mod):
-            emit("import", "tg" if mod == "tg" else mod, import_ms(mod), "ms", runs=IMPORT_RUNS, module=mod)
+            wall, cpu = import_ms(mod)
+            emit("import", "tg" if mod == "tg" else mod, wall, "ms", cpu_ms=round(cpu, 1), runs=IMPORT_RUNS)
 
 
 # ---------------------------------------------------------------- first MNIST train step (child processes)
 def child_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # a user's interpreter keeps bytecode caches
     env.setdefault("DEV", "CPU")
     env.update(extra)
     return env

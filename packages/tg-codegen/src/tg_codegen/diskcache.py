@@ -60,7 +60,7 @@ def _connect() -> sqlite3.Connection | None:
     conn: sqlite3.Connection | None = None
     try:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        conn = sqlite3.connect(path, timeout=5.0, isolation_level=None)
+        conn = sqlite3.connect(path, timeout=5.0, isolation_level=None, check_same_thread=False)  # (reset closes all)
         conn.execute("CREATE TABLE IF NOT EXISTS cache (tbl TEXT, key TEXT, val BLOB, PRIMARY KEY (tbl, key))")
     except (sqlite3.Error, OSError) as e:
         _warn("cannot open", e)

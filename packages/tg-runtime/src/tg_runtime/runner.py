@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from tg_codegen.opt import Opt
 from tg_codegen.program import get_program
+from tg_codegen.program_cache import get_program_cached
 from tg_codegen.renderer import ProgramSpec
 from tg_codegen.search import beam_search
 from tg_codegen.tensorcore import ALLOW_TF32
@@ -113,7 +114,7 @@ def get_runner(device: str, ast: UOp) -> CompiledRunner:
             finally:
                 TRACE.active = active
         with TRACE.group("kernel", "kernel", device=key[0]) as group:
-            spec = get_program(ast, Device[key[0]].renderer, opts=opts)
+            spec = get_program_cached(ast, Device[key[0]].renderer, opts=opts)
             if group is not None:
                 group.name = spec.name
             ret = _runner_cache[key] = CompiledRunner(spec, group)
@@ -148,7 +149,7 @@ def compile_all(kernels: list[tuple[str, UOp]]) -> None:
         pool = _pool[os.getpid()] = ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="tg-compile")
     jobs = []
     for key, ast in todo.items():
-        spec = get_program(ast, Device[key[0]].renderer)
+        spec = get_program_cached(ast, Device[key[0]].renderer)
         jobs.append((key, spec, pool.submit(Device[key[0]].compiler.compile_cached, spec.src)))
     for key, spec, job in jobs:
         if job.exception() is None:  # a kernel that fails to compile raises where it runs, in order
