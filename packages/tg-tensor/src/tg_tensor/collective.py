@@ -18,17 +18,19 @@ first input).
 from __future__ import annotations
 
 import time
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from tg_runtime.device import Buffer
 from tg_tensor.util import np_dtype
 from tg_uop import dtypes
 from tg_uop.helpers import DEBUG
 
+if TYPE_CHECKING:
+    import numpy as np
+
+
 KINDS = ("allreduce", "allgather", "reducescatter", "broadcast")
-_REDUCE = {"SUM": np.add, "MAX": np.maximum, "PROD": np.multiply}
+_REDUCE = {"SUM": "add", "MAX": "maximum", "PROD": "multiply"}  # numpy ufuncs by name (numpy loads on use)
 
 
 def run_collective(kind: str, op: str, outs: list[Buffer], ins: list[Buffer]) -> None:
@@ -48,11 +50,15 @@ def run_collective(kind: str, op: str, outs: list[Buffer], ins: list[Buffer]) ->
 
 
 def _as_numpy(b: Buffer) -> np.ndarray[Any, Any]:
+    import numpy as np
+
     dt = np.uint16 if b.dtype == dtypes.bfloat16 else np_dtype(b.dtype)
     return np.frombuffer(b.as_bytes(), dtype=dt)
 
 
 def _reduce(op: str, arrays: list[np.ndarray[Any, Any]], bf16: bool) -> np.ndarray[Any, Any]:
+    import numpy as np
+
     if bf16:  # reduce in float32, round back to bfloat16 (to nearest even)
         f = [(a.astype(np.uint32) << 16).view(np.float32) for a in arrays]
         r = _reduce(op, f, False)
@@ -60,11 +66,13 @@ def _reduce(op: str, arrays: list[np.ndarray[Any, Any]], bf16: bool) -> np.ndarr
         return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
     out = arrays[0].copy()
     for a in arrays[1:]:
-        out = _REDUCE[op](out, a)
+        out = getattr(np, _REDUCE[op])(out, a)
     return out
 
 
 def _run_host(kind: str, op: str, outs: list[Buffer], ins: list[Buffer]) -> None:
+    import numpy as np
+
     arrays = [_as_numpy(b) for b in ins]
     bf16 = ins[0].dtype == dtypes.bfloat16
     if kind == "allreduce":
