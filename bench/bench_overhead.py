@@ -189,7 +189,7 @@ def tg_first_step(x: Any, y: Any) -> float:
 
 
 def tinygrad_first_step(x: Any, y: Any) -> float:
-    from tinygrad import Tensor, TinyJit, nn
+    from tinygrad import Context, Tensor, TinyJit, nn
 
     class Model:
         def __init__(self) -> None:
@@ -205,7 +205,7 @@ def tinygrad_first_step(x: Any, y: Any) -> float:
 
     @TinyJit
     def step(x: Tensor, y: Tensor) -> Tensor:
-        with Tensor.train():
+        with Context(TRAINING=1):  # (tinygrad 0.14's switch; Tensor.train() in older ones)
             opt.zero_grad()
             loss = model(x).sparse_categorical_crossentropy(y).backward()
             Tensor.realize(loss, *opt.schedule_step())
