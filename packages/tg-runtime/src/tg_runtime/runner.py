@@ -133,7 +133,7 @@ def compile_all(kernels: list[tuple[str, UOp]]) -> None:
     """Compile the kernels (device, AST) that are not compiled yet, several at once: each is rendered here
     (Python, one at a time) and handed to a thread that runs the device compiler (a C compiler process,
     NVRTC) while the next one is rendered. BEAM and VIZ recordings compile one by one in get_runner."""
-    if BEAM >= 1 or TRACE.active:
+    if len(kernels) < 2 or BEAM >= 1 or TRACE.active:  # (one kernel: nothing to overlap)
         return
     todo: dict[tuple[str, UOp, int], UOp] = {}
     for device, ast in kernels:
