@@ -6,8 +6,9 @@ Figures (one JSON line each, {"bench", "impl", "value", "unit", "params"}):
   kernel compiled before (us)
 - import: `import <package>` in a fresh interpreter, median of IMPORT_RUNS (ms)
 - mnist_first_step: a fresh process builds beautiful_mnist's model and Adam and runs its first jitted train
-  step (batch 128) to the loss: schedule, codegen, compile, run (s); `cold` with an empty compile cache,
-  `warm` in a second process sharing the first one's cache
+  step (batch 128) to the loss: schedule, codegen, compile, run (s, and `cpu_s`: CPU seconds of the process
+  and its compiler processes, the figure a loaded machine disturbs least); `cold` with an empty compile
+  cache, `warm` in a second process sharing the first one's cache
 - jit_replay: a TinyJit of KERNELS tiny kernels replayed, us per kernel (torch: one eager op)
 
 Run: `uv run python bench/bench_overhead.py`. torch and tinygrad are never dependencies: to compare, run it
@@ -129,7 +130,7 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def first_step(impl: str, cachedb: str) -> float:
+def first_step(impl: str, cachedb: str) -> tuple[float, float]:
     out = subprocess.run(
         [sys.executable, __file__, "--first-step", impl],
         capture_output=True,
@@ -138,7 +139,8 @@ def first_step(impl: str, cachedb: str) -> float:
     )
     if out.returncode != 0:
         raise RuntimeError(f"first step of {impl} failed:\n{out.stderr[-2000:]}")
-    return float(out.stdout.strip().splitlines()[-1])
+    wall, cpu = out.stdout.strip().splitlines()[-1].split()
+    return float(wall), float(cpu)
 
 
 def bench_first_step() -> None:
@@ -148,7 +150,8 @@ def bench_first_step() -> None:
             db = os.path.join(tmp, "cache.db")
             temps = ("cold", "warm") if impl != "torch" else ("cold",)  # torch compiles nothing
             for label in temps:
-                emit("mnist_first_step", impl, first_step(impl, db), "s", cache=label, batch=128)
+                wall, cpu = first_step(impl, db)
+                emit("mnist_first_step", impl, wall, "s", cache=label, batch=128, cpu_s=round(cpu, 3))
 
 
 def child_first_step(impl: str) -> None:
@@ -157,7 +160,7 @@ def child_first_step(impl: str) -> None:
 
     rng = np.random.default_rng(0)
     x, y = rng.random((128, 1, 28, 28), dtype=np.float32), rng.integers(0, 10, 128).astype(np.int32)
-    st = time.perf_counter()
+    st, cpu0 = time.perf_counter(), cpu_s()
     if impl == "tg":
         loss = tg_first_step(x, y)
     elif impl == "tinygrad":
@@ -165,7 +168,15 @@ def child_first_step(impl: str) -> None:
     else:
         loss = torch_first_step(x, y)
     print(f"# loss {loss}", file=sys.stderr)
-    print(time.perf_counter() - st)
+    print(time.perf_counter() - st, cpu_s() - cpu0)
+
+
+def cpu_s() -> float:
+    """CPU seconds of this process and its finished children (the C compiler), all threads."""
+    import resource
+
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def tg_first_step(x: Any, y: Any) -> float:
