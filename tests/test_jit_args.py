@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tg import Context, JitError, Tensor, TinyJit
+from tg import Context, JitError, Tensor, TinyJit, Variable
 
 
 def _x(i: int) -> np.ndarray:
@@ -83,7 +83,7 @@ def test_unhashable_argument_raises_jit_error_saying_how_to_pass_it() -> None:
     def f(x: Tensor, a: object) -> Tensor:
         return x + 1
 
-    with pytest.raises(JitError, match=r"f: argument 1 of type ndarray.*not hashable.*as a Tensor"):
+    with pytest.raises(JitError, match=r"f: argument 1 of type ndarray.*not hashable.*as a Tensor.*bound Variable"):
         f(Tensor(_x(0)), np.ones(3))
     with pytest.raises(JitError, match=r"f: argument 1\[0\] of type set"):
         f(Tensor(_x(0)), [{1, 2}])
@@ -112,10 +112,26 @@ def test_too_many_recordings_raise_naming_the_argument() -> None:
     with Context(JIT_MAX_CAPTURES=3):
         for step in range(3):
             np.testing.assert_allclose(f(Tensor(_x(0)), step).numpy(), _x(0) + step)
-        with pytest.raises(JitError, match=r"4 different sets.*JIT_MAX_CAPTURES=3.*arg1: 2 -> 3.*as a Tensor"):
+        with pytest.raises(
+            JitError, match=r"4 different sets.*JIT_MAX_CAPTURES=3.*arg1: 2 -> 3.*as a Tensor.*bound Variable"
+        ):
             f(Tensor(_x(0)), 3)
         f.reset()
         np.testing.assert_allclose(f(Tensor(_x(0)), 3).numpy(), _x(0) + 3)
+
+
+def test_bound_variables_are_keyed_by_name_and_range_not_value() -> None:
+    @TinyJit
+    def f(x: Tensor, n: object) -> Tensor:
+        return x.shrink(((0, n),)).sum()
+
+    x = Tensor(np.arange(12, dtype=np.float32))
+    for i in range(1, 6):  # one recording for every value
+        assert f(x, Variable("n", 1, 12).bind(i)).item() == sum(range(i))
+    assert len(f.captures) == 1
+    with Context(JIT_MAX_CAPTURES=1):  # another range is another variable: its own recording
+        with pytest.raises(JitError, match=r"arg1: Variable\('n', 1, 12\) -> Variable\('n', 2, 12\)"):
+            f(x, Variable("n", 2, 12).bind(3))
 
 
 def test_jit_0_ignores_the_arguments() -> None:

@@ -61,6 +61,7 @@ class Lowerer:
             end = UOp.const(self.idx_dt, s) if isinstance(s, int) else s.cast(self.idx_dt)
             kind = "reduce" if t in ("reduce", "group") else "thread" if t == "thread" else "loop"
             self.loop.append(UOp(Ops.RANGE, self.idx_dt, (end,), (i, kind)))
+        self.in_bounds: tuple[UOp, ...] = ()  # launch ids of symbolic axes below their size (launched at the largest)
         if k.opts.has_local:
             self._launch_ids()
         self.memo: dict[tuple[UOp, tuple[UOp, ...]], UOp] = {}
@@ -77,8 +78,12 @@ class Lowerer:
             axes = self.k.axes_of(*types)
             lim = self.k.opts.limits
             maxes = None if lim is None else lim.grid if prefix == "gidx" else lim.block
-            for a, idx in zip(axes, special_indexes([int(self.k.full_shape[a]) for a in axes], prefix, maxes)):
+            sizes = [self.k.full_shape[a] for a in axes]
+            largest = [s if isinstance(s, int) else int(s.vmax) for s in sizes]
+            for a, size, idx in zip(axes, sizes, special_indexes(largest, prefix, maxes)):
                 self.loop[a] = idx.cast(self.idx_dt)
+                if not isinstance(size, int):  # a symbolic axis: launched at its largest size, the rest gated off
+                    self.in_bounds += (self.loop[a] < size.cast(self.idx_dt),)
 
     def _group_gate(self) -> tuple[UOp, ...]:
         """Only the first thread of a GROUP writes the result."""
@@ -136,14 +141,16 @@ class Lowerer:
             buf, view, value = u.src
             index, valid = view.arg.to_indexed_uops(list(idxs))
             val = self._lower(value, idxs, fixed)
-            gates = _gate(valid) + self._group_gate()
+            gates = _gate(valid) + self._group_gate() + self.in_bounds
             gate = (functools.reduce(lambda a, b: a & b, gates),) if gates else ()
             ret = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, buf.dtype, (buf, index)), val) + gate)
         elif op is Ops.LOAD:
             buf, view = u.src[:2]
             index, valid = self._indexed(view.arg, idxs)
             index, valid = self._gathered(u, index, valid, idxs, fixed)
-            ret = UOp(Ops.LOAD, u.dtype, (UOp(Ops.INDEX, buf.dtype, (buf, index)),) + _gate(valid))
+            gates = _gate(valid) + self.in_bounds
+            gate = (functools.reduce(lambda a, b: a & b, gates),) if gates else ()
+            ret = UOp(Ops.LOAD, u.dtype, (UOp(Ops.INDEX, buf.dtype, (buf, index)),) + gate)
         elif op is Ops.CONST and u.src:
             _, valid = u.src[0].arg.to_indexed_uops(list(idxs))
             c = UOp.const(u.dtype, u.arg)

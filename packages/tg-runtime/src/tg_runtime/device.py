@@ -123,11 +123,12 @@ GraphLaunch = tuple[Any, list[Any], "tuple[int, ...] | None", "tuple[int, ...] |
 
 
 class DeviceGraph(Protocol):
-    """Replays recorded launches; `update` points launch `i` at other buffers before the next replay."""
+    """Replays recorded launches; `update` points launch `i` at other buffers (and, given `vals`, other
+    variable values) before the next replay."""
 
     def __call__(self, wait: bool = False) -> float | None: ...
 
-    def update(self, i: int, bufs: list[Any]) -> None: ...
+    def update(self, i: int, bufs: list[Any], vals: tuple[int, ...] | None = None) -> None: ...
 
 
 class _DeviceRegistry:

@@ -385,9 +385,11 @@ class CUDAGraph:
         )
         return p, (args, ptrs, p)
 
-    def update(self, i: int, bufs: list[Any]) -> None:
-        """Point launch `i` of the instantiated graph at other device buffers (same sizes and kinds)."""
-        prog, _, gsz, lsz, vals = self.launches[i]
+    def update(self, i: int, bufs: list[Any], vals: tuple[int, ...] | None = None) -> None:
+        """Point launch `i` of the instantiated graph at other device buffers (same sizes and kinds) and, given
+        `vals`, other values of its int variables."""
+        prog, _, gsz, lsz, old_vals = self.launches[i]
+        vals = old_vals if vals is None else vals
         params, keep = self._params(prog, bufs, gsz, lsz, vals)
         self.drv.check(
             self.drv.lib.cuGraphExecKernelNodeSetParams_v2(self.exec, self.nodes[i], ctypes.byref(params)),

@@ -14,6 +14,7 @@ from typing import Any
 
 from tg_uop import DType, UOp, dtypes
 from tg_uop.helpers import all_int, prod
+from tg_uop.shapes import ssimplify
 from tg_uop.uop import sint
 
 Mask = tuple[tuple[sint, sint], ...]
@@ -133,7 +134,7 @@ class View:
                 for (mb, me), (b, e) in zip(self.mask, arg)
             )
             mask = tuple((b, max(b, e)) if all_int((b, e)) else (b, e) for b, e in mask)
-        return View.create(tuple(e - b for b, e in arg), self.strides, offset, mask)
+        return View.create(tuple(e if _is_zero(b) else ssimplify(e - b) for b, e in arg), self.strides, offset, mask)
 
     def pad(self, arg: tuple[tuple[sint, sint], ...]) -> View:
         if len(arg) != len(self.shape) or any(not isinstance(x, UOp) and x < 0 for p in arg for x in p):
@@ -146,7 +147,7 @@ class View:
         old_mask = self.mask if self.mask is not None else tuple((0, s) for s in self.shape)
         mask = tuple((mb + b, me + b) for (mb, me), (b, _) in zip(old_mask, arg))
         offset = self.offset - sum(b * st for (b, _), st in zip(arg, self.strides))
-        shape = tuple(s + b + a for s, (b, a) in zip(self.shape, arg))
+        shape = tuple(ssimplify(s + b + a) for s, (b, a) in zip(self.shape, arg))
         return View.create(shape, self.strides, offset, mask)
 
     def flip(self, axes: tuple[bool, ...]) -> View:
@@ -259,6 +260,10 @@ class View:
                 shape.append(s)
                 strides.append(st)
         return View.create(tuple(shape), tuple(strides), self.offset)
+
+
+def _is_zero(s: sint) -> bool:
+    return isinstance(s, int) and s == 0
 
 
 def _is_one(s: sint) -> bool:

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tg_tensor.inplace import view_chain
+from tg_tensor.symbolic import show_size
 from tg_tensor.util import broadcast_shape
 from tg_uop import Ops, UOp, dtypes
 from tg_uop.helpers import ContextVar
@@ -107,6 +108,8 @@ class IndexingMixin:
         return self._slice(dim, i, i + 1).reshape(self.shape[:dim] + self.shape[dim + 1 :])
 
     def _index_slice(self: Tensor, dim: int, s: slice) -> Tensor:
+        if any(isinstance(x, UOp) for x in (s.start, s.stop, s.step, self.shape[dim])):
+            return self._index_symbolic_slice(dim, s)
         n = int(self.shape[dim])
         start, stop, step = s.indices(n)
         x = self
@@ -123,6 +126,21 @@ class IndexingMixin:
         shape = x.shape[:dim] + (count, step) + x.shape[dim + 1 :]
         x = x.reshape(shape)._slice(dim + 1, 0, 1)
         return x.reshape(shape[: dim + 1] + shape[dim + 2 :])
+
+    def _index_symbolic_slice(self: Tensor, dim: int, s: slice) -> Tensor:
+        """`x[:, :pos]`, `x[pos:pos + 1]` with a bound Variable (or a symbolic dim): a shrink with symbolic bounds.
+
+        Only step 1 and bounds that count from the start (no negative ints) are symbolic-friendly.
+        """
+        n = self.shape[dim]
+        start = 0 if s.start is None else s.start
+        stop = n if s.stop is None else s.stop
+        if s.step not in (None, 1) or any(isinstance(x, int) and x < 0 for x in (start, stop)):
+            raise IndexError(
+                f"slice {s} of dim {dim} (size {show_size(n)}): with a symbolic bound or size only step 1 and "
+                "non-negative bounds are supported"
+            )
+        return self._slice(dim, start, stop)
 
     def _index_tensor(self: Tensor, item: Any, dim: int) -> Tensor:
         n = int(self.shape[dim])

@@ -19,6 +19,12 @@ State that the function updates must be updated in place (`Tensor.assign`, as th
 and reading values to the host (`.numpy()`, `.item()`, `.tolist()`) inside a jitted function is an
 error: the value would be frozen into the recording.
 
+A number that changes on every call (a decode position) is passed as a bound Variable,
+`Variable("pos", 1, MAX).bind(n)`, and used in shapes (`x.shrink(((0, pos),))`, `cache[:, :pos]`):
+the recorded kernels take the variable as an argument, and each replay passes the call's value,
+so one recording serves every value in the variable's range (tensor inputs whose shapes hold
+bound Variables are compared by their variables, not their values).
+
 >>> from tg_tensor import Tensor, TinyJit
 >>> @TinyJit
 ... def f(x: Tensor) -> Tensor:
@@ -52,6 +58,7 @@ from tg_tensor.tensor import Tensor
 from tg_uop import DType, Ops, UOp
 from tg_uop.helpers import DEBUG, JIT, ContextVar, GlobalCounters
 from tg_uop.trace import TRACE
+from tg_uop.uop import sint
 
 ReturnType = TypeVar("ReturnType")
 Spec = tuple[tuple[Any, ...], DType, str]  # shape, dtype, device of one input
@@ -121,6 +128,11 @@ class _Launch:
     bufs: list[Buffer]
     born: set[int] = field(default_factory=set)  # positions of buffers first allocated by this item
     collective: tuple[str, str, int] | None = None  # (kind, op, outputs) of a collective item (runner None)
+    var_vals: dict[UOp, int] = field(default_factory=dict)  # the kernel's symbolic variables and their values
+
+    def vals(self) -> tuple[int, ...]:
+        """The variable values in the kernel's parameter order."""
+        return () if self.runner is None else tuple(self.var_vals[v] for v in self.runner.spec.vars)
 
 
 @dataclass
@@ -129,7 +141,7 @@ class _Recording:
     input_slots: list[list[tuple[int, int]]]  # per input: (launch, position) pairs that take it
     output_slots: list[list[tuple[int, int]]]  # per distinct output buffer: the positions to refresh
     output_bufs: list[Buffer]  # distinct output buffers of the capture (templates for fresh ones)
-    output_map: list[tuple[int, tuple[int, ...]]]  # per returned tensor: its output buffer and shape
+    output_map: list[tuple[int, tuple[sint, ...]]]  # per returned tensor: its output buffer and (unbound) shape
     ret: Any  # the capture call's return value (its tensors are replaced on each replay)
     calls: list[Callable[[], Any]] = field(default_factory=list)  # each launch bound to its buffers
     graph: DeviceGraph | None = None  # all launches as one device graph (CUDA graphs), where the device has one
@@ -182,7 +194,9 @@ class TinyJit(Generic[ReturnType]):
     Inputs are the Tensor arguments (positional, then keyword in name order, also inside lists,
     tuples and dicts). The other arguments select the recording: new values run the function
     (warm-up, capture) and are replayed from their third call, up to JIT_MAX_CAPTURES sets of
-    values (then JitError: pass a changing number as a Tensor). Use `reset()` to record again.
+    values (then JitError: pass a changing number as a Tensor, or an integer as a bound Variable,
+    which is keyed by its name and range and passed to the recorded kernels at each replay). Use
+    `reset()` to record again.
     """
 
     def __init__(self, fxn: Callable[..., ReturnType]) -> None:
@@ -215,7 +229,9 @@ class TinyJit(Generic[ReturnType]):
         if not JIT.value:
             return self.fxn(*args, **kwargs)  # the plain function, as if it were not decorated
         try:
-            inputs, key = flatten_call(args, kwargs)
+            inputs, key, var_vals = flatten_call(args, kwargs)
+            for i, t in enumerate(inputs):
+                _shape_values(f"tensor input {i}", t, var_vals)
         except JitArgError as e:
             raise JitError(f"{self.name}: {e}") from None
         cap = self.current = self._capture_for(key)
@@ -233,7 +249,7 @@ class TinyJit(Generic[ReturnType]):
         if len({id(b) for b in input_bufs}) != len(input_bufs):
             raise JitError(f"{self.name}: the same tensor was passed as two inputs; pass distinct tensors")
         if cap.recording is not None:
-            return self._replay(cap.recording, input_bufs)  # type: ignore[no-any-return]
+            return self._replay(cap.recording, input_bufs, var_vals)  # type: ignore[no-any-return]
         cap.cnt += 1
         if cap.cnt == 1:
             first, _, cap.warmup_host_data = self._run_recorded(input_bufs, args, kwargs)
@@ -256,7 +272,9 @@ class TinyJit(Generic[ReturnType]):
             raise JitError(
                 f"{self.name}: called with {len(self.captures) + 1} different sets of non-tensor arguments (each "
                 f"needs its own recording; the limit is JIT_MAX_CAPTURES={JIT_MAX_CAPTURES.value}); this call "
-                f"changed {describe_change(last, key)}. Pass a value that changes between calls as a Tensor"
+                f"changed {describe_change(last, key)}. Pass a value that changes between calls as a Tensor, or an "
+                "integer (a length, a position) as a bound Variable, Variable('name', lo, hi).bind(value), which one "
+                "recording serves for every value"
             )
         cap = self.captures[key] = _Capture()
         return cap
@@ -293,7 +311,7 @@ class TinyJit(Generic[ReturnType]):
             runner = None if plain else get_runner(item.bufs[0].device, item.ast)
             born = {i for i, b in enumerate(item.bufs) if not b.is_allocated()}
             coll = (*item.ast.arg, item.outputs) if item.ast.op is Ops.COLLECTIVE else None
-            launches.append(_Launch(runner, list(item.bufs), born, coll))
+            launches.append(_Launch(runner, list(item.bufs), born, coll, dict(item.var_vals)))
 
         # assigns made before the call are not the function's: run them now
         if before := pending_writes() + pending_multi_writes(list(live_tensors)):
@@ -308,8 +326,14 @@ class TinyJit(Generic[ReturnType]):
             plain_only.pop()
         return ret, launches, [bytes(b.as_bytes()) for b in _host_made(launches, existing)]
 
-    def _replay(self, rec: _Recording, input_bufs: list[Buffer]) -> Any:
-        changed: set[int] = set()  # launches whose buffers differ from their last run: only these are rebound
+    def _replay(self, rec: _Recording, input_bufs: list[Buffer], var_vals: dict[UOp, int]) -> Any:
+        changed: set[int] = set()  # launches whose buffers or variable values differ from their last run: rebound
+        for li, launch in enumerate(rec.launches):
+            if launch.var_vals:  # the call's values of the variables; others keep the values they were recorded with
+                new = {v: var_vals.get(v, val) for v, val in launch.var_vals.items()}
+                if new != launch.var_vals:
+                    launch.var_vals = new
+                    changed.add(li)
         for buf, slots in zip(input_bufs, rec.input_slots):
             for li, pos in slots:
                 if rec.launches[li].bufs[pos] is not buf:  # the same input buffer again keeps its launches as bound
@@ -324,14 +348,14 @@ class TinyJit(Generic[ReturnType]):
             for li in sorted(changed):
                 runner = rec.launches[li].runner
                 if runner is not None:  # a device graph holds kernels only
-                    rec.graph.update(li, runner.launch_args(rec.launches[li].bufs))
+                    rec.graph.update(li, runner.launch_args(rec.launches[li].bufs), rec.launches[li].vals())
         else:
             for li in sorted(changed):
                 rec.calls[li] = _bind(rec.launches[li])
         if DEBUG >= 2 or TRACE.profiling:  # the slow path, with one timed line (or profile event) per kernel
             for launch in rec.launches:
-                _bind(launch)() if launch.runner is None else launch.runner(launch.bufs)
-            return _rebuild(rec.ret, [buffer_tensor(fresh[i], shape) for i, shape in rec.output_map])
+                _bind(launch)() if launch.runner is None else launch.runner(launch.bufs, launch.var_vals)
+            return _rebuild(rec.ret, _outputs(rec, fresh, var_vals))
         if rec.graph is not None:
             rec.graph()
         else:
@@ -340,7 +364,44 @@ class TinyJit(Generic[ReturnType]):
         GlobalCounters.kernel_count += rec.kernels
         GlobalCounters.global_ops += rec.ops
         GlobalCounters.global_mem += rec.mem
-        return _rebuild(rec.ret, [buffer_tensor(fresh[i], shape) for i, shape in rec.output_map])
+        return _rebuild(rec.ret, _outputs(rec, fresh, var_vals))
+
+
+def _outputs(rec: _Recording, fresh: list[Buffer], var_vals: dict[UOp, int]) -> list[Tensor]:
+    """The returned tensors of a replay: fresh buffers in the recorded shapes, symbolic dims bound to this call."""
+    bind = {v: v.bind(val) for v, val in var_vals.items()}
+    return [buffer_tensor(fresh[i], tuple(_sub(s, bind) for s in shape)) for i, shape in rec.output_map]
+
+
+def _sub(s: sint, bind: dict[UOp, UOp]) -> sint:
+    """`s` with its variables bound (by hand: a rewrite would visit the variable again inside its BIND)."""
+    if not isinstance(s, UOp):
+        return s
+    if s.op is Ops.DEFINE_VAR:
+        return bind.get(s, s)
+    return s.replace(src=tuple(_sub(x, bind) for x in s.src)) if s.src else s
+
+
+def _shape_values(what: str, t: Tensor, values: dict[UOp, int]) -> None:
+    """Add the values of the bound Variables in `t`'s shape to `values` (one value per variable)."""
+    for s in t.shape:
+        if not isinstance(s, UOp):
+            continue
+        for u in s.toposort:
+            if u.op is Ops.BIND:
+                var, val = u.unbind()
+                if values.get(var, val) != val:
+                    raise JitArgError(
+                        f"{what}: variable {var.expr!r} is bound to {val} in its shape and to {values[var]} elsewhere"
+                    )
+                values[var] = val
+
+
+def _unbound(s: sint) -> sint:
+    """A shape entry with its bound Variables replaced by the variables (what a recording is compared on)."""
+    if not isinstance(s, UOp):
+        return s
+    return s.substitute({u: u.src[0] for u in s.toposort if u.op is Ops.BIND})
 
 
 def _host_made(launches: list[_Launch], existing: set[int]) -> list[Buffer]:
@@ -368,7 +429,7 @@ def _check_host_data(name: str, warmup: list[bytes], capture: list[bytes]) -> No
 
 
 def _spec(t: Tensor) -> Spec:
-    return (tuple(t.shape), t.dtype, t.device)
+    return (tuple(_unbound(s) for s in t.shape), t.dtype, t.device)
 
 
 def _check_specs(name: str, expected: list[Spec], got: list[Spec]) -> None:
@@ -391,9 +452,11 @@ def _bind(launch: _Launch) -> Callable[[], Any]:
         return functools.partial(run_copy, launch.bufs[0], launch.bufs[1])
     program, spec = launch.runner.program, launch.runner.spec
     opaque = launch.runner.launch_args(launch.bufs)
-    if isinstance(program, CPUProgram):  # its calling convention: one void* per buffer (no vars: refused)
-        return functools.partial(program.fxn, *[ctypes.c_void_p(ctypes.addressof(b)) for b in opaque])
-    return functools.partial(program, *opaque, global_size=spec.global_size, local_size=spec.local_size)
+    vals = launch.vals()
+    if isinstance(program, CPUProgram):  # its calling convention: one void* per buffer, then one int per variable
+        args = [ctypes.c_void_p(ctypes.addressof(b)) for b in opaque] + [ctypes.c_int(v) for v in vals]
+        return functools.partial(program.fxn, *args)
+    return functools.partial(program, *opaque, global_size=spec.global_size, local_size=spec.local_size, vals=vals)
 
 
 def _device_graph(launches: list[_Launch]) -> DeviceGraph | None:
@@ -408,7 +471,7 @@ def _device_graph(launches: list[_Launch]) -> DeviceGraph | None:
             launch.runner.launch_args(launch.bufs),
             launch.runner.spec.global_size,
             launch.runner.spec.local_size,
-            (),
+            launch.vals(),
         )
         for launch in launches
         if launch.runner is not None
@@ -418,8 +481,6 @@ def _device_graph(launches: list[_Launch]) -> DeviceGraph | None:
 
 def _record(launches: list[_Launch], input_bufs: list[Buffer], ret: Any) -> _Recording:
     """Find the input and output positions in the launches and plan the intermediate buffers."""
-    if any(launch.runner is not None and launch.runner.spec.vars for launch in launches):
-        raise JitError("TinyJit cannot record kernels with symbolic variables yet")
     outs = _flat_tensors(ret)
     born = {id(launch.bufs[p]) for launch in launches for p in launch.born}
     out_bufs = list({id(b): b for b in (buffer_of(t.uop.base) for t in outs)}.values())
@@ -431,7 +492,7 @@ def _record(launches: list[_Launch], input_bufs: list[Buffer], ret: Any) -> _Rec
     input_slots = [_positions(launches, b) for b in input_bufs]
     output_slots = [_positions(launches, b) for b in out_bufs]
     index = {id(b): i for i, b in enumerate(out_bufs)}
-    output_map = [(index[id(buffer_of(t.uop.base))], tuple(int(s) for s in t.shape)) for t in outs]
+    output_map = [(index[id(buffer_of(t.uop.base))], tuple(_unbound(s) for s in t.shape)) for t in outs]
     keep = {id(b) for b in input_bufs} | {id(b) for b in out_bufs} | _live_buffers()
     plan_memory(launches, born - keep)
     for launch in launches:

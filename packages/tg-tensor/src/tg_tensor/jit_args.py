@@ -7,10 +7,18 @@ Tensors anywhere inside lists, tuples and dicts are inputs; every other value mu
 passed as `self`). Anything else (a numpy array, a set, a list of floats in a dict...) cannot be
 compared reliably and raises JitError.
 
+A bound Variable (`Variable("pos", 1, 64).bind(5)`) is keyed by its variable (name and range), not
+by its value: the value goes into the call's variable values, which the recorded kernels take as an
+argument at every replay. That is the way to vary a number under TinyJit without a new recording.
+
 >>> from tg_tensor import Tensor
->>> inputs, key = flatten_call((Tensor([1.0]), [2, {"k": Tensor([3.0])}]), {"scale": 0.5})
+>>> inputs, key, values = flatten_call((Tensor([1.0]), [2, {"k": Tensor([3.0])}]), {"scale": 0.5})
 >>> len(inputs), key[1]
 (2, ('arg1', ('list', (('int', 2), ('dict', (('k', ('T',)),))))))
+>>> from tg_uop import Variable
+>>> _, key, values = flatten_call((Variable("pos", 1, 64).bind(5),), {})
+>>> key, list(values.values())
+((('arg0', ('var', 'pos', 1, 64)),), [5])
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from tg_tensor.tensor import Tensor
+from tg_uop import Ops, UOp
 
 _TENSOR = ("T",)
 
@@ -26,37 +35,48 @@ class JitArgError(TypeError):
     """An argument TinyJit cannot compare between calls (raised as JitError by TinyJit)."""
 
 
-def _key(name: str, value: Any, inputs: list[Tensor]) -> Any:
-    """The comparable form of `value`; Tensors found in it are appended to `inputs`."""
+def _key(name: str, value: Any, inputs: list[Tensor], values: dict[UOp, int]) -> Any:
+    """The comparable form of `value`; Tensors found in it are appended to `inputs`, bound values to `values`."""
     if isinstance(value, Tensor):
         inputs.append(value)
         return _TENSOR
+    if isinstance(value, UOp) and value.op is Ops.BIND:
+        var, val = value.unbind()
+        if values.get(var, val) != val:
+            raise JitArgError(
+                f"argument {name}: variable {var.expr!r} is bound to two values in one call: {values[var]} and {val}"
+            )
+        values[var] = val
+        return ("var", *var.arg)
     if value is None or isinstance(value, (bool, int, str, bytes)):
         return (type(value).__name__, value)
     if isinstance(value, float):  # by bits: -0.0 is not 0.0 and nan equals nan
         return ("float", value.hex())
     if isinstance(value, (list, tuple)):
-        return (type(value).__name__, tuple(_key(f"{name}[{i}]", v, inputs) for i, v in enumerate(value)))
+        return (type(value).__name__, tuple(_key(f"{name}[{i}]", v, inputs, values) for i, v in enumerate(value)))
     if isinstance(value, dict):
         items = sorted(value.items(), key=lambda kv: repr(kv[0]))
-        return ("dict", tuple((k, _key(f"{name}[{k!r}]", v, inputs)) for k, v in items))
+        return ("dict", tuple((k, _key(f"{name}[{k!r}]", v, inputs, values)) for k, v in items))
     try:
         hash(value)
     except TypeError:
         raise JitArgError(
             f"argument {name} of type {type(value).__name__} cannot be compared between calls (it is not hashable), "
-            "so a recording could replay with a stale value; pass it as a Tensor (Tensor(value)), or as a "
-            "hashable value (a number, string, tuple)"
+            "so a recording could replay with a stale value; pass it as a Tensor (Tensor(value)), an integer "
+            "that changes between calls as a bound Variable (Variable('name', lo, hi).bind(value): the recorded "
+            "kernels take its value at each replay), or a hashable value (a number, string, tuple)"
         ) from None
     return (type(value), value)  # compared with ==; objects without __eq__ are compared by identity
 
 
-def flatten_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[Tensor], tuple[Any, ...]]:
-    """The Tensor inputs of a call (positional, then keyword in name order) and the key of the rest."""
+def flatten_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[Tensor], tuple[Any, ...], dict[UOp, int]]:
+    """The Tensor inputs of a call (positional, then keyword in name order), the key of the rest, and the
+    values of the bound Variables among the arguments ({variable: value})."""
     inputs: list[Tensor] = []
-    key = [(f"arg{i}", _key(str(i), a, inputs)) for i, a in enumerate(args)]
-    key += [(k, _key(repr(k), kwargs[k], inputs)) for k in sorted(kwargs)]
-    return inputs, tuple(key)
+    values: dict[UOp, int] = {}
+    key = [(f"arg{i}", _key(str(i), a, inputs, values)) for i, a in enumerate(args)]
+    key += [(k, _key(repr(k), kwargs[k], inputs, values)) for k in sorted(kwargs)]
+    return inputs, tuple(key), values
 
 
 def describe_change(old: tuple[Any, ...], new: tuple[Any, ...]) -> str:
@@ -75,4 +95,6 @@ def _show(k: Any) -> str:
         return repr(k[1])
     if k == _TENSOR:
         return "Tensor"
+    if k[0] == "var":
+        return f"Variable({k[1]!r}, {k[2]}, {k[3]})"
     return repr(k[1]) if not isinstance(k[0], str) else str(k)

@@ -24,7 +24,7 @@ from tg_runtime.device import Buffer
 from tg_shape import ShapeTracker
 from tg_tensor.lift_consts import lift_changing_consts, plain_only
 from tg_tensor.split_reduce import compares_with_arange, split_reduces
-from tg_tensor.symbolic import unbind_ast
+from tg_tensor.symbolic import max_size, unbind_ast
 from tg_uop import GroupOp, Ops, UOp, dtypes
 from tg_uop.helpers import LRUCache, getenv, prod
 from tg_uop.uop import arg_key
@@ -80,7 +80,7 @@ class ScheduleItem:
     var_vals: dict[UOp, int] = field(default_factory=dict)  # values of the AST's symbolic variables
 
     def __post_init__(self) -> None:
-        self.ast, found = unbind_ast(self.ast)  # the AST never holds a value: one kernel for every value
+        self.ast, found = unbind_ast(self.ast, self.var_vals)  # the AST never holds a value: one kernel for every value
         self.var_vals.update(found)
 
 
@@ -352,12 +352,9 @@ class Scheduler:
     def _new_output(self, node: UOp) -> UOp:
         shape = tuple(node.shape or ())
         assert node.device is not None
-        size = prod(shape)
-        if not isinstance(size, int):
-            raise NotImplementedError(
-                f"realizing a tensor of symbolic shape {shape} into its own buffer is not supported yet; "
-                "reduce over the Variable's axis in the same expression (one kernel), or shrink after realizing"
-            )
+        # a symbolic shape gets a buffer of its largest size (the kernel writes the bound part, row-major), so the
+        # buffer, like the kernel, serves every value of the variables
+        size = prod(s if isinstance(s, int) else max_size(s) for s in shape)
         return UOp.new_buffer(node.device, size, node.dtype)
 
     def _schedule_copy(self, node: UOp) -> None:
@@ -439,7 +436,8 @@ def _chain(node: UOp) -> list[UOp]:
 class _Recipe:
     """A schedule with its buffers abstracted: inputs by position among the graph's leaves, outputs as specs."""
 
-    items: list[tuple[UOp, list[tuple[int, int]]]]  # (ast, [(kind, index)]): kind 0 input, 1 new output, 2 fixed
+    # (ast, [(kind, index)], variable values): kind 0 input, 1 new output, 2 fixed; the values are part of the key
+    items: list[tuple[UOp, list[tuple[int, int]], dict[UOp, int]]]
     outs: list[tuple[str, int, object]]  # (device, size, dtype) of each new buffer
     roots: list[tuple[int, tuple[int, ...]]]  # per root: (output index, shape)
     fixed: list[Buffer] = field(default_factory=list)  # constant buffers the kernels read (lift_consts.py)
@@ -507,7 +505,7 @@ def _record(items: list[ScheduleItem], leaves: list[UOp], becomes: list[UOp]) ->
                     outs[id(b)] = len(specs)
                     specs.append((b.device, b.size, b.dtype))
                 refs.append((OUTPUT, outs[id(b)]))
-        recipe.items.append((item.ast, refs))
+        recipe.items.append((item.ast, refs, dict(item.var_vals)))
     for node in becomes:
         base = node.base
         if base.op is not Ops.BUFFER or id(buffer_of(base)) not in outs or node.op not in (Ops.BUFFER, Ops.RESHAPE):
@@ -519,7 +517,9 @@ def _record(items: list[ScheduleItem], leaves: list[UOp], becomes: list[UOp]) ->
 def _replay(recipe: _Recipe, leaves: list[UOp]) -> tuple[list[ScheduleItem], list[UOp]]:
     new = [UOp.new_buffer(dev, size, dt) for dev, size, dt in recipe.outs]  # type: ignore[arg-type]
     pick = ([buffer_of(leaf) for leaf in leaves], [buffer_of(b) for b in new], recipe.fixed)
-    items = [ScheduleItem(ast, [pick[kind][i] for kind, i in refs]) for ast, refs in recipe.items]
+    items = [
+        ScheduleItem(ast, [pick[kind][i] for kind, i in refs], var_vals=dict(vals)) for ast, refs, vals in recipe.items
+    ]
     return items, [new[i].reshape(shape) for i, shape in recipe.roots]
 
 

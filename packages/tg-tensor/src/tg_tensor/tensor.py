@@ -50,6 +50,7 @@ from tg_tensor.schedule import (
 from tg_tensor.selection import SelectionMixin
 from tg_tensor.shaping import ShapingMixin
 from tg_tensor.sorting import SortingMixin
+from tg_tensor.symbolic import concrete_shape
 from tg_tensor.util import DTypeError, ShapeError, const_uop, is_contiguous_buffer, np_dtype, shape_of_list, to_dtype
 from tg_tensor.visibility import on_schedule
 from tg_uop import ConstType, DType, GroupOp, Ops, UOp, dtypes
@@ -330,8 +331,11 @@ class Tensor(
         import numpy as np
 
         self.realize()  # a lazy tensor gets its own buffer; a view of a buffer stays a view
-        shape = tuple(int(s) for s in self.shape)
+        shape = concrete_shape(self.shape)
         window = (self.uop.base, View.create(shape)) if is_contiguous_buffer(self.uop) else _strided_window(self.uop)
+        if not all_int(self.shape) and not is_contiguous_buffer(self.uop):
+            # a symbolic shape: a kernel writes the bound part, row-major, at the start of a buffer of the largest size
+            window = (self.contiguous().realize().uop.base, View.create(shape))
         if window is None:  # a view that a kernel must gather (padding, several views, DISK)
             window = (self.contiguous().realize().uop.base, View.create(shape))
         base, view = window
@@ -348,14 +352,13 @@ class Tensor(
         return np.ndarray(shape, arr.dtype, arr, int(view.offset) * step, strides)
 
     def numpy(self) -> np.ndarray[Any, Any]:
-        """The values as a new numpy array (realizes the tensor)."""
-        if not all_int(self.shape):
-            raise ValueError(f"numpy: shape {self.shape} is symbolic")
-        if 0 in self.shape:
+        """The values as a new numpy array (realizes the tensor; a symbolic shape at its bound values)."""
+        shape = concrete_shape(self.shape)
+        if 0 in shape:
             import numpy as np
 
             npdt = np_dtype(self.dtype) if self.dtype != dtypes.bfloat16 else np.float32
-            return np.zeros(tuple(int(s) for s in self.shape), dtype=npdt)
+            return np.zeros(shape, dtype=npdt)
         return self._data().copy()
 
     def data(self) -> memoryview:

@@ -18,6 +18,14 @@ if TYPE_CHECKING:
 sint = int | Any
 
 
+def ssimplify(x: sint) -> sint:
+    """A symbolic size simplified (`(n + 1) - n` is 1, `n - 0` is n); an int stays an int."""
+    if isinstance(x, int):
+        return x
+    s = x.simplify()
+    return int(s.arg) if s.op is Ops.CONST else s
+
+
 def uop_shape(u: UOp) -> tuple[sint, ...] | None:
     op = u.op
     if op is Ops.VIEW:
@@ -44,9 +52,9 @@ def uop_shape(u: UOp) -> tuple[sint, ...] | None:
     if op is Ops.PERMUTE:
         return tuple(src_shape[i] for i in u.arg)
     if op is Ops.PAD:
-        return tuple(s + b + a for s, (b, a) in zip(src_shape, u.arg))
+        return tuple(ssimplify(s + b + a) for s, (b, a) in zip(src_shape, u.arg))
     if op is Ops.SHRINK:
-        return tuple(e if isinstance(b, int) and b == 0 else e - b for b, e in u.arg)
+        return tuple(e if isinstance(b, int) and b == 0 else ssimplify(e - b) for b, e in u.arg)
     if op is Ops.REDUCE_AXIS:
         return tuple(1 if i in u.arg[1] else s for i, s in enumerate(src_shape))
     if op in GroupOp.Elementwise and op is Ops.WHERE:
