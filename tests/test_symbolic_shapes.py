@@ -94,3 +94,11 @@ def test_symbolic_slice_refuses_negative_bounds_and_steps():
         t[:v:2]
     with pytest.raises(IndexError, match="non-negative"):
         t[:v][-1:]
+
+
+def test_any_variable_name_compiles_and_same_names_with_other_ranges_stay_apart(device: str):
+    a = np.arange(10, dtype=np.float32)
+    for name in ("int", "start pos", "alu0", "data0"):
+        v, w = Variable(name, 1, 10).bind(4), Variable(name, 1, 9).bind(3)  # two variables, one name
+        t = Tensor(a, device=device)
+        assert (t[:v].sum() + t[:w].sum()).item() == a[:4].sum() + a[:3].sum()

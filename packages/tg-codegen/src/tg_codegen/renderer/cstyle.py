@@ -216,9 +216,9 @@ class CStyleLanguage(Renderer):
             if op is Ops.DEFINE_GLOBAL:
                 names[u] = f"data{u.arg}"
                 params.append((names[u], u.dtype, u in stored))
-            elif op is Ops.DEFINE_VAR:
-                names[u] = u.arg[0]
-                params.append((u.arg[0], u.dtype, False))
+            elif op is Ops.DEFINE_VAR:  # any Variable name ("start pos", "int", "alu0") as a distinct C name
+                names[u] = fresh("var_" + "".join(c if c.isalnum() else "_" for c in str(u.arg[0])) + "_")
+                params.append((names[u], u.dtype, False))
             elif op is Ops.CONST:
                 names[u] = self.render_const(u.arg, u.dtype)
             elif op is Ops.SPECIAL:
