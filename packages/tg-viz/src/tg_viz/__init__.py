@@ -27,9 +27,9 @@ _installed: list[VizServer | None] = []
 
 def serve_until_interrupted(srv: VizServer) -> None:
     """Block until Ctrl-C (SIGINT), then stop the server cleanly."""
-    print(f"VIZ: serving {len(TRACE.groups)} groups at {srv.url} (Ctrl-C to stop)", flush=True)
     stop = threading.Event()
-    try:
+    try:  # the URL is printed inside: a Ctrl-C right after it (a script reading the URL) is still a clean stop
+        print(f"VIZ: serving {len(TRACE.groups)} groups at {srv.url} (Ctrl-C to stop)", flush=True)
         while not stop.wait(0.5):
             pass
     except KeyboardInterrupt:
