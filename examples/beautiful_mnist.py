@@ -1,7 +1,9 @@
 """Train a small convnet on MNIST with a jitted Adam step; prints a progress bar and the final test accuracy.
 
 Run with `uv run examples/beautiful_mnist.py` (STEPS=, BS=, LR=, EVAL_EVERY= to change the defaults;
-EVAL_EVERY=0 tests only at the end).
+EVAL_EVERY=0 tests only at the end). GPUS=n trains data-parallel on n devices of the default kind
+(`DEV=CUDA GPUS=2`; on the CPU, `GPUS=2` uses CPU:0 and CPU:1): each batch is split over the devices,
+the parameters are replicated, and their gradients are all-reduced (NCCL on CUDA). BS must split evenly.
 The data is read from MNIST_DIR, else from ../shared/datasets/mnist beside the repository when that
 folder exists (as on the project's machines), else as tg.nn.datasets.mnist() finds it (user cache, download).
 """
@@ -14,7 +16,7 @@ import time
 
 import numpy as np
 
-from tg import GlobalCounters, Tensor, TinyJit, getenv, nn
+from tg import Device, GlobalCounters, Tensor, TinyJit, getenv, nn
 
 
 class Model:
@@ -49,6 +51,17 @@ def main() -> None:
 
     Tensor.manual_seed(getenv("SEED", 42))
     model = Model()
+    gpus = tuple(f"{Device.DEFAULT.split(':')[0]}:{i}" for i in range(getenv("GPUS", 1)))
+    if len(gpus) > 1:  # data parallel: every device holds the whole model
+        for p in nn.state.get_parameters(model):
+            p.to_(gpus)
+
+    def split(*ts: Tensor) -> list[Tensor]:
+        return [t.shard(gpus, axis=0) for t in ts] if len(gpus) > 1 else list(ts)
+
+    def one_device(t: Tensor) -> Tensor:
+        return t.to(gpus[0]) if len(gpus) > 1 else t
+
     opt = nn.optim.Adam(nn.state.get_parameters(model), lr=getenv("LR", 0.001))
 
     @TinyJit
@@ -56,13 +69,15 @@ def main() -> None:
         with Tensor.train():
             opt.zero_grad()
             x, y = X_train_t[samples], Y_train_t[samples]  # the batch is gathered on the device (indexed loads)
-            loss = model(x).sparse_categorical_crossentropy(y).backward()
+            x, y = split(x, y)  # GPUS=n: each device gets BS/n samples
+            loss = one_device(model(x).sparse_categorical_crossentropy(y).backward())
             Tensor.realize(loss, *opt.schedule_step())
             return loss
 
     @TinyJit
     def correct(x: Tensor, y: Tensor) -> Tensor:
-        return (model(x).argmax(axis=1) == y).sum()
+        x, y = split(x, y)
+        return one_device((model(x).argmax(axis=1) == y).sum())
 
     def test_accuracy() -> float:
         n, bs = len(X_test_f), 1000

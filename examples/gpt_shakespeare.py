@@ -11,7 +11,10 @@ the end, then a sample with temperature and top-k.
 
 Settings (environment): STEPS, BS (sequences per step), BLOCK, LAYERS, HEADS, EMBD, DROPOUT, LR,
 WARMUP, CLIP, EVAL_EVERY, EVAL_BATCHES, SEED, CKPT (checkpoint path), SAMPLE (characters to
-generate), TEMP, TOPK, PROMPT, TIME_LIMIT (seconds; stop early and still evaluate, save, sample).
+generate), TEMP, TOPK, PROMPT, TIME_LIMIT (seconds; stop early and still evaluate, save, sample),
+GPUS (n: data parallel over n devices of the default kind, e.g. `DEV=CUDA GPUS=2`: each batch split over
+them, the parameters replicated, gradients all-reduced by NCCL; BS must split evenly; sampling and the
+checkpoint use the first device).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import time
 
 import numpy as np
 
-from tg import Tensor, TinyJit, dtypes
+from tg import Device, Tensor, TinyJit, dtypes
 from tg.nn.datasets import shakespeare
 from tg.nn.optim import AdamW
 from tg.nn.state import get_parameters, get_state_dict, safe_save
@@ -55,6 +58,16 @@ TEMP = float(env("TEMP", 0.8))
 TOPK = int(env("TOPK", 20))
 PROMPT = str(env("PROMPT", "ROMEO:\n"))
 TIME_LIMIT = float(env("TIME_LIMIT", 0))
+GPUS = tuple(f"{Device.DEFAULT.split(':')[0]}:{i}" for i in range(int(env("GPUS", 1))))
+
+
+def split(*ts: Tensor) -> list[Tensor]:
+    """GPUS=n: the batch split over the devices (each gets BS/n sequences)."""
+    return [t.shard(GPUS, axis=0) for t in ts] if len(GPUS) > 1 else list(ts)
+
+
+def one_device(t: Tensor) -> Tensor:
+    return t.to(GPUS[0]) if len(GPUS) > 1 else t
 
 
 def lr_at(step: int) -> float:
@@ -83,12 +96,16 @@ def main() -> None:
     n_params = sum(int(np.prod(p.shape)) for p in params)
     print(f"GPT {LAYERS} layers, {HEADS} heads, {EMBD} dims, block {BLOCK}, vocab {len(vocab)}: {n_params / 1e6:.2f}M "
           f"parameters; {STEPS} steps of {BS}x{BLOCK} characters on {train_t.device}")
+    if len(GPUS) > 1:  # data parallel: a full copy of the model on every device
+        for p in params:
+            p.to_(GPUS)
     opt = AdamW(params, lr=LR, weight_decay=0.1)
 
     @TinyJit
     def train_step(x: Tensor, y: Tensor) -> Tensor:
         with Tensor.train():
             opt.zero_grad()
+            x, y = split(x, y)
             loss = model.loss(x, y)
             loss.backward()
             grads = [p.grad for p in opt.params if p.grad is not None]
@@ -98,11 +115,11 @@ def main() -> None:
                 if p.grad is not None:
                     p.grad = p.grad * scale
             opt.step()
-        return loss.realize()
+        return one_device(loss).realize()
 
     @TinyJit
     def eval_step(x: Tensor, y: Tensor) -> Tensor:
-        return model.loss(x, y).realize()
+        return one_device(model.loss(*split(x, y))).realize()
 
     def evaluate(data: np.ndarray) -> float:
         erng = np.random.default_rng(0)  # the same batches every time: comparable figures
@@ -138,6 +155,9 @@ def main() -> None:
     train_final, val_final = evaluate(train), evaluate(val)
     print(f"\nfinal: train loss {train_final:.4f} val loss {val_final:.4f} after {step + 1} steps in {elapsed:.0f}s "
           f"({(step + 1) * BS * BLOCK / elapsed:.0f} tokens/s)")
+    if len(GPUS) > 1:  # the checkpoint and the sample from the first device's copy
+        for p in params:
+            p.to_(GPUS[0])
     safe_save(get_state_dict(model), CKPT)
     print(f"checkpoint: {CKPT}")
     stoi = {c: i for i, c in enumerate(vocab)}

@@ -237,6 +237,7 @@ GRAD_CASES.update(
         "alu": (lambda x: x.alu(__import__("tg_uop").Ops.MUL, x), [_r(*U)]),
         "const_like": (lambda x: x + x.const_like(2.0), [_r(*U)]),
         "shard": (lambda x: _two_devices(x).exp().sum(1).to(x.device), [_r(4, 3)]),
+        "shard_like": (lambda x: (x * 2).shard_like(_two_devices(x)).sum(0).to(x.device), [_r(4, 3)]),
     }
 )
 NOT_DIFFERENTIABLE |= set(

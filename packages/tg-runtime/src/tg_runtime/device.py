@@ -14,7 +14,7 @@ import importlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from tg_codegen.renderer import Renderer
 from tg_uop import DType
@@ -241,6 +241,7 @@ class DeviceSet(str):
     """
 
     devices: tuple[str, ...]
+    made: ClassVar[bool] = False  # set once any DeviceSet exists (schedulers skip looking for one until then)
 
     def __new__(cls, names: str | tuple[str, ...] | list[str]) -> DeviceSet:
         items = names.split(",") if isinstance(names, str) else list(names)
@@ -257,6 +258,7 @@ class DeviceSet(str):
             )
         self = super().__new__(cls, ",".join(devs))
         self.devices = devs
+        DeviceSet.made = True
         return self
 
     def __eq__(self, other: object) -> bool:

@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from tg_tensor.tensor import Tensor
 
 REDUCE_NAMES = {Ops.ADD: "SUM", Ops.MAX: "MAX", Ops.MUL: "PROD"}
-used = [False]  # set once a MULTI node exists: until then scheduling never looks for one
 
 
 @dataclass(frozen=True)
@@ -52,7 +51,6 @@ def is_multi(u: UOp) -> bool:
 
 def multi_node(uops: tuple[UOp, ...] | list[UOp], axis: int | None, devices: DeviceSet) -> UOp:
     """The MULTI node of these per-device shards."""
-    used[0] = True
     uops = tuple(uops)
     return UOp(Ops.MULTI, uops[0].dtype, (*uops, UOp(Ops.DEVICE, arg=devices)), axis)
 
@@ -346,22 +344,35 @@ def schedule_multi(tensors: list[Tensor]) -> list[Any]:
         plans.append((t, low if isinstance(low, Shards) else None, len(temps)))
         temps.extend(Tensor(u) for u in (low.uops if isinstance(low, Shards) else (low,)))
     items = temps[0].schedule(*temps[1:])
+    grad_nodes = _grad_nodes()
     for t, sh, start in plans:
+        lazy = t.uop
         if sh is None:
             t.uop = temps[start].uop
-            continue
-        lazy = t.uop
-        t.uop = multi_node([tt.uop for tt in temps[start : start + len(sh.uops)]], sh.axis, sh.devices)
-        if lazy.op is not Ops.MULTI and t.requires_grad is not False:
-            t._lazy = lazy  # autograd differentiates the global graph
+        else:
+            t.uop = multi_node([tt.uop for tt in temps[start : start + len(sh.uops)]], sh.axis, sh.devices)
+        if lazy.op is not Ops.MULTI and grad_nodes and any(n in grad_nodes for n in lazy.toposort):
+            t._lazy = lazy  # autograd may still differentiate the global graph (kept only then: it holds buffers)
     return items
+
+
+def _grad_nodes() -> set[UOp]:
+    from tg_tensor.tensor import Tensor, _grad_tensors
+
+    if Tensor.no_grad:
+        return set()
+    return {n for g in list(_grad_tensors) for n in (g.uop, g._lazy) if n is not None}
 
 
 def needs_lowering(tensors: list[Tensor]) -> bool:
     """Does any of these tensors' graphs reach a tensor on several devices?"""
-    if not used[0]:
+    if not DeviceSet.made:  # no tensor was ever put on several devices: nothing to look for
         return False
-    return any(is_multi(t.uop) or any(n.op is Ops.MULTI for n in t.uop.toposort) for t in tensors)
+    return any(is_multi(t.uop) or any(_on_several(n) for n in t.uop.toposort) for t in tensors)
+
+
+def _on_several(n: UOp) -> bool:
+    return n.op is Ops.MULTI or (n.op is Ops.DEVICE and isinstance(n.arg, DeviceSet))
 
 
 def shards_of(t: Tensor) -> tuple[list[Tensor], int | None]:

@@ -23,11 +23,6 @@ def _writes(item: ScheduleItem) -> UOp | None:
     return w if isinstance(w, UOp) else None
 
 
-def _version(item: ScheduleItem) -> int:
-    w = _writes(item)
-    return int(w.arg[0]) if w is not None else -1
-
-
 def _reads(item: ScheduleItem) -> tuple[UOp, ...]:
     r = item.metadata.get("reads", ())
     return tuple(u for u in r if isinstance(u, UOp)) if isinstance(r, tuple) else ()
@@ -39,21 +34,20 @@ def _edges(items: list[ScheduleItem]) -> list[set[int]]:
     for i, it in enumerate(items):  # a collective writes one output per device
         for w in it.metadata.get("also_writes", ()):  # type: ignore[attr-defined]
             writer[w] = i
-    by_buffer: dict[int, list[int]] = {}  # id(runtime Buffer) -> items writing it
+    by_buffer: dict[int, list[tuple[int, UOp]]] = {}  # id(runtime Buffer) -> (item, node) writing it
     for node, i in writer.items():
-        by_buffer.setdefault(id(buffer_of(node)), []).append(i)
+        by_buffer.setdefault(id(buffer_of(node)), []).append((i, node))
     after: list[set[int]] = [set() for _ in items]
     for writers in by_buffer.values():  # versions of one memory are written oldest first
-        ordered = sorted(writers, key=lambda i: _version(items[i]))
+        ordered = [i for i, _ in sorted(writers, key=lambda w: int(w[1].arg[0]))]
         for a, b in zip(ordered, ordered[1:]):
             after[a].add(b)
     for i, it in enumerate(items):
         for node in _reads(it):
             if node in writer and writer[node] != i:
                 after[writer[node]].add(i)  # read after the value is written
-            for j in by_buffer.get(id(buffer_of(node)), []):
-                newer = _writes(items[j])
-                if j != i and newer is not None and newer.arg[0] > node.arg[0]:
+            for j, newer in by_buffer.get(id(buffer_of(node)), []):
+                if j != i and newer.arg[0] > node.arg[0]:
                     after[i].add(j)  # a later version overwrites what i reads: it comes after i
     return after
 

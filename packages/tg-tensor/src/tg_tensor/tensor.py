@@ -404,6 +404,13 @@ class Tensor(
         ret.requires_grad = self.requires_grad
         return ret
 
+    def shard_like(self, y: Tensor) -> Tensor:
+        """This tensor on y's devices, split as y is (on y's device when y lives on one)."""
+        low = multi.lower(y.uop, {})  # (graph building only: finds y's split)
+        if not isinstance(low, multi.Shards):
+            return self.to(y.device)
+        return self.shard(low.devices.devices, low.axis)
+
     def shard_(self, devices: tuple[str, ...] | list[str], axis: int | None = None) -> Tensor:
         """Shard this tensor in place (see `shard`); returns it."""
         self.uop = multi.shard_uop(self.uop, devices, axis)
