@@ -125,4 +125,9 @@ def run(
                 raise NCCLError(f"unknown collective {kind!r}")
             _check(status, f"nccl {kind} on device {ordinals[i]}")
     finally:
-        _check(lib.ncclGroupEnd(), "ncclGroupEnd")
+        try:
+            _check(lib.ncclGroupEnd(), "ncclGroupEnd")
+        finally:
+            from tg_runtime.ops_cuda import Driver
+
+            Driver.forget_current()  # NCCL switches devices: tg sets its context again before its next call

@@ -15,7 +15,7 @@ import glob
 import os
 import sys
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 from tg_codegen.limits import LaunchLimits
 from tg_codegen.renderer.cuda import CUDARenderer
@@ -146,7 +146,13 @@ class NVRTCCompiler(Compiler):
 
 
 class Driver:
-    """The few libcuda calls tg needs, with errors that name the failing call."""
+    """The few libcuda calls tg needs, with errors that name the failing call.
+
+    Each device has its own (primary) context; with several devices open, every call that needs one makes
+    its device's context current first (`use`, a no-op when it already is).
+    """
+
+    _current: ClassVar[int | None] = None  # the context tg made current last (None: unknown, e.g. after NCCL)
 
     def __init__(self, ordinal: int = 0) -> None:
         self.lib = load_libcuda()
@@ -180,6 +186,17 @@ class Driver:
 
     def make_current(self) -> None:
         self.check(self.lib.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
+        Driver._current = self.ctx.value
+
+    def use(self) -> None:
+        """Make this device's context current unless it already is."""
+        if Driver._current != self.ctx.value:
+            self.make_current()
+
+    @staticmethod
+    def forget_current() -> None:
+        """Another library (NCCL) may have changed the current context: set it again before the next call."""
+        Driver._current = None
 
     def check(self, status: int, what: str) -> None:
         if status != 0:
@@ -188,6 +205,7 @@ class Driver:
             raise CUDAError(f"{what} failed: {msg.value.decode() if msg.value else f'CUresult {status}'}")
 
     def synchronize(self) -> None:
+        self.use()
         self.check(self.lib.cuCtxSynchronize(), "cuCtxSynchronize")
 
 
@@ -208,6 +226,7 @@ class CUDAAllocator(Allocator):
         if kept := self.cache.get(nbytes):
             self.cached_bytes -= nbytes
             return kept.pop()
+        self.drv.use()
         ptr = ctypes.c_uint64()
         status = self.drv.lib.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(nbytes))
         if status == CUDA_ERROR_OUT_OF_MEMORY and self.cached_bytes:
@@ -222,6 +241,7 @@ class CUDAAllocator(Allocator):
 
     def release(self) -> None:
         """Give every cached block back to the driver."""
+        self.drv.use()
         for blocks in self.cache.values():
             for opaque in blocks:
                 self.drv.lib.cuMemFree_v2(opaque)
@@ -232,6 +252,7 @@ class CUDAAllocator(Allocator):
         # the async form copies pageable host memory to a staging buffer before it returns (so `src` may go), and
         # unlike cuMemcpyHtoD it does not wait for the GPU to finish earlier work
         host = (ctypes.c_char * src.nbytes).from_buffer_copy(src)
+        self.drv.use()
         self.drv.check(
             self.drv.lib.cuMemcpyHtoDAsync_v2(dest, host, ctypes.c_size_t(src.nbytes), None), "cuMemcpyHtoDAsync"
         )
@@ -247,6 +268,7 @@ class CUDAProgram:
 
     def __init__(self, drv: Driver, name: str, lib: bytes) -> None:
         self.drv, self.name = drv, name
+        drv.use()
         self.module = ctypes.c_void_p()
         drv.check(drv.lib.cuModuleLoadData(ctypes.byref(self.module), lib), f"cuModuleLoadData({name})")
         self.fxn = ctypes.c_void_p()
@@ -268,6 +290,7 @@ class CUDAProgram:
         gs = tuple(global_size or (1,)) + (1, 1, 1)
         ls = tuple(local_size or (1,)) + (1, 1, 1)
         st = time.perf_counter()
+        self.drv.use()
         self.drv.check(
             self.drv.lib.cuLaunchKernel(self.fxn, gs[0], gs[1], gs[2], ls[0], ls[1], ls[2], 0, None, params, None),
             f"cuLaunchKernel({self.name}, grid={gs[:3]}, block={ls[:3]})",
@@ -335,6 +358,7 @@ class CUDAGraph:
             raise ValueError("CUDAGraph needs at least one launch")
         self.drv = drv
         self.graph, self.exec = ctypes.c_void_p(), ctypes.c_void_p()
+        drv.use()
         drv.check(drv.lib.cuGraphCreate(ctypes.byref(self.graph), 0), "cuGraphCreate")
         self.launches = list(launches)
         self.nodes: list[ctypes.c_void_p] = []
@@ -400,6 +424,7 @@ class CUDAGraph:
 
     def __call__(self, wait: bool = False) -> float | None:
         st = time.perf_counter()
+        self.drv.use()
         self.drv.check(self.drv.lib.cuGraphLaunch(self.exec, None), "cuGraphLaunch")
         if not wait:
             return None
