@@ -20,10 +20,10 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from tg_runtime.device import Device, DeviceSet
-from tg_tensor.multi import multi_node, shard_uop
+from tg_tensor.multi import multi_node, shard_uop, split_of
 from tg_tensor.rng import RandomState, to_unit_float
 from tg_tensor.util import const_uop, norm_shape, np_dtype, to_dtype, varargs_shape
-from tg_uop import ConstType, DType, Ops, UOp, dtypes
+from tg_uop import ConstType, DType, UOp, dtypes
 from tg_uop.helpers import prod
 from tg_uop.uop import sint
 
@@ -91,9 +91,9 @@ class CreationMixin:
         return cls(UOp.new_buffer(dev, int(prod(shp)), dt).reshape(shp), **kw)
 
     def full_like(self: Tensor, fill_value: ConstType, dtype: DType | str | None = None, **kw: Any) -> Tensor:
-        if self.uop.op is Ops.MULTI and self.uop.arg is not None:  # split like self (made on each device)
-            one = type(self).full(self.shape, fill_value, _dt(dtype) or self.dtype, self.uop.src[0].device)
-            return type(self)(shard_uop(one.uop, self.device, self.uop.arg), **kw)
+        if (split := split_of(self.uop)) is not None and split.axis is not None:  # split like self
+            one = type(self).full(self.shape, fill_value, _dt(dtype) or self.dtype, split.devices.devices[0])
+            return type(self)(shard_uop(one.uop, split.devices, split.axis), **kw)
         return type(self).full(self.shape, fill_value, _dt(dtype) or self.dtype, self.device, **kw)
 
     def zeros_like(self: Tensor, dtype: DType | str | None = None, **kw: Any) -> Tensor:
@@ -103,11 +103,11 @@ class CreationMixin:
         return self.full_like(1, dtype, **kw)
 
     def empty_like(self: Tensor, dtype: DType | str | None = None, **kw: Any) -> Tensor:
-        if self.uop.op is Ops.MULTI and self.uop.arg is not None:  # split like self: a buffer per device
+        if (split := split_of(self.uop)) is not None and split.axis is not None:  # split like self: a buffer each
             dt = _dt(dtype) or self.dtype
-            shapes = [(str(s.device), tuple(s.shape or ())) for s in self.uop.src[:-1]]
+            shapes = [(str(s.device), tuple(s.shape or ())) for s in split.uops]
             shards = [UOp.new_buffer(d, int(prod(shp)), dt).reshape(shp) for d, shp in shapes]
-            return type(self)(multi_node(shards, self.uop.arg, self.device), **kw)  # type: ignore[arg-type]
+            return type(self)(multi_node(shards, split.axis, split.devices), **kw)
         return type(self).empty(self.shape, dtype=_dt(dtype) or self.dtype, device=self.device, **kw)
 
     def rand_like(self: Tensor, dtype: DType | str | None = None, **kw: Any) -> Tensor:

@@ -105,6 +105,12 @@ def shard_uop(u: UOp, devices: Any, axis: int | None) -> UOp:
     return multi_node(parts, axis, ds)
 
 
+def split_of(u: UOp) -> Shards | None:
+    """How a tensor's graph is split over devices (None for one device): builds its per-device graphs only."""
+    low = lower(u, {}) if DeviceSet.made and is_multi(u) else u
+    return low if isinstance(low, Shards) else None
+
+
 def _copy_to(u: UOp, device: str) -> UOp:
     if u.device == device:
         return u

@@ -406,10 +406,9 @@ class Tensor(
 
     def shard_like(self, y: Tensor) -> Tensor:
         """This tensor on y's devices, split as y is (on y's device when y lives on one)."""
-        low = multi.lower(y.uop, {})  # (graph building only: finds y's split)
-        if not isinstance(low, multi.Shards):
+        if (split := multi.split_of(y.uop)) is None:
             return self.to(y.device)
-        return self.shard(low.devices.devices, low.axis)
+        return self.shard(split.devices.devices, split.axis)
 
     def shard_(self, devices: tuple[str, ...] | list[str], axis: int | None = None) -> Tensor:
         """Shard this tensor in place (see `shard`); returns it."""
