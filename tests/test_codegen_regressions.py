@@ -124,3 +124,13 @@ def test_sum_of_negative_zeros_is_positive_zero(device: str) -> None:
     x = np.array([[-0.0, 1.5], [-2.0, 2.0]], np.float32)
     _same(Tensor(x, device=device).sum(axis=1).numpy(), x.sum(axis=1))
     _same(Tensor(x, device=device)[:, :1].max(axis=1).numpy(), np.array([-0.0, -2.0], np.float32))
+
+
+def test_int_minus_int32_min_does_not_overflow(device: str) -> None:
+    """seed 1010999 (CPU): x - INT_MIN (x in [-4, 0], no overflow) was rewritten x + (-INT_MIN) = x + INT_MIN, which
+    overflows (undefined in C): gcc made every value INT_MIN."""
+    a = np.array([[4], [-6], [1], [-1]], np.int32)
+    t = Tensor(a, device=device)
+    want = (np.mod(a.astype(np.int64), -5) - (-(2**31))).astype(np.int32)
+    got = (t % -5) - Tensor.full((4, 1), -(2**31), dtype=dtypes.int32, device=device)
+    np.testing.assert_array_equal(got.numpy(), want)

@@ -152,7 +152,12 @@ symbolic = symbolic_simple + PatternMatcher(
         # ranges that pin a value
         (UPat(GroupOp.ALU, name="x"), fold_by_bounds),
         # integer subtraction and negation become sums, so like terms combine
-        (UPat.var("x", dtype=_INTS) - UPat.var("y"), lambda x, y: x + y * -1),
+        # not for a y that can be the dtype's minimum: -y wraps, and x + y overflows where x - y did not
+        # (C: undefined; gcc folded x - INT_MIN for x in [-4, 0] to INT_MIN)
+        (
+            UPat.var("x", dtype=_INTS) - UPat.var("y"),
+            lambda x, y: x + y * -1 if dtypes.is_unsigned(y.dtype) or y.vmin > dtypes.min(y.dtype) else None,
+        ),
         (-UPat.var("x", dtype=_INTS), lambda x: x * -1),
         # regroup constants: (x + c1) + c2 -> x + (c1 + c2), (x * c1) * c2 -> x * (c1 * c2)
         # (ints only: for floats the regrouped sum or product rounds, overflows or cancels differently)
