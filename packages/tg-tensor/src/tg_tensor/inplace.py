@@ -26,6 +26,7 @@ adds no kernel and no copy; under TinyJit the copies are recorded and replayed l
 
 from __future__ import annotations
 
+import copy
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -145,10 +146,14 @@ def protect_old_values(items: list[ScheduleItem]) -> tuple[list[ScheduleItem], C
         scan.visit(t)
     copies: list[ScheduleItem] = []
     rebind: list[tuple[UOp, Buffer]] = []
+    swap: dict[UOp, UOp] = {}
     for old in scan.to_copy:
         item, copy = create_copy_kernel(old)
         copies.append(item)
         rebind.append((old, buffer_of(copy)))
+        swap[old] = copy
+    if swap:  # readers of a copied version read the copy: ordering must not keep them before the write
+        items = [_reads_swapped(it, swap) for it in items]
     unread = [p for new in written if (ref := previous.get(new)) is not None and (p := ref()) is not None]
 
     def finish() -> None:
@@ -159,6 +164,24 @@ def protect_old_values(items: list[ScheduleItem]) -> tuple[list[ScheduleItem], C
                 stale.add(p)
 
     return copies + items, finish
+
+
+def _reads_swapped(item: ScheduleItem, swap: dict[UOp, UOp]) -> ScheduleItem:
+    """`item` reading the copies of copied versions (its metadata and its buffers).
+
+    Without this, a kernel reading both an old version (kept by a copy) and a value computed after the
+    write was ordered both before and after the write: a cycle (randn drawn twice, then a backward).
+    """
+    reads = item.metadata.get("reads")
+    if not isinstance(reads, tuple) or not any(u in swap for u in reads):
+        return item
+    new = copy.copy(item)  # the item may sit in a schedule cache: never edit it in place
+    new.metadata = {**item.metadata, "reads": tuple(swap.get(u, u) for u in reads)}
+    new.bufs = list(item.bufs)  # buffers are outputs first, then one per read, in order
+    for k, u in enumerate(reads):
+        if u in swap:
+            new.bufs[item.outputs + k] = buffer_of(swap[u])
+    return new
 
 
 def _nothing() -> None:
