@@ -15,14 +15,14 @@ import bench_gpu  # noqa: E402
 import tg_codegen.heuristic as heuristic  # noqa: E402
 from tg import Tensor  # noqa: E402
 from tg_runtime.runner import clear_runner_cache  # noqa: E402
-from tg_tensor import schedule  # noqa: E402
+from tg_tensor.realizer import current  # noqa: E402
 
 
 def main() -> None:
     flag = os.getenv("AB_FLAG", "GPU_CONV_TILE_2D")  # the heuristic switch to compare
     for on in (False, True, False, True):
         setattr(heuristic, flag, on)
-        schedule._recipes.clear()
+        current().recipes.clear()
         clear_runner_cache()
         row: dict[str, object] = {
             flag: on,

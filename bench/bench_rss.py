@@ -20,7 +20,7 @@ import numpy as np
 
 from tg import Device, Tensor, TinyJit
 from tg_runtime.runner import _runner_cache, get_runner
-from tg_tensor.schedule import pending
+from tg_tensor.realizer import current
 
 
 def rss_mb() -> float:
@@ -51,7 +51,7 @@ def run(name: str, step, n: int) -> None:  # type: ignore[no-untyped-def]
 def kernel_runner(t: Tensor) -> tuple[Any, list[Any]]:
     """The compiled kernel that computes `t` and its buffers (allocated), without running it."""
     (item,) = t.schedule()
-    pending.clear()
+    current().unqueue()
     for b in item.bufs:
         b.ensure_allocated()
     return get_runner(item.bufs[0].device, item.ast), item.bufs

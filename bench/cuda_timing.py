@@ -13,14 +13,14 @@ from tg import Device, Tensor
 from tg_codegen import get_program
 from tg_codegen.opt import Opt
 from tg_runtime.runner import CompiledRunner
-from tg_tensor.schedule import ScheduleItem, pending
+from tg_tensor.realizer import ScheduleItem, current
 
 
 def scheduled(t: Tensor) -> list[ScheduleItem]:
     """`t`'s kernels with their buffers allocated, taken out of the pending queue (the caller launches them)."""
     items = t.schedule()
     for item in items:
-        pending.remove(item)
+        current().unqueue(item)
         for buf in item.bufs:
             buf.ensure_allocated()
     return items

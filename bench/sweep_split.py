@@ -16,7 +16,7 @@ import bench_gpu  # noqa: E402
 
 import tg_tensor.split_reduce as sr  # noqa: E402
 from tg_runtime.runner import clear_runner_cache  # noqa: E402
-from tg_tensor import schedule  # noqa: E402
+from tg_tensor.realizer import current  # noqa: E402
 
 VARIANTS = [  # (most parts G, partials last, minimum reduce length per output)
     (256, True, 1 << 15), (256, False, 1 << 15), (64, True, 1 << 15), (64, False, 1 << 15),
@@ -29,7 +29,7 @@ def main() -> None:
     for most, last, minimum in VARIANTS:
         sr.SPLIT_AXIS_PARTS, sr.SPLIT_AXIS_LAST, sr.SPLIT_REDUCE_MIN = (most, 2), last, minimum
         sr.SPLIT_AXIS_MAX_PARTIALS = 1 << 24
-        schedule._recipes.clear()
+        current().recipes.clear()
         clear_runner_cache()
         value = bench_gpu.tg_mnist_steps_per_s(512, 30)
         print(

@@ -9,7 +9,7 @@ import pytest
 
 from tg_nn.datasets import MNIST_FILES
 from tg_runtime import Device
-from tg_tensor.schedule import pending
+from tg_tensor.realizer import current
 
 
 def _available(name: str) -> str | None:
@@ -38,7 +38,7 @@ def device(request: pytest.FixtureRequest) -> str:
 @pytest.fixture(autouse=True)
 def _no_stale_schedule() -> None:
     """Kernels another test scheduled and never ran must not run inside the next test (it counts kernels)."""
-    pending.clear()
+    current().unqueue()
 
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

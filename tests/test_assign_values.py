@@ -11,7 +11,8 @@ import pytest
 from tg import GlobalCounters, Tensor, TinyJit
 from tg.nn import Linear
 from tg.nn.optim import SGD, Adam
-from tg_tensor.schedule import StaleReadError, buffer_of
+from tg_tensor.realizer import StaleReadError
+from tg_tensor.schedule import buffer_of
 
 
 def test_lazy_tensor_built_before_assign_keeps_old_values(device: str) -> None:

@@ -10,7 +10,7 @@ from tg_codegen import Kernel, KernelOptError, Opt, OptOps, get_program
 from tg_codegen.heuristic import hand_coded_optimizations
 from tg_codegen.renderer.cuda import CUDARenderer
 from tg_runtime.ops_cuda import CUDAError, NVRTCCompiler
-from tg_tensor.schedule import pending
+from tg_tensor.realizer import current
 from tg_uop import DType, UOp
 
 try:
@@ -26,7 +26,7 @@ def kernels_of(t: Tensor) -> list[str]:
     """CUDA source of every kernel scheduled to compute `t` (scheduled on the default device, not run)."""
     items = t.schedule()
     for item in items:  # only rendered here, never run
-        pending.remove(item)
+        current().unqueue(item)
     srcs = [get_program(item.ast, CUDARenderer("sm_90")).src for item in items if item.ast.op.name == "SINK"]
     assert srcs, "expected at least one kernel"
     return srcs
@@ -71,7 +71,7 @@ def _matmul_ast(dt: DType, n: int = 64, k: int = 128, m: int = 32) -> UOp:
     b = Tensor(rng.standard_normal((k, m)).astype(np.float32)).cast(dt).contiguous()
     items = a.matmul(b).schedule()
     for item in items:
-        pending.remove(item)
+        current().unqueue(item)
     return items[-1].ast
 
 
@@ -118,7 +118,7 @@ def test_wide_loads_of_every_dtype_compile(dt: DType) -> None:
     x = Tensor(np.arange(64).astype(np.int32)).cast(dt).contiguous()
     items = (x + x).schedule()
     for item in items:
-        pending.remove(item)
+        current().unqueue(item)
     spec = get_program(items[-1].ast, CUDARenderer("sm_90"), opts=[Opt(OptOps.UPCAST, 0, 4)])
     if dt.itemsize in (2, 4, 8):
         assert f"*((tg_{dt.name.replace(' ', '_')}x" in spec.src, spec.src

@@ -9,7 +9,7 @@ from tg import Context, Device, Tensor, dtypes
 from tg_codegen import get_program
 from tg_codegen.opt import KernelOptError, Opt, OptOps
 from tg_runtime.runner import CompiledRunner
-from tg_tensor.schedule import pending
+from tg_tensor.realizer import current
 from tg_uop import DType
 
 DTYPES = {"fp16": dtypes.float16, "bf16": dtypes.bfloat16}
@@ -76,7 +76,7 @@ def test_explicit_tc_opts(dt: str, name: str) -> None:
     a, b, ref = _inputs(m, n, k, DTYPES[dt], seed=1)
     items = a.matmul(b).schedule()
     for item in items:
-        pending.remove(item)
+        current().unqueue(item)
         for buf in item.bufs:
             buf.ensure_allocated()
     *_, item = items
@@ -151,7 +151,7 @@ def test_tf32_explicit_opts(name: str) -> None:
     a, b, ref = _inputs(m, n, k, dtypes.float32, seed=6)
     items = a.matmul(b).schedule()
     for item in items:
-        pending.remove(item)
+        current().unqueue(item)
         for buf in item.bufs:
             buf.ensure_allocated()
     *_, item = items

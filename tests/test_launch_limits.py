@@ -18,7 +18,7 @@ from tg_codegen import Kernel, KernelOptError, Opt, OptOps, get_program
 from tg_codegen.limits import LaunchLimits, assign_dims
 from tg_codegen.renderer import ProgramSpec
 from tg_codegen.renderer.cuda import CUDARenderer
-from tg_tensor.schedule import pending
+from tg_tensor.realizer import current
 from tg_uop.helpers import prod
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
@@ -42,7 +42,7 @@ def mnist_step_programs(bs: int) -> list[ProgramSpec]:
         loss = model(x).sparse_categorical_crossentropy(y).backward()
         items = loss.schedule(*opt.schedule_step())
     for item in items:
-        pending.remove(item)
+        current().unqueue(item)
     renderer = CUDARenderer("sm_90")
     return [get_program(it.ast, renderer) for it in items if it.ast.op.name == "SINK"]
 
@@ -66,7 +66,7 @@ def test_mnist_step_launches_fit_h100(bs: int) -> None:
 def test_too_many_threads_refused_and_kernel_unchanged() -> None:
     t = Tensor(np.ones((128, 10), np.float32)).sum(axis=0)
     (item,) = [it for it in t.schedule() if it.ast.op.name == "SINK"]
-    pending.remove(item)
+    current().unqueue(item)
     k = Kernel(item.ast, CUDARenderer("sm_90"))
     k.apply_opt(Opt(OptOps.LOCAL, 0, 10))
     before = (k.full_shape, list(k.axis_types), list(k.applied_opts))
@@ -80,7 +80,7 @@ def test_too_many_threads_refused_and_kernel_unchanged() -> None:
 def test_shared_memory_and_registers_refused() -> None:
     t = Tensor(np.ones((256, 4096), np.float32)).sum(axis=1)
     (item,) = [it for it in t.schedule() if it.ast.op.name == "SINK"]
-    pending.remove(item)
+    current().unqueue(item)
     small = CUDARenderer("sm_90", LaunchLimits(shared_bytes=1024))
     with pytest.raises(KernelOptError, match="bytes of shared memory per block; the device's limit is 1024"):
         Kernel(item.ast, small).apply_opt(Opt(OptOps.GROUP, 0, 512))
@@ -102,7 +102,7 @@ def test_grid_dimensions_repacked_to_fit() -> None:
     a = np.arange(70000 * 2 * 2, dtype=np.float32).reshape(70000, 2, 2)
     t = Tensor(a).permute(2, 1, 0).contiguous()
     (item,) = [it for it in t.schedule() if it.ast.op.name == "SINK"]
-    pending.remove(item)
+    current().unqueue(item)
     spec = get_program(item.ast, CUDARenderer("sm_90"), opts=[])
     check_launch(spec, H100)
 
@@ -118,7 +118,7 @@ def test_conv_2d_tile_matches_numpy_on_cl(device: str) -> None:
     (item,) = [it for it in out.schedule() if it.ast.op.name == "SINK"]
     spec = get_program(item.ast, CUDARenderer("sm_90"))
     assert [o.arg for o in spec.applied_opts] == [32, 2, 16, 4], spec.applied_opts
-    pending.remove(item)
+    current().unqueue(item)
     out = Tensor(x, device=device).conv2d(Tensor(w, device=device))
     windows = np.lib.stride_tricks.sliding_window_view(x, (3, 3), axis=(2, 3))  # (128, 2, 5, 5, 3, 3)
     ref = np.einsum("bcyxij,ocij->boyx", windows, w)

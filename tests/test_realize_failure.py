@@ -11,7 +11,7 @@ import pytest
 
 from tg import Tensor
 from tg_runtime.ops_disk import DiskError
-from tg_tensor.schedule import pending
+from tg_tensor.realizer import current
 
 
 def _disk_file(tmp_path: pathlib.Path) -> str:
@@ -24,7 +24,7 @@ def test_failed_realize_does_not_poison_the_next_one(tmp_path: pathlib.Path) -> 
     bad = ((Tensor.empty(4, device=f"DISK:{_disk_file(tmp_path)}") + 1).to("CPU") * 2).contiguous()
     with pytest.raises(DiskError):
         bad.realize()  # the DISK kernel fails; the copy and the CPU kernel after it must not stay pending
-    assert not pending
+    assert not current().pending
     np.testing.assert_array_equal((Tensor([1.0, 2.0]) + 1).numpy(), [2.0, 3.0])
     with pytest.raises(RuntimeError, match="never computed.*DiskError"):
         bad.numpy()
@@ -37,7 +37,7 @@ def test_failed_kernelize_then_realize_of_another_tensor(tmp_path: pathlib.Path)
     good = (Tensor([3.0]) * 2).kernelize()
     with pytest.raises(DiskError):
         Tensor([0.0]).realize()  # runs what kernelize left pending: it fails with DISK's error
-    assert not pending
+    assert not current().pending
     assert (Tensor([1.0]) + 1).tolist() == [2.0]
     with pytest.raises(RuntimeError, match="never computed"):
         good.numpy()  # it was pending behind the failure: an error, never uninitialized memory

@@ -17,7 +17,7 @@ from tg import Context, Tensor
 from tg_codegen import KernelOptError, Opt, OptOps, get_program
 from tg_codegen.renderer.cuda import CUDARenderer
 from tg_runtime.ops_cuda import CUDAError, NVRTCCompiler
-from tg_tensor.schedule import pending
+from tg_tensor.realizer import current
 from tg_uop import UOp
 
 
@@ -27,7 +27,7 @@ def matmul_ast(m: int, n: int, k: int) -> UOp:
     b = Tensor(rng.standard_normal((k, n)).astype(np.float32))
     items = a.matmul(b).schedule()
     for item in items:
-        pending.remove(item)
+        current().unqueue(item)
     return items[-1].ast
 
 

@@ -19,6 +19,8 @@ MODULES = [
     "movement",
     "nn",
     "ordering",
+    "realize",
+    "realizer",
     "reduce",
     "rng",
     "split_reduce",

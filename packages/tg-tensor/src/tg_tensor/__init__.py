@@ -7,9 +7,19 @@
 
 from tg_tensor.jit import JitError, TinyJit
 from tg_tensor.realize import run_schedule
-from tg_tensor.schedule import ScheduleItem, create_schedule
+from tg_tensor.realizer import Realizer, ScheduleItem
+from tg_tensor.schedule import create_schedule
 from tg_tensor.tensor import Tensor
 from tg_uop import GlobalCounters
 
 __version__ = "0.1.0"
-__all__ = ["GlobalCounters", "JitError", "TinyJit", "ScheduleItem", "Tensor", "create_schedule", "run_schedule"]
+__all__ = [
+    "GlobalCounters",
+    "JitError",
+    "Realizer",
+    "TinyJit",
+    "ScheduleItem",
+    "Tensor",
+    "create_schedule",
+    "run_schedule",
+]

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from tg_runtime.device import Device, DeviceSet
 from tg_tensor.multi import multi_node, shard_uop, split_of
+from tg_tensor.realizer import current
 from tg_tensor.rng import RandomState, to_unit_float
 from tg_tensor.util import const_uop, norm_shape, np_dtype, to_dtype, varargs_shape
 from tg_uop import ConstType, DType, UOp, dtypes
@@ -35,7 +36,12 @@ def _dt(dtype: DType | str | None) -> DType | None:
     return None if dtype is None else to_dtype(dtype)
 
 
-_default_state = RandomState(0)  # the stream Tensor.rand and friends draw from (Tensor.manual_seed resets it)
+def _default_state() -> RandomState:
+    """The stream Tensor.rand and friends draw from (Tensor.manual_seed resets it); one per Realizer."""
+    rz = current()
+    if rz.random is None:
+        rz.random = RandomState(0)
+    return rz.random
 
 
 class CreationMixin:
@@ -198,7 +204,7 @@ class CreationMixin:
 
         The device state is rewritten in place, so a TinyJit recording that draws numbers restarts too.
         """
-        _default_state.reseed(seed)
+        _default_state().reseed(seed)
 
     @classmethod
     def _random(cls: type[Tensor], values: UOp, dtype: DType | str | None, default: DType, **kw: Any) -> Tensor:
@@ -213,7 +219,7 @@ class CreationMixin:
             raise ValueError(f"random: shape {shp} must be made of ints")
         dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
         ishp = tuple(int(s) for s in shp)
-        return (ishp, dev, *_default_state.bits(ishp, dev))
+        return (ishp, dev, *_default_state().bits(ishp, dev))
 
     @classmethod
     def rand(

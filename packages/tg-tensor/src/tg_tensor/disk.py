@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 from tg_runtime.ops_disk import DiskError, disk_window
 from tg_shape import ShapeTracker
 from tg_tensor.inplace import rebuild_view, view_chain
-from tg_tensor.schedule import _movement_st, buffer_of, buffers
+from tg_tensor.realizer import current
+from tg_tensor.schedule import _movement_st, buffer_of
 from tg_tensor.util import is_contiguous_buffer
 from tg_uop import Ops, UOp
 from tg_uop.helpers import prod
@@ -57,7 +58,7 @@ def disk_to(t: Tensor, device: str) -> UOp:
     if start is not None and ops:
         count = int(prod(t.shape))
         win = UOp.new_buffer(t.device, count, t.dtype)
-        buffers[win] = disk_window(buffer_of(base), start, count)
+        current().buffers[win] = disk_window(buffer_of(base), start, count)
         return UOp(Ops.COPY, t.dtype, (win.reshape(t.shape), UOp(Ops.DEVICE, arg=device)))
     copied = UOp(Ops.COPY, t.dtype, (base, UOp(Ops.DEVICE, arg=device)))
     return rebuild_view(copied, ops)

@@ -27,28 +27,18 @@ adds no kernel and no copy; under TinyJit the copies are recorded and replayed l
 from __future__ import annotations
 
 import copy
-import weakref
 from collections.abc import Callable
 from typing import Any
 
 from tg_runtime.device import Buffer
-from tg_tensor.schedule import ScheduleItem, buffer_of, buffers, create_copy_kernel, realized, stale
+from tg_tensor.realizer import ScheduleItem, current
+from tg_tensor.schedule import buffer_of, create_copy_kernel
 from tg_uop import GroupOp, Ops, UOp
-
-# every live Tensor (registered by Tensor.__init__): the possible readers of an overwritten version
-live_tensors: weakref.WeakSet[Any] = weakref.WeakSet()
-# new version (the BUFFER node an assign writes) -> the version it replaces (weakly: dead means unread)
-previous: weakref.WeakKeyDictionary[UOp, weakref.ReferenceType[UOp]] = weakref.WeakKeyDictionary()
-
-
-def _resolve(u: UOp) -> UOp:
-    return realized.get(u, u)
 
 
 def _written(items: list[ScheduleItem]) -> list[UOp]:
     """The version nodes that the in-place writes of this schedule produce."""
-    nodes = [it.metadata.get("writes") for it in items if it.metadata.get("in_place")]
-    return [n for n in nodes if isinstance(n, UOp)]
+    return [it.writes for it in items if it.in_place and it.writes is not None]
 
 
 def _newest(written: list[UOp]) -> dict[int, UOp]:
@@ -66,7 +56,7 @@ def view_chain(u: UOp, resolve: bool = True) -> tuple[UOp, list[tuple[Ops, Any]]
 
     With `resolve`, lazy nodes that were realized count as their buffers.
     """
-    step = _resolve if resolve else (lambda n: n)
+    step = current().resolve if resolve else (lambda n: n)
     ops: list[tuple[Ops, Any]] = []
     node = step(u)
     while node.op in GroupOp.Movement:
@@ -80,17 +70,18 @@ class _Scan:
 
     def __init__(self, written: dict[int, UOp]) -> None:
         self.written = written
+        self.r = current()
         self.seen: set[UOp] = set()
         self.to_copy: dict[UOp, None] = {}  # old versions a live lazy graph computes from
 
     def newer(self, node: UOp) -> UOp | None:
         """The version that overwrites `node`'s memory in this schedule, when `node` is an older one."""
-        buf = buffers.get(node)
+        buf = self.r.buffers.get(node)
         new = self.written.get(id(buf)) if buf is not None else None
         return new if new is not None and new.arg[0] > node.arg[0] else None
 
     def visit(self, t: Any) -> None:
-        if t.uop.op is Ops.ASSIGN and (done := realized.get(t.uop)) is not None:
+        if t.uop.op is Ops.ASSIGN and (done := self.r.realized.get(t.uop)) is not None:
             t.uop = done  # an assign that ran: its tensor is the buffer now (and drops the assign's graph)
         chain = view_chain(t.uop)
         if chain is not None:
@@ -107,7 +98,7 @@ class _Scan:
             if node in self.seen:
                 continue
             self.seen.add(node)
-            r = _resolve(node)
+            r = self.r.resolve(node)
             if r is not node:
                 node = r.base
             if node.op is Ops.BUFFER:
@@ -122,7 +113,8 @@ def pending_writes() -> list[Any]:
 
     TinyJit runs these at the end of the function it records, so the writes are part of the recording.
     """
-    return [t for t in list(live_tensors) if t.uop.op is Ops.ASSIGN and t.uop not in realized]
+    rz = current()
+    return [t for t in list(rz.live_tensors) if t.uop.op is Ops.ASSIGN and t.uop not in rz.realized]
 
 
 def rebuild_view(base: UOp, ops: list[tuple[Ops, Any]]) -> UOp:
@@ -141,8 +133,9 @@ def protect_old_values(items: list[ScheduleItem]) -> tuple[list[ScheduleItem], C
     written = _written(items)
     if not written:
         return items, _nothing
+    rz = current()
     scan = _Scan(_newest(written))
-    for t in list(live_tensors):
+    for t in list(rz.live_tensors):
         scan.visit(t)
     copies: list[ScheduleItem] = []
     rebind: list[tuple[UOp, Buffer]] = []
@@ -154,29 +147,29 @@ def protect_old_values(items: list[ScheduleItem]) -> tuple[list[ScheduleItem], C
         swap[old] = copy
     if swap:  # readers of a copied version read the copy: ordering must not keep them before the write
         items = [_reads_swapped(it, swap) for it in items]
-    unread = [p for new in written if (ref := previous.get(new)) is not None and (p := ref()) is not None]
+    unread = [p for new in written if (ref := rz.previous.get(new)) is not None and (p := ref()) is not None]
 
     def finish() -> None:
         for old, buf in rebind:
-            buffers[old] = buf
+            rz.buffers[old] = buf
         for p in unread:
             if p not in scan.to_copy:
-                stale.add(p)
+                rz.stale.add(p)
 
     return copies + items, finish
 
 
 def _reads_swapped(item: ScheduleItem, swap: dict[UOp, UOp]) -> ScheduleItem:
-    """`item` reading the copies of copied versions (its metadata and its buffers).
+    """`item` reading the copies of copied versions (its `reads` and its buffers).
 
     Without this, a kernel reading both an old version (kept by a copy) and a value computed after the
     write was ordered both before and after the write: a cycle (randn drawn twice, then a backward).
     """
-    reads = item.metadata.get("reads")
-    if not isinstance(reads, tuple) or not any(u in swap for u in reads):
+    reads = item.reads
+    if not any(u in swap for u in reads):
         return item
     new = copy.copy(item)  # the item may sit in a schedule cache: never edit it in place
-    new.metadata = {**item.metadata, "reads": tuple(swap.get(u, u) for u in reads)}
+    new.reads = tuple(swap.get(u, u) for u in reads)
     new.bufs = list(item.bufs)  # buffers are outputs first, then one per read, in order
     for k, u in enumerate(reads):
         if u in swap:

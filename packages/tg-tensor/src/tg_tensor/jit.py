@@ -48,12 +48,12 @@ from tg_runtime.ops_cpu import CPUProgram
 from tg_runtime.runner import CompiledRunner, get_runner, run_copy
 from tg_tensor import multi
 from tg_tensor.collective import run_collective
-from tg_tensor.inplace import live_tensors, pending_writes
+from tg_tensor.inplace import pending_writes
 from tg_tensor.jit_args import JitArgError, describe_change, flatten_call
-from tg_tensor.lift_consts import plain_only
 from tg_tensor.multi import pending_multi_writes
-from tg_tensor.realize import item_observers, run_pending
-from tg_tensor.schedule import ScheduleItem, buffer_of, buffers
+from tg_tensor.realize import run_pending
+from tg_tensor.realizer import ScheduleItem, current
+from tg_tensor.schedule import buffer_of
 from tg_tensor.tensor import Tensor
 from tg_uop import DType, Ops, UOp
 from tg_uop.helpers import DEBUG, JIT, ContextVar, GlobalCounters
@@ -71,14 +71,11 @@ class JitError(RuntimeError):
 # how many sets of non-tensor argument values one jitted function records (each holds its own buffers)
 JIT_MAX_CAPTURES = ContextVar("JIT_MAX_CAPTURES", 8)
 
-_running: list[str] = []  # names of jitted functions whose Python body is running now
-
-
 def check_host_read(what: str) -> None:
     """Raise JitError when tensor data is read to the host inside a jitted function (called by Tensor)."""
-    if _running:
+    if running := current().jit_running:  # names of jitted functions whose Python body is running now
         raise JitError(
-            f"{what} inside the jitted function {_running[-1]!r}: the value would be frozen into the recording. "
+            f"{what} inside the jitted function {running[-1]!r}: the value would be frozen into the recording. "
             "Return the tensor from the function and read it outside."
         )
 
@@ -92,7 +89,7 @@ def buffer_tensor(buf: Buffer, shape: tuple[int, ...]) -> Tensor:
     [1, 2]
     """
     u = UOp.new_buffer(buf.device, buf.size, buf.dtype)
-    buffers[u] = buf
+    current().buffers[u] = buf
     return Tensor(u.reshape(tuple(shape)))
 
 
@@ -280,11 +277,12 @@ class TinyJit(Generic[ReturnType]):
         return cap
 
     def _run_python(self, args: Any, kwargs: Any) -> ReturnType:
-        _running.append(self.name)
+        running = current().jit_running
+        running.append(self.name)
         try:
             ret = self.fxn(*args, **kwargs)
         finally:
-            _running.pop()
+            running.pop()
         outs = _flat_tensors(ret)
         for t in outs:
             if multi.is_multi(t.uop):
@@ -295,7 +293,7 @@ class TinyJit(Generic[ReturnType]):
             if not _is_buffer(t.uop):
                 t.uop = t.contiguous().uop
         # assigns made inside the function (not realized there) are part of the recording
-        writes = pending_writes() + pending_multi_writes(list(live_tensors))
+        writes = pending_writes() + pending_multi_writes(list(current().live_tensors))
         if outs or writes:
             Tensor.realize(*outs, *writes)
         return ret
@@ -314,16 +312,17 @@ class TinyJit(Generic[ReturnType]):
             launches.append(_Launch(runner, list(item.bufs), born, coll, dict(item.var_vals)))
 
         # assigns made before the call are not the function's: run them now
-        if before := pending_writes() + pending_multi_writes(list(live_tensors)):
+        if before := pending_writes() + pending_multi_writes(list(current().live_tensors)):
             Tensor.realize(*before)
         existing = _live_buffers(collect=False) | {id(b) for b in input_bufs}
-        item_observers.append(observe)
-        plain_only.append(True)  # a recording is per set of Python values: constants stay folded in its kernels
+        rz = current()
+        rz.item_observers.append(observe)
+        rz.plain_only.append(True)  # a recording is per set of Python values: constants stay folded in its kernels
         try:
             ret = self._run_python(args, kwargs)
         finally:
-            item_observers.remove(observe)
-            plain_only.pop()
+            rz.item_observers.remove(observe)
+            rz.plain_only.pop()
         return ret, launches, [bytes(b.as_bytes()) for b in _host_made(launches, existing)]
 
     def _replay(self, rec: _Recording, input_bufs: list[Buffer], var_vals: dict[UOp, int]) -> Any:
@@ -512,7 +511,7 @@ def _live_buffers(collect: bool = True) -> set[int]:
     if collect:  # twice: values dropped by weak-key callbacks of the first pass are cycles the second frees
         gc.collect()
         gc.collect()
-    return {id(b) for b in list(buffers.values())}
+    return {id(b) for b in list(current().buffers.values())}
 
 
 def plan_memory(launches: list[_Launch], free_ids: set[int]) -> int:

@@ -13,26 +13,18 @@ kernel that loads its constants from buffers (one per distinct constant, shared 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tg_runtime.device import Buffer
 from tg_runtime.runner import is_compiled
+from tg_tensor.realizer import current
 from tg_tensor.util import np_dtype
 from tg_uop import DType, Ops, UOp, dtypes
-from tg_uop.helpers import LRUCache, getenv
 
-if TYPE_CHECKING:
-    pass
-
-
-# families (device, AST with constants as loads) -> the first member seen, compiled with its constants folded
-_families: LRUCache[tuple[str, UOp], UOp] = LRUCache(getenv("KERNEL_CACHE_MAX", 1024))
-# one-element buffers holding a constant, by (device, dtype, value): read-only, so shared
-_const_bufs: LRUCache[tuple[str, DType, Any], Buffer] = LRUCache(getenv("KERNEL_CACHE_MAX", 1024))
-
-
-# non-empty while TinyJit records: its recordings are per set of Python values, so folded constants are best
-plain_only: list[bool] = []
+# The caches live in the Realizer: `families` (device, AST with constants as loads) -> the first member
+# seen, compiled with its constants folded; `const_bufs` one-element buffers holding a constant, by
+# (device, dtype, value), read-only, so shared; `plain_only` non-empty while TinyJit records (its
+# recordings are per set of Python values, so folded constants are best).
 
 
 def _liftable(u: UOp) -> bool:
@@ -69,14 +61,15 @@ def lift_changing_consts(device: str, ast: UOp, first: int) -> tuple[UOp, list[B
     A kernel compiled before runs as it is; an AST whose family (same AST up to constants) compiled
     before with other constants reads its constants from buffers; the first of a family compiles as is.
     """
-    if plain_only or is_compiled(device, ast) or not any(_liftable(u) for u in ast.toposort):
+    rz = current()
+    if rz.plain_only or is_compiled(device, ast) or not any(_liftable(u) for u in ast.toposort):
         return ast, []
     lifted, values = lift(ast, first)
     family = (device, lifted)
     if not is_compiled(device, lifted):
-        first_seen = _families.get(family)
+        first_seen = rz.families.get(family)
         if first_seen is None or first_seen is ast:  # the family's first member (maybe twice in one schedule)
-            _families[family] = ast
+            rz.families[family] = ast
             return ast, []
     return lifted, [_const_buffer(device, v) for v in values]
 
@@ -85,7 +78,8 @@ def _const_buffer(device: str, c: UOp) -> Buffer:
     import numpy as np
 
     key = (device, c.dtype, _value_key(c))
-    if (buf := _const_bufs.get(key)) is None:
+    cache = current().const_bufs
+    if (buf := cache.get(key)) is None:
         data = np.array([c.arg], dtype=np_dtype(c.dtype)).tobytes()
-        buf = _const_bufs[key] = Buffer(device, 1, c.dtype).copyin(memoryview(data))
+        buf = cache[key] = Buffer(device, 1, c.dtype).copyin(memoryview(data))
     return buf

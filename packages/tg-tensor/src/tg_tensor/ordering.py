@@ -14,25 +14,16 @@ from __future__ import annotations
 
 import heapq
 
-from tg_tensor.schedule import ScheduleItem, buffer_of
+from tg_tensor.realizer import ScheduleItem
+from tg_tensor.schedule import buffer_of
 from tg_uop import UOp
-
-
-def _writes(item: ScheduleItem) -> UOp | None:
-    w = item.metadata.get("writes")
-    return w if isinstance(w, UOp) else None
-
-
-def _reads(item: ScheduleItem) -> tuple[UOp, ...]:
-    r = item.metadata.get("reads", ())
-    return tuple(u for u in r if isinstance(u, UOp)) if isinstance(r, tuple) else ()
 
 
 def _edges(items: list[ScheduleItem]) -> list[set[int]]:
     """after[i]: the items that must run after item i."""
-    writer = {w: i for i, it in enumerate(items) if (w := _writes(it)) is not None}
+    writer = {w: i for i, it in enumerate(items) if (w := it.writes) is not None}
     for i, it in enumerate(items):  # a collective writes one output per device
-        for w in it.metadata.get("also_writes", ()):  # type: ignore[attr-defined]
+        for w in it.also_writes:
             writer[w] = i
     by_buffer: dict[int, list[tuple[int, UOp]]] = {}  # id(runtime Buffer) -> (item, node) writing it
     for node, i in writer.items():
@@ -43,7 +34,7 @@ def _edges(items: list[ScheduleItem]) -> list[set[int]]:
         for a, b in zip(ordered, ordered[1:]):
             after[a].add(b)
     for i, it in enumerate(items):
-        for node in _reads(it):
+        for node in it.reads:
             if node in writer and writer[node] != i:
                 after[writer[node]].add(i)  # read after the value is written
             for j, newer in by_buffer.get(id(buffer_of(node)), []):
@@ -54,7 +45,7 @@ def _edges(items: list[ScheduleItem]) -> list[set[int]]:
 
 def order_items(items: list[ScheduleItem]) -> list[ScheduleItem]:
     """A topological order of `items` (stable: the original order wins ties)."""
-    if not any(len(_reads(it)) for it in items):
+    if not any(len(it.reads) for it in items):
         return items
     after = _edges(items)
     indegree = [0] * len(items)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tg_tensor.realizer import current
 from tg_tensor.util import const_uop
 from tg_uop import Ops, UOp, dtypes
 
@@ -112,20 +113,18 @@ class RandomState:
         return threefry2x32((element_index(shape, device), _broadcast(call, shape)), (k0, k1), shape, device)
 
 
-_ranges: dict[tuple[int, str], Tensor] = {}
-
-
 def _arange(n: int, device: str) -> UOp:
     """0..n-1 as uint32 in a device buffer (kept for small n)."""
     import numpy as np
 
     from tg_tensor.tensor import Tensor
 
-    t = _ranges.get((n, device))
+    ranges = current().index_ranges  # kept per Realizer: a device buffer is realization state
+    t = ranges.get((n, device))
     if t is None:
         t = Tensor(np.arange(n, dtype=np.uint32), device=device)
         if n <= INDEX_CACHE_MAX:
-            _ranges[(n, device)] = t
+            ranges[(n, device)] = t
     return t.uop
 
 

@@ -17,75 +17,29 @@ Each of these is discovered while building the kernel; the offending node is the
 from __future__ import annotations
 
 import itertools
-import weakref
 from dataclasses import dataclass, field
 
 from tg_runtime.device import Buffer
 from tg_shape import ShapeTracker
-from tg_tensor.lift_consts import lift_changing_consts, plain_only
+from tg_tensor.lift_consts import lift_changing_consts
+from tg_tensor.realizer import ScheduleItem, current
 from tg_tensor.split_reduce import compares_with_arange, split_reduces
-from tg_tensor.symbolic import max_size, unbind_ast
+from tg_tensor.symbolic import max_size
 from tg_uop import GroupOp, Ops, UOp, dtypes
-from tg_uop.helpers import LRUCache, getenv, prod
+from tg_uop.helpers import prod
 from tg_uop.uop import arg_key
 
 Movement = tuple[tuple[Ops, object], ...]
 
-# lazy node -> the realized node (a BUFFER reshaped to the node's shape) that now holds its value
-realized: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
-# BUFFER node -> runtime Buffer
-buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
-# BUFFER nodes whose memory an in-place write overwrote while nothing live read them (see inplace.py)
-stale: weakref.WeakSet[UOp] = weakref.WeakSet()
-
-
-# BUFFER nodes that a failed realize never wrote -> why (reading them raises instead of returning garbage)
-failed: weakref.WeakKeyDictionary[UOp, str] = weakref.WeakKeyDictionary()
-
-
-class StaleReadError(RuntimeError):
-    """A graph reads a tensor version that an in-place assign has overwritten."""
-
 
 def check_not_stale(buf: UOp) -> None:
     """Raise when `buf` is an overwritten version (its values are gone) or a failed realize never wrote it."""
-    if (why := failed.get(buf)) is not None:
-        raise RuntimeError(f"this tensor was never computed: the realize that should have computed it failed ({why})")
-    if buf in stale:
-        raise StaleReadError(
-            f"this graph reads a buffer (BUFFER {buf.arg[0]}, {buf.arg[1]} x {buf.dtype}) whose values an in-place "
-            "assign overwrote after the graph was built, while no live tensor held the graph; realize it before "
-            "the assign (or keep a tensor of it alive)"
-        )
+    current().check_not_stale(buf)
 
 
 def buffer_of(u: UOp) -> Buffer:
     """The runtime Buffer behind a BUFFER node (created on first use, allocated when a kernel runs)."""
-    if u.op is not Ops.BUFFER:
-        raise TypeError(f"buffer_of needs a BUFFER node, got {u.op}")
-    if (buf := buffers.get(u)) is None:
-        assert u.device is not None
-        buf = buffers[u] = Buffer(u.device, u.arg[1], u.dtype)
-    return buf
-
-
-@dataclass
-class ScheduleItem:
-    """One unit of work: a kernel AST (SINK) or a COPY, with its buffers (outputs first)."""
-
-    ast: UOp
-    bufs: list[Buffer]
-    outputs: int = 1
-    metadata: dict[str, object] = field(default_factory=dict)
-    var_vals: dict[UOp, int] = field(default_factory=dict)  # values of the AST's symbolic variables
-
-    def __post_init__(self) -> None:
-        self.ast, found = unbind_ast(self.ast, self.var_vals)  # the AST never holds a value: one kernel for every value
-        self.var_vals.update(found)
-
-
-# items handed out by Tensor.schedule() that have not run yet; realize() runs them first
-pending: list[ScheduleItem] = []
+    return current().buffer_of(u)
 
 
 class _Fail(Exception):
@@ -102,11 +56,6 @@ class _TwoVersions(Exception):
     def __init__(self, node: UOp) -> None:
         super().__init__(f"BUFFER {node.arg[0]}")
         self.node = node
-
-
-def _resolve(u: UOp) -> UOp:
-    """The realized stand-in for a lazy node, if it was computed before."""
-    return realized.get(u, u)
 
 
 def _is_input(u: UOp) -> bool:
@@ -197,7 +146,7 @@ class _KernelBuilder:
         shape = tuple(node.shape or ())
         stack, seen = [node], set()
         while stack:
-            n = _resolve(stack.pop())
+            n = self.sched.r.resolve(stack.pop())
             if n in seen or n.op is Ops.BUFFER or self.sched.is_boundary(n, self.root):
                 continue
             seen.add(n)
@@ -226,7 +175,7 @@ class _KernelBuilder:
         key = (node, ops)
         if key in self.memo:
             return self.memo[key]
-        ret = self._build_uncached(_resolve(node), ops)
+        ret = self._build_uncached(self.sched.r.resolve(node), ops)
         self.memo[key] = ret
         return ret
 
@@ -270,7 +219,7 @@ class _KernelBuilder:
     def _costly_to_repeat(self, node: UOp, st: ShapeTracker) -> bool:
         """Is `node`, read through `st`, used many times per element and costly to recompute each time?"""
         shape = tuple(node.shape or ())
-        if not all(isinstance(s, int) for s in shape) or compares_with_arange(node, realized):
+        if not all(isinstance(s, int) for s in shape) or compares_with_arange(node, self.sched.r.realized):
             return False  # (a one-hot index mask folds into an indexed load in codegen: keep it in the kernel)
         uses = prod(st.shape) // max(1, prod(shape))
         if uses < REPEAT_MIN_USES:
@@ -294,6 +243,7 @@ class Scheduler:
     """Turns lazy roots into ScheduleItems, realizing extra nodes only where fusion is impossible."""
 
     def __init__(self) -> None:
+        self.r = current()
         self.items: list[ScheduleItem] = []
         self.forced: set[UOp] = set()  # nodes that must get their own kernel
         self.in_progress: set[UOp] = set()
@@ -302,13 +252,13 @@ class Scheduler:
     def is_boundary(self, node: UOp, current_root: UOp) -> bool:
         """Is `node` computed by a kernel of its own (so the current kernel loads it)?"""
         own = (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN, Ops.COLLECTIVE)
-        return node in self.forced or node.op in own or node in realized
+        return node in self.forced or node.op in own or node in self.r.realized
 
     def elementwise_cost(self, node: UOp, current_root: UOp) -> tuple[int, int]:
         """(ALU ops, distinct buffers) of the elementwise graph under `node`, down to loads and constants."""
         alus, bufs, stack, seen = 0, set[UOp](), [node], set[UOp]()
         while stack:
-            n = _resolve(stack.pop())
+            n = self.r.resolve(stack.pop())
             if n in seen:
                 continue
             seen.add(n)
@@ -325,16 +275,16 @@ class Scheduler:
 
     def realize_first(self, node: UOp) -> UOp:
         """Schedule `node`'s kernel (if not done yet) and return the BUFFER holding it."""
-        node = _resolve(node)
-        done = realized.get(node)
+        node = self.r.resolve(node)
+        done = self.r.realized.get(node)
         if done is None:
             self.schedule_node(node)
-            done = realized[node]
+            done = self.r.realized[node]
         return done.base
 
     def schedule_node(self, node: UOp) -> None:
         """Schedule the kernel (or copy) computing `node`, after the kernels it depends on."""
-        if node in realized:
+        if node in self.r.realized:
             return
         if node in self.in_progress:
             raise RuntimeError(f"scheduler: cycle through {node.op}")
@@ -365,10 +315,11 @@ class Scheduler:
             ScheduleItem(
                 UOp(Ops.COPY, node.dtype, (src_buf,), None),
                 [buffer_of(out), buffer_of(src_buf)],
-                metadata={"writes": out, "reads": (src_buf,)},
+                writes=out,
+                reads=(src_buf,),
             )
         )
-        realized[node] = out.reshape(tuple(node.shape or ()))
+        self.r.realized[node] = out.reshape(tuple(node.shape or ()))
 
     def _schedule_collective(self, node: UOp) -> None:
         """One item for a collective over several devices: it writes every device's output (multi.py builds them)."""
@@ -381,15 +332,17 @@ class Scheduler:
                 UOp(Ops.COLLECTIVE, node.dtype, (), node.arg[:2]),
                 [buffer_of(o) for o in outs] + [buffer_of(b) for b in ins],
                 outputs=len(outs),
-                metadata={"writes": outs[0], "also_writes": tuple(outs[1:]), "reads": tuple(ins)},
+                writes=outs[0],
+                also_writes=tuple(outs[1:]),
+                reads=tuple(ins),
             )
         )
         for s, o in zip(siblings, outs):
-            realized[s] = o
+            self.r.realized[s] = o
 
     def buffer_for(self, node: UOp) -> UOp:
         """A BUFFER holding `node` contiguously (a kernel is scheduled when it is not one already)."""
-        node = _resolve(node)
+        node = self.r.resolve(node)
         if node.op is Ops.BUFFER:
             check_not_stale(node)
             return node
@@ -417,9 +370,10 @@ class Scheduler:
             bufs = [buffer_of(out)] + [buffer_of(b) for b in builder.inputs]
             ast, consts = lift_changing_consts(bufs[0].device, ast, len(bufs))
             bufs += consts
-            meta = {"writes": out, "reads": tuple(builder.inputs), "in_place": node.op is Ops.ASSIGN, "consts": consts}
-            self.items.append(ScheduleItem(ast, bufs, metadata=meta))
-            realized[node] = node.src[0] if node.op is Ops.ASSIGN else out.reshape(tuple(node.shape or ()))
+            reads, in_place = tuple(builder.inputs), node.op is Ops.ASSIGN
+            item = ScheduleItem(ast, bufs, writes=out, reads=reads, in_place=in_place, consts=tuple(consts))
+            self.items.append(item)
+            self.r.realized[node] = node.src[0] if node.op is Ops.ASSIGN else out.reshape(tuple(node.shape or ()))
             return
         raise RuntimeError("scheduler did not converge")
 
@@ -443,13 +397,12 @@ class _Recipe:
     fixed: list[Buffer] = field(default_factory=list)  # constant buffers the kernels read (lift_consts.py)
 
 
-INPUT, OUTPUT, FIXED = 0, 1, 2
-# schedules by graph structure, the most recently used SCHEDULE_CACHE_MAX of them
-_recipes: LRUCache[tuple[object, ...], _Recipe] = LRUCache(getenv("SCHEDULE_CACHE_MAX", 4096))
+INPUT, OUTPUT, FIXED = 0, 1, 2  # (the recipes are cached by graph structure in Realizer.recipes)
 
 
 def _structure(roots: list[UOp]) -> tuple[tuple[object, ...], list[UOp]]:
     """A key of the graph's structure (buffers by position) and its leaf BUFFER nodes, after realized nodes."""
+    resolve = current().resolve
     ids: dict[UOp, int] = {}
     leaves: list[UOp] = []
     leaf_of: dict[UOp, int] = {}
@@ -458,7 +411,7 @@ def _structure(roots: list[UOp]) -> tuple[tuple[object, ...], list[UOp]]:
         stack: list[tuple[UOp, bool]] = [(root, False)]
         while stack:
             node, ready = stack.pop()
-            r = _resolve(node)
+            r = resolve(node)
             if node in ids:
                 continue
             if r.op is Ops.BUFFER:  # the same buffer reached twice gets one leaf: aliasing is part of the key
@@ -488,9 +441,9 @@ def _record(items: list[ScheduleItem], leaves: list[UOp], becomes: list[UOp]) ->
     for item in items:
         if item.ast.op is not Ops.SINK:
             return None  # a COPY's AST names its source BUFFER: caching it would keep that buffer alive
-        if item.metadata.get("in_place"):
+        if item.in_place:
             return None  # an assign's result is a new version of a memory, not a new buffer
-        consts = {id(b) for b in item.metadata.get("consts", ())}  # type: ignore[attr-defined]
+        consts = {id(b) for b in item.consts}
         refs: list[tuple[int, int]] = []
         for b in item.bufs:
             if id(b) in inputs:
@@ -529,18 +482,19 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
     Schedules are cached by graph structure: a graph shaped like one seen before (same ops, constants,
     shapes and buffer sizes; other buffers) reuses the kernels found then without running the scheduler.
     """
-    if any(_resolve(r).op is Ops.BUFFER or _resolve(r).base.op is Ops.BUFFER for r in roots):
+    rz = current()
+    if any(rz.resolve(r).op is Ops.BUFFER or rz.resolve(r).base.op is Ops.BUFFER for r in roots):
         return _create_schedule(roots)
     key, leaves = _structure(roots)
-    if (recipe := _recipes.get(key)) is not None and not (plain_only and recipe.fixed):
+    if (recipe := rz.recipes.get(key)) is not None and not (rz.plain_only and recipe.fixed):
         items, results = _replay(recipe, leaves)
         for root, res in zip(roots, results):
-            realized[_resolve(root)] = res
+            rz.realized[rz.resolve(root)] = res
         return items, dict(zip(roots, results))
     items, becomes = _create_schedule(roots)
     recipe = _record(items, leaves, [becomes[r] for r in roots])
     if recipe is not None:
-        _recipes[key] = recipe
+        rz.recipes[key] = recipe
     return items, becomes
 
 
@@ -561,9 +515,10 @@ def create_copy_kernel(buf: UOp) -> tuple[ScheduleItem, UOp]:
 
 def _create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
     sched = Scheduler()
+    realized = sched.r.realized
     becomes: dict[UOp, UOp] = {}
     for root in roots:
-        r = split_reduces(_resolve(root), realized)
+        r = split_reduces(sched.r.resolve(root), realized)
         if r.op is Ops.BUFFER or (r.base.op is Ops.BUFFER and all(n.op in GroupOp.Movement for n in _chain(r))):
             becomes[root] = r
             continue

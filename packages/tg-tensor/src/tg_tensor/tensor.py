@@ -30,32 +30,21 @@ from tg_tensor.decomp import DecompMixin
 from tg_tensor.disk import disk_assign, disk_to, is_disk
 from tg_tensor.elementwise import ElementwiseMixin
 from tg_tensor.indexing import IndexingMixin
-from tg_tensor.inplace import live_tensors, previous, protect_old_values, rebuild_view, view_chain
+from tg_tensor.inplace import rebuild_view, view_chain
 from tg_tensor.linalg import LinalgMixin
 from tg_tensor.mathops import MathOpsMixin
 from tg_tensor.movement import MovementMixin
 from tg_tensor.nn import NNMixin
-from tg_tensor.ordering import order_items
-from tg_tensor.realize import run_pending
+from tg_tensor.realizer import ScheduleItem, current
 from tg_tensor.reduce import ReduceMixin
-from tg_tensor.schedule import (
-    ScheduleItem,
-    buffer_of,
-    buffers,
-    check_not_stale,
-    create_schedule,
-    pending,
-    write_view,
-)
+from tg_tensor.schedule import buffer_of, check_not_stale, write_view
 from tg_tensor.selection import SelectionMixin
 from tg_tensor.shaping import ShapingMixin
 from tg_tensor.sorting import SortingMixin
 from tg_tensor.symbolic import concrete_shape
 from tg_tensor.util import DTypeError, ShapeError, const_uop, is_contiguous_buffer, np_dtype, shape_of_list, to_dtype
-from tg_tensor.visibility import on_schedule
 from tg_uop import ConstType, DType, GroupOp, Ops, UOp, dtypes
 from tg_uop.helpers import all_int, prod
-from tg_uop.trace import TRACE
 from tg_uop.uop import sint
 
 sys.setrecursionlimit(max(sys.getrecursionlimit(), 20_000))
@@ -65,12 +54,7 @@ if TYPE_CHECKING:
 
 TensorLike = Any  # Tensor | ConstType | nested lists | numpy arrays | bytes
 
-# every live tensor that asked for gradients: backward() finds its targets here
-_grad_tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
-_unique_ids = itertools.count()
-# tensors re-pointed to another tensor's realized buffer by _share_results (an assign must not write it)
-# (by id: a WeakSet compares members with ==, which builds a Tensor)
-_shared: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+_unique_ids = itertools.count()  # (ids only: a source of fresh node args, never read back)
 
 
 def _from_numpy(arr: np.ndarray[Any, Any], dtype: DType | None, device: str) -> UOp:
@@ -163,7 +147,7 @@ class Tensor(
         if self.uop.device is None:
             raise ValueError("Tensor: the data has no device")
         self.requires_grad = requires_grad
-        live_tensors.add(self)
+        current().live_tensors.add(self)
 
     @staticmethod
     def _make_uop(data: TensorLike, dtype: DType | None, dev: str) -> UOp:
@@ -204,9 +188,9 @@ class Tensor(
             if self.uop.base.op is not Ops.BUFFER:
                 # hash-consing makes equal lazy tensors (two Tensor.zeros(3)) one node: give this one its own
                 self.uop = UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,), next(_unique_ids))
-            _grad_tensors.add(self)
+            current().grad_tensors.add(self)
         else:
-            _grad_tensors.discard(self)
+            current().grad_tensors.discard(self)
 
     @property
     def shape(self) -> tuple[sint, ...]:
@@ -270,38 +254,16 @@ class Tensor(
         A tensor that is only a reshape of a lazy node realizes that node (so `x.mean()` and the
         mean inside `x.std()` share one kernel).
         """
-        tensors = [self, *others]
-        if multi.needs_lowering(tensors):  # some live on several devices: every device's graph is scheduled
-            return multi.schedule_multi(tensors)
-        roots = [_strip_reshapes(t.uop) for t in tensors]
-        start_us = TRACE.now_us()
-        items, becomes = create_schedule([r for r, _ in roots])
-        on_schedule([t.uop for t in tensors], [it.ast for it in items], start_us)
-        grad_nodes: set[UOp] = set()
-        if not Tensor.no_grad:
-            for g in list(_grad_tensors):
-                grad_nodes.update(n for n in (g.uop, g._lazy) if n is not None)
-        before = [t.uop for t in tensors]
-        for t, (root, shape) in zip(tensors, roots):
-            # keep the pre-realize graph only where autograd may still need it: it keeps every
-            # intermediate buffer of that graph alive (and so out of TinyJit's memory planner)
-            if root.op is not Ops.ASSIGN and not is_contiguous_buffer(t.uop) and _reads_any(t.uop, grad_nodes):
-                t._lazy = t.uop
-            t.uop = becomes[root].reshape(shape)
-        _share_results(tensors, before)
-        items, finish = protect_old_values(items)
-        items = order_items(items)
-        finish()
-        pending.extend(items)
-        return items
+        return current().schedule([self, *others])
 
     def realize(self, *others: Tensor, do_update_stats: bool = True) -> Tensor:
         """Run every kernel needed to compute this tensor (and `others`).
 
         do_update_stats is tinygrad's switch for its global counters; tg always counts (accepted, no effect).
         """
-        self.schedule(*others)
-        run_pending()
+        rz = current()
+        rz.schedule([self, *others])
+        rz.run_pending()
         return self
 
     def kernelize(self, *others: Tensor) -> Tensor:
@@ -439,8 +401,9 @@ class Tensor(
             disk_assign(self, x if isinstance(x, Tensor) else Tensor(x, dtype=self.dtype))
             return self
         value = x if isinstance(x, Tensor) else Tensor(x, device=self.device, dtype=self.dtype)
-        if _shared.get(id(self)) is self:  # it stands for another tensor's result (_share_results): replace it
-            del _shared[id(self)]
+        rz = current()
+        if rz.shared.get(id(self)) is self:  # it stands for another tensor's result (share_results): replace it
+            del rz.shared[id(self)]
             if value.shape == self.shape and value.dtype == self.dtype and value.device == self.device:
                 self.uop = value.uop
                 return self
@@ -465,8 +428,8 @@ class Tensor(
         alias = UOp.new_buffer(self.device, target.arg[1], self.dtype)  # the new version of target's memory
         view = rebuild_view(alias, ops)
         write_view(view)  # raises for views that cannot be written
-        buffers[alias] = buffer_of(target)
-        previous[alias] = weakref.ref(target)
+        rz.buffers[alias] = buffer_of(target)
+        rz.previous[alias] = weakref.ref(target)
         self.uop = UOp(Ops.ASSIGN, self.dtype, (view, value.uop, *follows))
         return self
 
@@ -501,7 +464,7 @@ class Tensor(
             raise RuntimeError("backward: gradients are disabled (Tensor.no_grad is set)")
         seed = self._seed_gradient(gradient)
         graph = self._graph().toposort
-        targets = [(t, n) for t in list(_grad_tensors) if (n := t._node_in(graph)) is not None]
+        targets = [(t, n) for t in list(current().grad_tensors) if (n := t._node_in(graph)) is not None]
         grads = autograd.compute_gradient(self._graph(), seed.uop, [n for _, n in targets])
         for t, n in targets:
             if not dtypes.is_float(t.dtype):
@@ -559,37 +522,6 @@ class Tensor(
             Tensor.no_grad = prev
 
 
-def _share_results(tensors: list[Tensor], before: list[UOp]) -> None:
-    """Other live tensors that stood for the same lazy node now stand for the same buffer.
-
-    Equal specifications are one UOp, so after `A = t * 4; B = t * 4; A.realize()` B is realized
-    too (`A.uop is B.uop`), as in tinygrad.
-    """
-    # (not CONTIGUOUS: `Tensor.zeros(3).contiguous()` asks for a buffer of its own, to assign into)
-    done = {
-        id(old): t for old, t in zip(before, tensors) if old.op not in (Ops.ASSIGN, Ops.CONTIGUOUS) and old is not t.uop
-    }
-    if not done:
-        return
-    scheduled = {id(t) for t in tensors}
-    refs = list(live_tensors.data)  # type: ignore[attr-defined]  # (the weakrefs: cheaper than iterating the set)
-    for ref in refs:  # O(live tensors) per realize, as tinygrad's walk of all tensors
-        other = ref()
-        if other is not None and (t := done.get(id(other.uop))) is not None and id(other) not in scheduled:
-            other._lazy = t._lazy if t._lazy is not None else other._lazy
-            other.uop = t.uop
-            _shared[id(other)] = other
-
-
-def _strip_reshapes(u: UOp) -> tuple[UOp, tuple[sint, ...]]:
-    """The node under a chain of reshapes (when it is lazy), and the shape to view it as."""
-    shape = tuple(u.shape or ())
-    node = u
-    while node.op is Ops.RESHAPE and node.src[0].op not in (Ops.BUFFER, Ops.CONST):
-        node = node.src[0]
-    return node, shape
-
-
 def _reads_shifted(value: UOp, target: UOp) -> bool:
     """Does `value` read `target`'s memory other than element for element (so writing in place would race)?
 
@@ -622,8 +554,3 @@ def _reads_memory(value: UOp, target: UOp) -> bool:
     """Does `value` read `target`'s memory at all?"""
     memory = buffer_of(target)
     return any(n.op is Ops.BUFFER and buffer_of(n) is memory for n in value.toposort)
-
-
-def _reads_any(graph: UOp, nodes: set[UOp]) -> bool:
-    """Does `graph` contain one of `nodes`?"""
-    return bool(nodes) and any(n in nodes for n in graph.toposort)

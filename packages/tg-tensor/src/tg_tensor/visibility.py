@@ -12,11 +12,10 @@ import os
 import tempfile
 from collections.abc import Sequence
 
+from tg_tensor.realizer import current
 from tg_uop import Ops, UOp, dtypes
 from tg_uop.dot import to_dot, write_dot
 from tg_uop.trace import GRAPH, TRACE
-
-_count = [0]
 
 
 def graph_dir() -> str:
@@ -28,8 +27,9 @@ def on_schedule(roots: Sequence[UOp], asts: Sequence[UOp], start_us: float) -> N
     """Report one scheduling of `roots` into kernels with `asts` (called by Tensor.schedule)."""
     if not (TRACE.active or TRACE.profiling or GRAPH.value):
         return
-    _count[0] += 1
-    n = _count[0]
+    rz = current()
+    rz.schedules_shown += 1
+    n = rz.schedules_shown
     TRACE.event(f"schedule {n}", "schedule", "HOST", start_us, TRACE.now_us() - start_us, kernels=len(asts))
     lazy = UOp(Ops.SINK, dtypes.void, tuple(roots))
     if TRACE.active:

@@ -1,0 +1,341 @@
+"""The Realizer: the one owner of tg_tensor's realization state, and its two entry points.
+
+Everything that realizing tensors remembers between calls lives in one `Realizer` object: which lazy
+node is computed by which buffer (`realized`), the runtime Buffer behind each BUFFER node
+(`buffers`), versions of a memory an in-place write overwrote (`stale`, `previous`), buffers a failed
+realize never wrote (`failed`), the queue of scheduled items not run yet (`pending`), the live
+tensors (`live_tensors`, `grad_tensors`) and the caches (schedules by graph structure, constant
+families, device index ranges, the random stream). No other tg_tensor module keeps mutable state at
+module level (tests/test_realizer.py checks it).
+
+The two entry points:
+  - `schedule(tensors) -> list[ScheduleItem]`: create the kernels (schedule.py), point the tensors at
+    their results, protect values an in-place write would overwrite (inplace.py), order the items so
+    writes come after reads (ordering.py), and queue them;
+  - `run(items)`: run items, consuming the queue in order (an item still queued runs after every item
+    queued before it).
+
+`Tensor.schedule`/`Tensor.realize` call them on `current()`. A test can isolate itself with
+`with fresh(): ...` (a new, empty Realizer for the block); tensors must not cross Realizers (their
+buffers are registered in the one they were made in).
+
+>>> from tg_tensor import Tensor
+>>> from tg_tensor.realizer import current, fresh
+>>> with fresh() as r:
+...     t = Tensor([1.0, 2.0]) + 1
+...     items = r.schedule([t])
+...     print(len(items), len(r.pending), r is current())
+...     r.run(items)
+...     print(len(r.pending), t.tolist())
+1 1 True
+0 [2.0, 3.0]
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tg_runtime.device import Buffer
+from tg_runtime.runner import compile_all, get_runner, run_copy
+from tg_tensor.collective import run_collective
+from tg_tensor.symbolic import unbind_ast
+from tg_uop import Ops, UOp
+from tg_uop.helpers import DEBUG, GlobalCounters, LRUCache, getenv
+from tg_uop.trace import TRACE
+from tg_uop.uop import sint
+
+if TYPE_CHECKING:
+    from tg_tensor.rng import RandomState
+    from tg_tensor.tensor import Tensor
+
+
+@dataclass
+class ScheduleItem:
+    """One unit of work: a kernel AST (SINK) or a COPY, with its buffers (outputs first).
+
+    `writes` is the BUFFER node it writes (for an in-place assign, the new version of that memory;
+    `also_writes` the other outputs of a collective, one per device),
+    `reads` the BUFFER nodes it reads, `in_place` whether it writes an existing memory (an assign),
+    `consts` the one-element constant buffers it reads after the others (lift_consts.py). Items
+    replayed from the schedule cache write fresh buffers only and leave these empty.
+    """
+
+    ast: UOp
+    bufs: list[Buffer]
+    outputs: int = 1
+    writes: UOp | None = None
+    also_writes: tuple[UOp, ...] = ()  # a collective's outputs on the other devices
+    reads: tuple[UOp, ...] = ()
+    in_place: bool = False
+    consts: tuple[Buffer, ...] = ()
+    var_vals: dict[UOp, int] = field(default_factory=dict)  # values of the AST's symbolic variables
+
+    def __post_init__(self) -> None:
+        self.ast, found = unbind_ast(self.ast, self.var_vals)  # the AST never holds a value: one kernel per value
+        self.var_vals.update(found)
+
+
+class StaleReadError(RuntimeError):
+    """A graph reads a tensor version that an in-place assign has overwritten."""
+
+
+class Realizer:
+    """The registries and caches of realization, with `schedule` and `run` (see the module docstring)."""
+
+    def __init__(self) -> None:
+        # lazy node -> the realized node (a BUFFER reshaped to the node's shape) that now holds its value
+        self.realized: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+        # BUFFER node -> runtime Buffer
+        self.buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
+        # BUFFER nodes whose memory an in-place write overwrote while nothing live read them (inplace.py)
+        self.stale: weakref.WeakSet[UOp] = weakref.WeakSet()
+        # BUFFER nodes that a failed realize never wrote -> why (reading them raises instead of returning garbage)
+        self.failed: weakref.WeakKeyDictionary[UOp, str] = weakref.WeakKeyDictionary()
+        # new version (the BUFFER node an assign writes) -> the version it replaces (weakly: dead means unread)
+        self.previous: weakref.WeakKeyDictionary[UOp, weakref.ReferenceType[UOp]] = weakref.WeakKeyDictionary()
+        # items handed out by schedule() that have not run yet, oldest first (and their ids)
+        self.pending: deque[ScheduleItem] = deque()
+        self._queued: set[int] = set()
+        # every live Tensor: the possible readers of an overwritten version; those that asked for gradients
+        self.live_tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
+        self.grad_tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
+        # tensors re-pointed to another tensor's realized buffer by share_results (an assign must not write it)
+        # (by id: a WeakSet compares members with ==, which builds a Tensor)
+        self.shared: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+        # schedules by graph structure (schedule.py), the most recently used SCHEDULE_CACHE_MAX of them
+        self.recipes: LRUCache[tuple[object, ...], Any] = LRUCache(getenv("SCHEDULE_CACHE_MAX", 4096))
+        # constant families (device, AST with constants as loads) -> first member; one-element constant buffers
+        self.families: LRUCache[tuple[str, UOp], UOp] = LRUCache(getenv("KERNEL_CACHE_MAX", 1024))
+        self.const_bufs: LRUCache[tuple[str, Any, Any], Buffer] = LRUCache(getenv("KERNEL_CACHE_MAX", 1024))
+        # non-empty while TinyJit records (constants stay folded); names of jitted functions running their body
+        self.plain_only: list[bool] = []
+        self.jit_running: list[str] = []
+        # called with every item about to run, before its buffers are allocated (TinyJit records its capture here)
+        self.item_observers: list[Callable[[ScheduleItem], None]] = []
+        # rng.py: 0..n-1 index ranges kept on the device; the stream Tensor.rand draws from (made on first use)
+        self.index_ranges: dict[tuple[int, str], Tensor] = {}
+        self.random: RandomState | None = None
+        self.schedules_shown = 0  # realizes reported to GRAPH/VIZ (visibility.py)
+
+    # ---- registries ----
+    def resolve(self, u: UOp) -> UOp:
+        """The realized stand-in for a lazy node, if it was computed before."""
+        return self.realized.get(u, u)
+
+    def buffer_of(self, u: UOp) -> Buffer:
+        """The runtime Buffer behind a BUFFER node (created on first use, allocated when a kernel runs)."""
+        if u.op is not Ops.BUFFER:
+            raise TypeError(f"buffer_of needs a BUFFER node, got {u.op}")
+        if (buf := self.buffers.get(u)) is None:
+            assert u.device is not None
+            buf = self.buffers[u] = Buffer(u.device, u.arg[1], u.dtype)
+        return buf
+
+    def check_not_stale(self, buf: UOp) -> None:
+        """Raise when `buf` is an overwritten version (its values are gone) or a failed realize never wrote it."""
+        if (why := self.failed.get(buf)) is not None:
+            raise RuntimeError(
+                f"this tensor was never computed: the realize that should have computed it failed ({why})"
+            )
+        if buf in self.stale:
+            raise StaleReadError(
+                f"this graph reads a buffer (BUFFER {buf.arg[0]}, {buf.arg[1]} x {buf.dtype}) whose values an in-place "
+                "assign overwrote after the graph was built, while no live tensor held the graph; realize it before "
+                "the assign (or keep a tensor of it alive)"
+            )
+
+    # ---- schedule ----
+    def schedule(self, tensors: Sequence[Tensor]) -> list[ScheduleItem]:
+        """The kernels that realizing `tensors` would run, queued; the tensors now refer to their outputs.
+
+        A tensor that is only a reshape of a lazy node realizes that node (so `x.mean()` and the
+        mean inside `x.std()` share one kernel).
+        """
+        from tg_tensor import multi
+        from tg_tensor.inplace import protect_old_values
+        from tg_tensor.ordering import order_items
+        from tg_tensor.schedule import create_schedule
+        from tg_tensor.visibility import on_schedule
+
+        if multi.needs_lowering(list(tensors)):  # some live on several devices: every device's graph is scheduled
+            return multi.schedule_multi(list(tensors))  # (it schedules the per-device graphs through here)
+        roots = [_strip_reshapes(t.uop) for t in tensors]
+        start_us = TRACE.now_us()
+        items, becomes = create_schedule([r for r, _ in roots])  # create
+        on_schedule([t.uop for t in tensors], [it.ast for it in items], start_us)
+        self._point_at_results(tensors, roots, becomes)
+        items, finish = protect_old_values(items)  # protect
+        items = order_items(items)  # order
+        finish()
+        self.pending.extend(items)
+        self._queued.update(id(it) for it in items)
+        return items
+
+    def _point_at_results(
+        self, tensors: Sequence[Tensor], roots: list[tuple[UOp, tuple[sint, ...]]], becomes: dict[UOp, UOp]
+    ) -> None:
+        from tg_tensor.util import is_contiguous_buffer
+
+        grad_nodes: set[UOp] = set()
+        if not type(tensors[0]).no_grad:
+            for g in list(self.grad_tensors):
+                grad_nodes.update(n for n in (g.uop, g._lazy) if n is not None)
+        before = [t.uop for t in tensors]
+        for t, (root, shape) in zip(tensors, roots):
+            # keep the pre-realize graph only where autograd may still need it: it keeps every
+            # intermediate buffer of that graph alive (and so out of TinyJit's memory planner)
+            if root.op is not Ops.ASSIGN and not is_contiguous_buffer(t.uop) and _reads_any(t.uop, grad_nodes):
+                t._lazy = t.uop
+            t.uop = becomes[root].reshape(shape)
+        self._share_results(tensors, before)
+
+    def _share_results(self, tensors: Sequence[Tensor], before: list[UOp]) -> None:
+        """Other live tensors that stood for the same lazy node now stand for the same buffer.
+
+        Equal specifications are one UOp, so after `A = t * 4; B = t * 4; A.realize()` B is realized
+        too (`A.uop is B.uop`), as in tinygrad.
+        """
+        # (not CONTIGUOUS: `Tensor.zeros(3).contiguous()` asks for a buffer of its own, to assign into)
+        done = {
+            id(old): t
+            for old, t in zip(before, tensors)
+            if old.op not in (Ops.ASSIGN, Ops.CONTIGUOUS) and old is not t.uop
+        }
+        if not done:
+            return
+        scheduled = {id(t) for t in tensors}
+        refs = list(self.live_tensors.data)  # type: ignore[attr-defined]  # (the weakrefs: cheaper than the set)
+        for ref in refs:  # O(live tensors) per realize, as tinygrad's walk of all tensors
+            other = ref()
+            if other is not None and (t := done.get(id(other.uop))) is not None and id(other) not in scheduled:
+                other._lazy = t._lazy if t._lazy is not None else other._lazy
+                other.uop = t.uop
+                self.shared[id(other)] = other
+
+    def unqueue(self, item: ScheduleItem | None = None) -> None:
+        """Take `item` (every item when None) off the queue without running it."""
+        if item is None:
+            self.pending.clear()
+            self._queued.clear()
+        elif id(item) in self._queued:
+            kept = [p for p in self.pending if p is not item]
+            self.pending.clear()
+            self.pending.extend(kept)
+            self._queued.discard(id(item))
+
+    # ---- run ----
+    def run_pending(self) -> None:
+        """Run the items that schedule() handed out and nobody ran yet."""
+        self.run(list(self.pending))
+
+    def run(self, items: Sequence[ScheduleItem]) -> None:
+        """Execute the items in order, allocating output buffers as they are first written.
+
+        An item still queued runs after the items queued before it (they run first, taken off the queue).
+        When an item fails, it and the items after it are dropped (none stays queued to fail the
+        next, unrelated realize) and what they would have written is marked failed (reading it raises).
+        """
+        st = time.perf_counter()
+        kernels = 0
+        compile_all([(it.bufs[0].device, it.ast) for it in items if it.ast.op is Ops.SINK and not writes_nothing(it)])
+        ran: set[int] = set()
+        for i, item in enumerate(items):
+            if id(item) in ran:
+                continue
+            while self.pending and id(item) in self._queued:  # the queue is consumed from its front, in order
+                first = self.pending.popleft()
+                self._queued.discard(id(first))
+                ran.add(id(first))
+                kernels += self._run_one(first, [first, *items[i:]], ran)
+            if id(item) not in ran:
+                ran.add(id(item))
+                kernels += self._run_one(item, items[i:], ran)
+        if DEBUG >= 1 and items:
+            et = time.perf_counter() - st
+            print(
+                f"realize: {len(items)} items, {kernels} kernels, {et * 1e3:.2f} ms "
+                f"({GlobalCounters.global_ops * 1e-9 / max(et, 1e-9):.2f} GFLOPS total counted)"
+            )
+
+    def _run_one(self, item: ScheduleItem, rest: Sequence[ScheduleItem], ran: set[int]) -> int:
+        """Run one item; 1 when it launched a kernel. On failure, `rest` (not yet in `ran`) is rolled back."""
+        try:
+            if writes_nothing(item):
+                return 0
+            for observe in self.item_observers:
+                observe(item)
+            for b in item.bufs:
+                b.ensure_allocated()
+            if item.ast.op is Ops.COPY:
+                run_copy(item.bufs[0], item.bufs[1])
+                return 0
+            if item.ast.op is Ops.COLLECTIVE:
+                kind, op = item.ast.arg
+                run_collective(kind, op, item.bufs[: item.outputs], item.bufs[item.outputs :])
+                return 0
+            get_runner(item.bufs[0].device, item.ast)(item.bufs, item.var_vals)
+            return 1
+        except BaseException as e:
+            self._roll_back([item] + [x for x in rest if id(x) not in ran], e)
+            raise
+
+    def _roll_back(self, lost: list[ScheduleItem], error: BaseException) -> None:
+        """Forget the items that did not run: off the queue, their outputs marked failed."""
+        ids = {id(item) for item in lost}
+        kept = [p for p in self.pending if id(p) not in ids]
+        self.pending.clear()
+        self.pending.extend(kept)
+        self._queued -= ids
+        outs = {id(b) for item in lost for b in item.bufs[: item.outputs]}
+        why = f"{type(error).__name__}: {error}"
+        for u, b in list(self.buffers.items()):
+            if id(b) in outs:
+                self.failed[u] = why
+        for node, value in list(self.realized.items()):  # a later graph with one of these nodes computes it again
+            if value.base in self.failed:
+                del self.realized[node]
+
+
+def writes_nothing(item: ScheduleItem) -> bool:
+    """Does the item write no element (a kernel or copy over an empty shape)? Such items are never launched:
+    a launch over zero threads is an error on some drivers, and there is nothing to compute."""
+    return all(b.size == 0 for b in item.bufs[: item.outputs])
+
+
+def _strip_reshapes(u: UOp) -> tuple[UOp, tuple[sint, ...]]:
+    """The node under a chain of reshapes (when it is lazy), and the shape to view it as."""
+    shape = tuple(u.shape or ())
+    node = u
+    while node.op is Ops.RESHAPE and node.src[0].op not in (Ops.BUFFER, Ops.CONST):
+        node = node.src[0]
+    return node, shape
+
+
+def _reads_any(graph: UOp, nodes: set[UOp]) -> bool:
+    """Does `graph` contain one of `nodes`?"""
+    return bool(nodes) and any(n in nodes for n in graph.toposort)
+
+
+_CURRENT = Realizer()  # the Realizer every Tensor uses (swapped only by `fresh`)
+
+
+def current() -> Realizer:
+    """The Realizer in use."""
+    return _CURRENT
+
+
+@contextmanager
+def fresh(realizer: Realizer | None = None) -> Iterator[Realizer]:
+    """Use a new (or the given) Realizer inside the block: empty registries, queue and caches."""
+    global _CURRENT
+    prev, _CURRENT = _CURRENT, realizer if realizer is not None else Realizer()
+    try:
+        yield _CURRENT
+    finally:
+        _CURRENT = prev
