@@ -12,7 +12,7 @@ Renderers that emulate (`Renderer.emulate_bf16`) print bf16 as a 16-bit unsigned
 from __future__ import annotations
 
 from tg_shape import ShapeTracker
-from tg_uop import GroupOp, Ops, UOp, dtypes
+from tg_uop import GroupOp, Ops, UOp, dtypes, map_graph
 
 BF16, F32, U32 = dtypes.bfloat16, dtypes.float32, dtypes.uint32
 
@@ -25,11 +25,7 @@ def emulate_bf16(ast: UOp) -> UOp:
     """The kernel AST with bf16 arithmetic done in float32 (see the module doc)."""
     if not uses_bf16(ast):
         return ast
-    done: dict[UOp, UOp] = {}
-    for u in ast.toposort:
-        src = tuple(done[s] for s in u.src)
-        done[u] = _rewrite(u, src)
-    return done[ast]
+    return map_graph("emulate bf16", _rewrite, ast)
 
 
 def _rewrite(u: UOp, src: tuple[UOp, ...]) -> UOp:

@@ -23,7 +23,7 @@ address and gates the load with `0 <= idx < n`.
 from __future__ import annotations
 
 from tg_shape import ShapeTracker
-from tg_uop import GroupOp, Ops, UOp
+from tg_uop import GroupOp, Ops, UOp, map_graph
 
 # ops V may contain: f(0, ..., 0) == 0, so a gated load's 0 out of range stays 0
 _VALUE_OPS = (GroupOp.PadSafe | {Ops.CAST, Ops.LOAD, Ops.VIEW, Ops.DEFINE_GLOBAL}) - {Ops.CMPNE, Ops.CMPLT}
@@ -31,14 +31,14 @@ _VALUE_OPS = (GroupOp.PadSafe | {Ops.CAST, Ops.LOAD, Ops.VIEW, Ops.DEFINE_GLOBAL
 
 def fold_gathers(ast: UOp) -> UOp:
     """The kernel AST with every foldable one-hot sum replaced by gathered loads (see the module doc)."""
-    done: dict[UOp, UOp] = {}
-    for u in ast.toposort:  # sources first
-        src = tuple(done[s] for s in u.src)
-        new = u.replace(src=src) if src != u.src else u
-        if new.op is Ops.REDUCE_AXIS and new.arg[0] is Ops.ADD and (folded := _fold(new)) is not None:
-            new = folded
-        done[u] = new
-    return done[ast]
+    return map_graph("fold one-hot gathers", _fold_one, ast)
+
+
+def _fold_one(u: UOp, src: tuple[UOp, ...]) -> UOp:
+    new = u.replace(src=src) if src != u.src else u
+    if new.op is Ops.REDUCE_AXIS and new.arg[0] is Ops.ADD and (folded := _fold(new)) is not None:
+        return folded
+    return new
 
 
 def _fold(red: UOp) -> UOp | None:

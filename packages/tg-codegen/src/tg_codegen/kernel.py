@@ -18,7 +18,7 @@ from tg_codegen.limits import assign_dims, check_resources, check_threads
 from tg_codegen.opt import KernelOptError, Opt
 from tg_codegen.renderer import Renderer
 from tg_shape import ShapeTracker
-from tg_uop import GroupOp, Ops, UOp
+from tg_uop import GroupOp, Ops, UOp, map_graph
 from tg_uop.helpers import prod, to_function_name
 from tg_uop.uop import sint
 
@@ -84,7 +84,8 @@ class Kernel:
 
     def _permute_ast(self, ast: UOp, order: tuple[int, ...]) -> UOp:
         inv = {old: new for new, old in enumerate(order)}
-        return _rebuild(ast, lambda st: st.permute(order), lambda axes: tuple(sorted(inv[a] for a in axes)))
+        new_axes = lambda axes: tuple(sorted(inv[a] for a in axes))  # noqa: E731
+        return _rebuild("kernel: reduce axes last", ast, lambda st: st.permute(order), new_axes)
 
     def _merge_axes(self, ast: UOp) -> UOp:
         """Merge neighbouring axes that every view can merge (fewer, longer loops)."""
@@ -108,9 +109,8 @@ class Kernel:
 
         self.full_shape, self.first_reduce = new_full, new_first_reduce
         merged_reduce = tuple(range(new_first_reduce, len(groups)))
-        return _rebuild(
-            ast, lambda st: st.reshape(tuple(prod(st.shape[i] for i in g) for g in groups)), lambda _: merged_reduce
-        )
+        merged = lambda st: st.reshape(tuple(prod(st.shape[i] for i in g) for g in groups))  # noqa: E731
+        return _rebuild("kernel: merge axes", ast, merged, lambda _: merged_reduce)
 
     # ---- axes by type ----
     def axes_of(self, *types: str) -> list[int]:
@@ -237,7 +237,7 @@ class Kernel:
         views = [u.replace(arg=fn(u.arg)) for u in self.ast.toposort if u.op is Ops.VIEW]
         self.full_shape = _full_shape(views)
         red = tuple(self.axes_of("reduce", "group", "unroll"))
-        self.ast = _rebuild(self.ast, fn, lambda _: red)
+        self.ast = _rebuild("kernel: apply opt to views", self.ast, fn, lambda _: red)
         self.__dict__.pop("bufs", None)
 
     # ---- naming ----
@@ -256,18 +256,20 @@ class Kernel:
 
 
 def _rebuild(
-    ast: UOp, fn: Callable[[ShapeTracker], ShapeTracker], red: Callable[[tuple[int, ...]], tuple[int, ...]]
+    name: str,
+    ast: UOp,
+    fn: Callable[[ShapeTracker], ShapeTracker],
+    red: Callable[[tuple[int, ...]], tuple[int, ...]],
 ) -> UOp:
-    """The AST with every VIEW's tracker mapped by `fn` and every REDUCE_AXIS's axes by `red` (one pass)."""
-    done: dict[UOp, UOp] = {}
-    for u in ast.toposort:
+    """The AST with every VIEW's tracker mapped by `fn` and every REDUCE_AXIS's axes by `red` (one named pass)."""
+
+    def one(u: UOp, src: tuple[UOp, ...]) -> UOp:
         if u.op is Ops.VIEW:
-            done[u] = u.replace(arg=fn(u.arg))
-            continue
-        src = tuple(done[s] for s in u.src)
+            return u.replace(arg=fn(u.arg))
         arg = (u.arg[0], red(u.arg[1])) if u.op is Ops.REDUCE_AXIS else u.arg
-        done[u] = u.replace(src=src, arg=arg)
-    return done[ast]
+        return u.replace(src=src, arg=arg)
+
+    return map_graph(name, one, ast)
 
 
 def _full_shape(views: list[UOp]) -> tuple[sint, ...]:

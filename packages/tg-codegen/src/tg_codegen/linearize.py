@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tg_codegen.lowerer import reduce_identity
-from tg_uop import Ops, UOp, dtypes
+from tg_uop import Ops, PatternMatcher, UOp, UPat, dtypes, graph_rewrite
 
 
 @dataclass
@@ -19,19 +19,24 @@ class _Level:
     post: list[UOp] = field(default_factory=list)
 
 
+def _accumulator(ctx: list[int], u: UOp) -> UOp:
+    """A REDUCE (its sources already expanded) as an ASSIGN into a fresh accumulator, numbered in order."""
+    n = ctx[0]
+    ctx[0] += 1
+    val, *rngs = u.src
+    acc = UOp(Ops.DEFINE_ACC, u.dtype, (UOp.const(u.dtype, reduce_identity(u.arg, u.dtype)), *rngs), n)
+    upd = acc.alu(u.arg, val) if u.arg is not Ops.MAX else acc.maximum(val)
+    if u.arg is Ops.ADD and val.op is Ops.WMMA:
+        upd = _accumulate_into(val, acc)
+    return UOp(Ops.ASSIGN, u.dtype, (acc, upd, *rngs))
+
+
+expand_reduces = PatternMatcher([(UPat(Ops.REDUCE, name="u"), _accumulator)])
+
+
 def _expand_reduces(sink: UOp) -> UOp:
-    """Replace each REDUCE by an ASSIGN into a fresh accumulator (DEFINE_ACC)."""
-    mapping: dict[UOp, UOp] = {}
-    for n, u in enumerate(x for x in sink.toposort if x.op is Ops.REDUCE):
-        val, *rngs = u.src
-        val = val.substitute(mapping) if mapping else val
-        acc = UOp(Ops.DEFINE_ACC, u.dtype, (UOp.const(u.dtype, reduce_identity(u.arg, u.dtype)), *rngs), n)
-        upd = acc.alu(u.arg, val) if u.arg is not Ops.MAX else acc.maximum(val)
-        if u.arg is Ops.ADD and val.op is Ops.WMMA:
-            upd = _accumulate_into(val, acc)
-        assign = UOp(Ops.ASSIGN, u.dtype, (acc, upd, *rngs))
-        mapping[u] = assign
-    return sink.substitute(mapping) if mapping else sink
+    """Replace each REDUCE by an ASSIGN into a fresh accumulator (DEFINE_ACC); a rewrite pass."""
+    return graph_rewrite(sink, expand_reduces, ctx=[0], name="expand reduces")
 
 
 def _accumulate_into(wmma: UOp, acc: UOp) -> UOp:

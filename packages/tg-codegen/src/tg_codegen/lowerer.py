@@ -18,7 +18,7 @@ from tg_codegen.kernel import Kernel
 from tg_codegen.vectorize import VECTOR_WIDTHS, pack_stores
 from tg_codegen.wide_index import index_dtype
 from tg_shape import ShapeTracker
-from tg_uop import DType, Ops, UOp, dtypes, graph_rewrite
+from tg_uop import DType, Ops, PatternMatcher, UOp, UPat, dtypes, graph_rewrite, run_pass
 from tg_uop.helpers import prod
 from tg_uop.symbolic import symbolic
 
@@ -111,14 +111,19 @@ class Lowerer:
         return tuple(ret)
 
     def lower(self) -> UOp:
+        """Lower (a named pass), simplify the index maths, drop gates that became true, pack vector stores."""
         vaxis, width = self._vector_axis()
-        combos = self._combos(("upcast",), last=vaxis)
-        stores = [self._lower(s, self._idxs(c, inside_reduce=False), c) for s in self.k.ast.src for c in combos]
-        sink = drop_true_gates(graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(stores)), symbolic))
+        lower_all = lambda ast: self._lower_stores(ast, vaxis)  # noqa: E731
+        sink = run_pass("lower: indexing, ranges, loads and stores", lower_all, self.k.ast)
+        sink = drop_true_gates(graph_rewrite(sink, symbolic, name="simplify lowered kernel"))
         if vaxis is None:
             return sink
-        groups = [list(sink.src[i : i + width]) for i in range(0, len(sink.src), width)]
-        return UOp(Ops.SINK, dtypes.void, tuple(pack_stores(groups)))
+        return run_pass("vectorize stores", lambda s: _pack(s, width), sink)
+
+    def _lower_stores(self, ast: UOp, vaxis: int | None) -> UOp:
+        combos = self._combos(("upcast",), last=vaxis)
+        stores = [self._lower(s, self._idxs(c, inside_reduce=False), c) for s in ast.src for c in combos]
+        return UOp(Ops.SINK, dtypes.void, tuple(stores))
 
     def _vector_axis(self) -> tuple[int | None, int]:
         """(axis, lanes) to pack into vectors: an upcast axis the first store walks with stride 1, else the last."""
@@ -253,19 +258,25 @@ def _gate(valid: UOp) -> tuple[UOp, ...]:
     return (valid,)
 
 
-def _is_true(u: UOp) -> bool:
-    return u.op is Ops.CONST and u.arg is True
+def _pack(sink: UOp, width: int) -> UOp:
+    """Stores of neighbouring lanes, `width` at a time, packed into vector stores (vectorize.py)."""
+    groups = [list(sink.src[i : i + width]) for i in range(0, len(sink.src), width)]
+    return UOp(Ops.SINK, dtypes.void, tuple(pack_stores(groups)))
+
+
+_TRUE = UPat(Ops.CONST, dtype=dtypes.bool, arg=True)
+# a LOAD(index, gate) or STORE(index, value, gate) whose gate simplified to true loses it
+true_gates = PatternMatcher(
+    [
+        (UPat(Ops.LOAD, src=(UPat(name="i"), _TRUE), name="x"), lambda x, i: x.replace(src=(i,))),
+        (UPat(Ops.STORE, src=(UPat(name="i"), UPat(name="v"), _TRUE), name="x"), lambda x, i, v: x.replace(src=(i, v))),
+    ]
+)
 
 
 def drop_true_gates(sink: UOp) -> UOp:
-    """Remove gates that simplified to true from LOADs and STOREs (one pass, bottom up)."""
-    done: dict[UOp, UOp] = {}
-    for u in sink.toposort:
-        src = tuple(done[x] for x in u.src)
-        if (u.op is Ops.LOAD and len(src) == 2 or u.op is Ops.STORE and len(src) == 3) and _is_true(src[-1]):
-            src = src[:-1]
-        done[u] = u.replace(src=src)
-    return done[sink]
+    """Remove gates that simplified to true from LOADs and STOREs (a rewrite pass)."""
+    return graph_rewrite(sink, true_gates, name="drop true gates")
 
 
 def lower(k: Kernel) -> UOp:
@@ -275,7 +286,7 @@ def lower(k: Kernel) -> UOp:
 
         return lower_tc(k)
     sink = Lowerer(k).lower()
-    if k.opts.supports_float4:
+    if k.opts.supports_float4:  # (a named pass)
         from tg_codegen.wideload import widen_loads
 
         return widen_loads(sink)

@@ -24,19 +24,48 @@ def optimized_kernel(ast: UOp, renderer: Renderer, opts: list[Opt] | tuple[Opt, 
         ast = emulate_bf16(ast)
     k = Kernel(ast, renderer)
     if opts is None:
-        opts = [] if NOOPT else hand_coded_optimizations(k)
+        with TRACE.hidden():  # the heuristics try opts on copies: not passes of this kernel
+            opts = [] if NOOPT else hand_coded_optimizations(k)
     return k.apply_opts(opts)
 
 
 def get_program(
     ast: UOp, renderer: Renderer, name_override: str | None = None, opts: list[Opt] | tuple[Opt, ...] | None = None
 ) -> ProgramSpec:
-    """Compile-ready program for a kernel AST, rendered for `renderer` (see `optimized_kernel` for `opts`)."""
+    """Compile-ready program for a kernel AST, rendered for `renderer` (see `optimized_kernel` for `opts`).
+
+    Every graph pass the kernel goes through is a named `graph_rewrite` or `run_pass`; DEBUG=5 prints
+    their names in order (`kernel_passes` returns them).
+    """
+    if DEBUG >= 5 and TRACE.passes is None:
+        with TRACE.collect_passes() as passes:
+            spec = get_program(ast, renderer, name_override, opts)
+        print(f"{spec.name} passes: {' -> '.join(passes)}")
+        return spec
     start_us = TRACE.now_us()
     TRACE.graph_step("kernel AST (from the scheduler)", ast)
     spec = program_for_kernel(optimized_kernel(ast, renderer, opts), name_override)
     TRACE.event(spec.name, "codegen", spec.device, start_us, TRACE.now_us() - start_us)
     return spec
+
+
+def kernel_passes(ast: UOp, renderer: Renderer, opts: list[Opt] | tuple[Opt, ...] | None = None) -> list[str]:
+    """The names of the graph passes `get_program` runs on `ast`, in order (what DEBUG=5 prints).
+
+    >>> from tg_codegen import ClangRenderer
+    >>> from tg_shape import ShapeTracker
+    >>> from tg_uop import dtypes
+    >>> view = UOp(Ops.VIEW, arg=ShapeTracker.from_shape((4,)))
+    >>> out, inp = (UOp(Ops.DEFINE_GLOBAL, dtypes.float32.ptr(), (), i) for i in (0, 1))
+    >>> load = UOp(Ops.LOAD, dtypes.float32, (inp, view))
+    >>> ast = UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (out, view, load)),))
+    >>> kernel_passes(ast, ClangRenderer(), opts=[])  # doctest: +NORMALIZE_WHITESPACE
+    ['fold one-hot gathers', 'lower: indexing, ranges, loads and stores', 'simplify lowered kernel',
+     'drop true gates', 'expand reduces']
+    """
+    with TRACE.collect_passes() as passes:
+        get_program(ast, renderer, opts=opts)
+    return passes
 
 
 def program_for_kernel(k: Kernel, name_override: str | None = None) -> ProgramSpec:

@@ -20,7 +20,7 @@ from tg_codegen.kernel import Kernel
 from tg_codegen.lowerer import Lowerer, drop_true_gates
 from tg_codegen.tensorcore import TC_AXIS_TYPES, Layout, applied_tensor_core, mma_operands, moving
 from tg_codegen.wideload import widen_loads
-from tg_uop import DType, Ops, UOp, dtypes, graph_rewrite
+from tg_uop import DType, Ops, UOp, dtypes, graph_rewrite, run_pass
 from tg_uop.symbolic import symbolic
 
 
@@ -75,17 +75,22 @@ class TCLowerer(Lowerer):
         return tuple(idxs)
 
     def lower(self) -> UOp:
+        """Lower (a named pass), simplify, drop gates that became true, widen loads."""
+        sink = run_pass("lower: tensor cores, indexing, loads and stores", self._lower_tc_stores, self.k.ast)
+        sink = graph_rewrite(sink, symbolic, name="simplify lowered kernel")
+        return widen_loads(drop_true_gates(sink))
+
+    def _lower_tc_stores(self, ast: UOp) -> UOp:
         zero = UOp.const(dtypes.int32, 0)
         rows, cols = self.tc.c_rows, self.tc.c_cols
         stores = []
-        for s in self.k.ast.src:
+        for s in ast.src:
             for c in self._combos(("upcast",)):
                 for j in range(len(rows)):
                     self.elem = j
                     idxs = self._tc_idxs(c, (self._at(rows, j), self._at(cols, j), zero), inside_reduce=False)
                     stores.append(self._lower(s, idxs, c))
-        sink = graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(stores)), symbolic)
-        return widen_loads(drop_true_gates(sink))
+        return UOp(Ops.SINK, dtypes.void, tuple(stores))
 
     def _lower_reduce(self, u: UOp, fixed: dict[int, int]) -> UOp:
         key = (u, tuple(sorted(fixed.items())))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from collections import defaultdict
 
-from tg_uop import DType, Ops, UOp, dtypes, graph_rewrite
+from tg_uop import DType, Ops, UOp, dtypes, graph_rewrite, run_pass
 from tg_uop.symbolic import symbolic
 
 WIDE_LOADS = (8, 4, 2)
@@ -48,7 +48,12 @@ def _aligned(base: tuple[UOp, ...], width: int) -> bool:
 
 def widen_loads(sink: UOp) -> UOp:
     """Scalar LOADs at neighbouring addresses (same buffer, base and gate) become one wide LOAD (of at most
-    16 bytes) whose lanes they read (GEP); the first address of each wide load is a multiple of its width."""
+    16 bytes) whose lanes they read (GEP); the first address of each wide load is a multiple of its width.
+    A named pass: the loads are grouped over the whole kernel, then substituted."""
+    return run_pass("wide loads", _widen_loads, sink)
+
+
+def _widen_loads(sink: UOp) -> UOp:
     groups: dict[tuple[UOp, tuple[UOp, ...], tuple[UOp, ...]], dict[int, UOp]] = defaultdict(dict)
     for u in sink.toposort:
         if u.op is Ops.LOAD and _widenable(u.dtype) and u.src[0].op is Ops.INDEX:

@@ -9,7 +9,7 @@
 from tg_uop.dtype import ConstType, DType, PtrDType, dtypes
 from tg_uop.helpers import DEBUG, Context, ContextVar, GlobalCounters, getenv, prod
 from tg_uop.ops import GroupOp, Ops
-from tg_uop.rewrite import PatternMatcher, UPat, graph_rewrite
+from tg_uop.rewrite import PatternMatcher, UPat, graph_rewrite, map_graph, run_pass
 from tg_uop.symbolic import symbolic, symbolic_simple
 from tg_uop.uop import UOp, exec_alu, sint
 
@@ -34,6 +34,8 @@ __all__ = [
     "exec_alu",
     "getenv",
     "graph_rewrite",
+    "map_graph",
+    "run_pass",
     "prod",
     "sint",
     "symbolic",

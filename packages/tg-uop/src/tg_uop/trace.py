@@ -99,6 +99,7 @@ class Trace:
         self._stack: list[Group] = []
         self.generation = 0
         self.depth = 0  # nesting of traced graph_rewrite calls: only the outermost ones are recorded
+        self.passes: list[str] | None = None  # names of the passes run, while collect_passes() is open
         self.t0 = time.perf_counter()
 
     # ---- groups and steps ----
@@ -147,6 +148,31 @@ class Trace:
     def text_step(self, name: str, text: str) -> None:
         if self.active:
             self.add_step(Step(name, "text", text=text))
+
+    @contextlib.contextmanager
+    def collect_passes(self) -> Iterator[list[str]]:
+        """Collect the name of every pass (graph_rewrite or run_pass, outermost only) run inside the block.
+
+        >>> from tg_uop import UOp, dtypes
+        >>> with TRACE.collect_passes() as names:
+        ...     _ = (UOp.const(dtypes.int, 1) + 2).simplify()
+        >>> names
+        ['simplify']
+        """
+        saved, self.passes = self.passes, []
+        try:
+            yield self.passes
+        finally:
+            self.passes = saved
+
+    @contextlib.contextmanager
+    def hidden(self) -> Iterator[None]:
+        """Passes run inside the block are neither recorded nor listed (trials on copies of a kernel, say)."""
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
 
     # ---- profile events ----
     def now_us(self) -> float:

@@ -164,11 +164,11 @@ class UOp(metaclass=UOpMetaClass):
     def sparents(self) -> Toposort:
         return self.toposort
 
-    def substitute(self, mapping: dict[UOp, UOp]) -> UOp:
-        """Replace nodes by identity, rebuilding everything above them."""
+    def substitute(self, mapping: dict[UOp, UOp], name: str | None = None) -> UOp:
+        """Replace nodes by identity, rebuilding everything above them (a rewrite pass called `name`)."""
         from tg_uop.rewrite import graph_rewrite, substitute_matcher
 
-        return graph_rewrite(self, substitute_matcher, ctx=mapping, bottom_up=True)
+        return graph_rewrite(self, substitute_matcher, ctx=mapping, bottom_up=True, name=name or "substitute")
 
     def simplify(self) -> UOp:
         """Apply the symbolic rules until nothing changes."""
