@@ -21,7 +21,6 @@ import numpy as np
 import pytest
 
 from tg import Tensor, dtypes
-from tg_uop import DType
 
 Rng = np.random.Generator
 FLOATS = ("float32", "float16")
@@ -583,6 +582,3 @@ def test_fuzz() -> None:
     )
     assert not failures, "\n".join(failures[:20])
 
-
-def _dtype_name(d: DType) -> str:
-    return next(k for k, v in dtypes.fields().items() if v == d)

@@ -202,5 +202,7 @@ def test_dropout_layer(on_device: str) -> None:
     np.testing.assert_array_equal(a, b)  # same seed, same mask
     assert not np.array_equal(a, c)
     assert set(np.unique(a).tolist()) <= {0.0, float(np.float32(1 / 0.75))} and 25 < int((a == 0).sum()) < 75
-    with pytest.raises(ValueError, match=r"p must be in \[0, 1\)"):
-        nn.Dropout(1.0)
+    with pytest.raises(ValueError, match=r"p must be in \[0, 1\]"):  # one range with Tensor.dropout
+        nn.Dropout(1.5)
+    with Tensor.train():
+        assert not nn.Dropout(1.0, seed=9)(x).numpy().any()  # p=1 drops everything (as torch)

@@ -62,14 +62,6 @@ class Kernel:
 
     # ---- shape plumbing ----
     @property
-    def shape_len(self) -> int:
-        return len(self.full_shape)
-
-    @property
-    def output_shape(self) -> tuple[sint, ...]:
-        return self.full_shape[: self.first_reduce] + (1,) * (self.shape_len - self.first_reduce)
-
-    @property
     def reduceops(self) -> list[UOp]:
         return [u for u in self.ast.toposort if u.op is Ops.REDUCE_AXIS]
 

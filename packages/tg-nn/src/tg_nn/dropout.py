@@ -14,7 +14,7 @@ it works inside TinyJit: every call, and every replay, gets a new mask.
 from __future__ import annotations
 
 from tg_tensor import Tensor
-from tg_tensor.rng import RandomState, to_unit_float
+from tg_tensor.rng import RandomState
 
 
 class Dropout:
@@ -25,15 +25,10 @@ class Dropout:
     """
 
     def __init__(self, p: float = 0.5, seed: int | None = None) -> None:
-        if not 0 <= p < 1:
-            raise ValueError(f"Dropout: p must be in [0, 1), got {p}")
+        if not 0 <= p <= 1:  # (Tensor.dropout's range: p=1 drops everything, as in torch)
+            raise ValueError(f"Dropout: p must be in [0, 1], got {p}")
         self.p = p
         self.state = RandomState(seed) if seed is not None else None
 
     def __call__(self, x: Tensor) -> Tensor:
-        if self.state is None or not Tensor.training or self.p == 0:
-            return x.dropout(self.p)
-        shape = tuple(int(s) for s in x.shape)
-        bits, _ = self.state.bits(shape, x.device)
-        keep = Tensor(to_unit_float(bits, shape, x.device)) >= self.p
-        return keep.where(x, 0.0) * (1 / (1 - self.p))
+        return x.dropout(self.p, self.state)

@@ -13,7 +13,6 @@ import functools
 import importlib
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 from tg_codegen.renderer import Renderer
@@ -276,13 +275,6 @@ class DeviceSet(str):
 
     def __reduce__(self) -> tuple[type[DeviceSet], tuple[tuple[str, ...]]]:
         return (DeviceSet, (self.devices,))
-
-
-@dataclass(frozen=True)
-class BufferSpec:
-    device: str
-    size: int
-    dtype: DType
 
 
 class Buffer:

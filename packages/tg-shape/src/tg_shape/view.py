@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any
 
 from tg_uop import DType, UOp, dtypes
 from tg_uop.helpers import all_int, prod
@@ -245,22 +244,6 @@ class View:
         return View.create(
             tuple(sub(s) for s in self.shape), tuple(sub(st) for st in self.strides), sub(self.offset), mask
         )
-
-    def minify(self) -> View:
-        """Merge dims that are contiguous with each other (fewer loops, same elements)."""
-        if self.mask is not None or not all_int(self.shape):
-            return self
-        shape: list[Any] = []
-        strides: list[Any] = []
-        for s, st in zip(self.shape, self.strides):
-            if shape and strides[-1] == st * s:
-                shape[-1] *= s
-                strides[-1] = st
-            else:
-                shape.append(s)
-                strides.append(st)
-        return View.create(tuple(shape), tuple(strides), self.offset)
-
 
 def _is_zero(s: sint) -> bool:
     return isinstance(s, int) and s == 0

@@ -363,11 +363,12 @@ def schedule_multi(tensors: list[Tensor]) -> list[Any]:
 
 
 def _grad_nodes() -> set[UOp]:
-    from tg_tensor.tensor import Tensor, _grad_tensors
+    from tg_tensor.realizer import current
+    from tg_tensor.tensor import Tensor
 
     if Tensor.no_grad:
         return set()
-    return {n for g in list(_grad_tensors) for n in (g.uop, g._lazy) if n is not None}
+    return {n for g in list(current().grad_tensors) for n in (g.uop, g._lazy) if n is not None}
 
 
 def needs_lowering(tensors: list[Tensor]) -> bool:

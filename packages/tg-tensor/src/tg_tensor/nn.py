@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tg_tensor.conv import ConvMixin
+from tg_tensor.rng import RandomState, to_unit_float
 from tg_uop import dtypes
 
 if TYPE_CHECKING:
@@ -66,16 +67,30 @@ class NNMixin(ConvMixin):
         ret = x * (invstd.reshape(shape) if invstd.ndim == len(axes) else invstd)
         return ret + bias.reshape(shape) if bias is not None else ret
 
-    def dropout(self: Tensor, p: float = 0.5) -> Tensor:
-        """Zero elements with probability p and scale the rest by 1/(1-p); a no-op unless Tensor.training."""
+    def dropout(self: Tensor, p: float = 0.5, state: RandomState | None = None) -> Tensor:
+        """Zero elements with probability p and scale the rest by 1/(1-p); a no-op unless Tensor.training.
+
+        The mask comes from the global random stream (`Tensor.manual_seed`), or from `state` when given
+        (a stream of its own, as `tg_nn.Dropout(p, seed=...)` uses). The one dropout of tg.
+
+        >>> from tg_tensor import Tensor
+        >>> with Tensor.train():
+        ...     sorted(set(Tensor.ones(100).dropout(0.5).tolist()))
+        [0.0, 2.0]
+        """
         if not 0 <= p <= 1:
             raise ValueError(f"dropout: p must be in [0, 1], got {p}")
         if not type(self).training or p == 0:
             return self
         if p == 1:
             return self.zeros_like()
-        keep = type(self).rand(*self.shape, device=self.device) >= p
-        return keep.where(self, 0) * (1 / (1 - p))
+        if state is None:
+            uniform = type(self).rand(*self.shape, device=self.device)
+        else:
+            shape = tuple(int(s) for s in self.shape)
+            bits, _ = state.bits(shape, self.device)
+            uniform = type(self)(to_unit_float(bits, shape, self.device))
+        return (uniform >= p).where(self, 0) * (1 / (1 - p))
 
     def scaled_dot_product_attention(
         self: Tensor,

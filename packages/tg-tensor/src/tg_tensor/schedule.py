@@ -58,10 +58,6 @@ class _TwoVersions(Exception):
         self.node = node
 
 
-def _is_input(u: UOp) -> bool:
-    return u.op is Ops.BUFFER
-
-
 def _movement_st(shape: tuple[int, ...], ops: Movement) -> ShapeTracker:
     st = ShapeTracker.from_shape(shape)
     for op, arg in ops:

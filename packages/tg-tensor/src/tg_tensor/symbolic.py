@@ -78,11 +78,3 @@ def max_size(s: UOp) -> int:
     """The largest value of a symbolic size (a bound Variable, or an expression of them): what its buffer holds."""
     unbound = s.substitute({u: u.src[0] for u in s.toposort if u.op is Ops.BIND})
     return int(unbound.vmax)
-
-
-def check_bound(values: dict[UOp, int]) -> None:
-    """Every value within its variable's range (Variable(name, min, max)), else a ValueError naming it."""
-    for var, val in values.items():
-        name, lo, hi = var.arg
-        if not lo <= val <= hi:
-            raise ValueError(f"variable {name!r} is bound to {val}, outside its range [{lo}, {hi}]")

@@ -10,9 +10,8 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
-import math
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
 T = TypeVar("T")
@@ -156,16 +155,8 @@ def prod(xs: Iterable[Any], start: Any = 1) -> Any:
     return ret
 
 
-def all_same(xs: Sequence[Any]) -> bool:
-    return all(x == xs[0] for x in xs)
-
-
 def all_int(xs: Iterable[Any]) -> bool:
     return all(isinstance(x, int) for x in xs)
-
-
-def dedup(xs: Iterable[T]) -> list[T]:
-    return list(dict.fromkeys(xs))
 
 
 def flatten(xss: Iterable[Iterable[T]]) -> list[T]:
@@ -184,35 +175,12 @@ def partition(xs: Iterable[T], pred: Any) -> tuple[list[T], list[T]]:
     return yes, no
 
 
-def round_up(n: int, multiple: int) -> int:
-    return -(-n // multiple) * multiple
-
-
-def ceildiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def pairwise(xs: Sequence[T]) -> Iterator[tuple[T, T]]:
-    return zip(xs, xs[1:])
-
-
 def colored(text: str, color: str | None) -> str:
     """Wrap text in an ANSI color code (no-op for None)."""
     if color is None:
         return text
     codes = ["black", "red", "green", "yellow", "blue", "magenta", "cyan", "white"]
     return f"\u001b[{30 + codes.index(color)}m{text}\u001b[0m"
-
-
-def ansilen(text: str) -> int:
-    """Length of a string without its ANSI escape codes."""
-    n, i = 0, 0
-    while i < len(text):
-        if text[i] == "\u001b":
-            i = text.index("m", i) + 1
-            continue
-        n, i = n + 1, i + 1
-    return n
 
 
 def to_function_name(name: str) -> str:
@@ -229,10 +197,6 @@ def cdiv(a: int, b: int) -> int:
 def cmod(a: int, b: int) -> int:
     """C-style modulo (the sign follows the dividend)."""
     return a - b * cdiv(a, b)
-
-
-def is_finite_number(x: float) -> bool:
-    return not (math.isinf(x) or math.isnan(x))
 
 
 def cache_dir() -> str:

@@ -126,9 +126,7 @@ class GroupOp:
     Elementwise = ALU | {Ops.CAST, Ops.BITCAST}
     Movement = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP})
     Commutative = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.XOR, Ops.AND, Ops.OR})
-    Associative = frozenset({Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.MAX})
     Comparison = frozenset({Ops.CMPLT, Ops.CMPNE})
-    Idempotent = frozenset({Ops.OR, Ops.AND, Ops.MAX})
     # ops for which f(0, ..., 0) == 0: a padded (masked) view may be pushed through them
     PadSafe = frozenset(
         {
@@ -153,5 +151,3 @@ class GroupOp:
             Ops.BITCAST,
         }
     )
-    # ops that only order or mark things and carry no value of their own
-    Meta = frozenset({Ops.SINK, Ops.NOOP, Ops.ENDRANGE, Ops.ENDIF, Ops.BARRIER})

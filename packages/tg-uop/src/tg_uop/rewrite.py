@@ -64,11 +64,6 @@ class UPat:
         """The constant `value`."""
         return UPat(Ops.CONST, dtype=dtype, arg=value)
 
-    def named(self, name: str) -> UPat:
-        ret = UPat(self.op, self.dtype, None, self.arg, name, self.allow_any_len)
-        ret.src, ret._any_order = self.src, self._any_order
-        return ret
-
     # ---- operator sugar (commutative ops match in any order) ----
     def alu(self, op: Ops, *src: UPat) -> UPat:
         operands = [self, *src]

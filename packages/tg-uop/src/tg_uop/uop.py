@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 from tg_uop.alu import PYTHON_ALU, bitcast_const, cast_const, exec_alu
 from tg_uop.bounds import bounds
-from tg_uop.dtype import ConstType, DType, PtrDType, dtypes, truncate_const
+from tg_uop.dtype import ConstType, DType, dtypes, truncate_const
 from tg_uop.helpers import all_int, prod
 from tg_uop.ops import GroupOp, Ops
 from tg_uop.shapes import uop_shape
@@ -160,9 +160,6 @@ class UOp(metaclass=UOpMetaClass):
                     stack.append((s, False))
         del visited[self]
         return visited
-
-    def sparents(self) -> Toposort:
-        return self.toposort
 
     def substitute(self, mapping: dict[UOp, UOp], name: str | None = None) -> UOp:
         """Replace nodes by identity, rebuilding everything above them (a rewrite pass called `name`)."""
@@ -433,9 +430,6 @@ class UOp(metaclass=UOpMetaClass):
             node = node.src[0]
         return node
 
-    def is_realized_buffer(self) -> bool:
-        return self.op is Ops.BUFFER
-
     # movement ops on tensor graphs (validated; return self when they are no-ops)
     def reshape(self, shape: tuple[sint, ...]) -> UOp:
         cur = self._need_shape("reshape")
@@ -520,10 +514,3 @@ def pretty(root: UOp) -> str:
     lines = [f"{names[n]} = {fmt(n, 0, True)}" for n in shared if n is not root]
     lines.append(fmt(root, 0, True))
     return "\n".join(lines)
-
-
-def uops_iter(u: UOp) -> Iterator[UOp]:
-    yield from u.toposort
-
-
-AnyPtr = PtrDType

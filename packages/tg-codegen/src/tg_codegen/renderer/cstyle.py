@@ -34,7 +34,6 @@ class CStyleLanguage(Renderer):
     buffer_prefix: str = ""
     buffer_suffix: str = " restrict"
     arg_int_prefix: str = "const int"
-    float4: str | None = None
     type_map: dict[DType, str] = {}
     extra_headers: tuple[str, ...] = ()
     thread_pragma: str = ""  # put before a loop over CPU threads
