@@ -40,14 +40,32 @@ class ActivationMixin:
 
     # ---- trigonometry ----
     def sin(self: Tensor) -> Tensor:
+        """The sine, elementwise (radians).
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([0.0]).sin().tolist()
+        [0.0]
+        """
         from tg_uop import Ops
 
         return self._float()._unop(Ops.SIN)
 
     def cos(self: Tensor) -> Tensor:
+        """The cosine, elementwise (radians).
+
+        >>> from tg_tensor import Tensor
+        >>> round(Tensor([0.0]).cos().item(), 5)
+        1.0
+        """
         return (math.pi / 2 - self._float()).sin()
 
     def tan(self: Tensor) -> Tensor:
+        """The tangent, elementwise (radians).
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([0.0]).tan().tolist()
+        [0.0]
+        """
         return self.sin() / self.cos()
 
     def asin(self: Tensor) -> Tensor:
@@ -55,32 +73,86 @@ class ActivationMixin:
         return self._float()._odd(lambda a: math.pi / 2 - (1 - a).sqrt() * _horner(a, ASIN_COEFFS, ASIN_C0))
 
     def acos(self: Tensor) -> Tensor:
+        """The inverse cosine, in [0, pi].
+
+        >>> from tg_tensor import Tensor
+        >>> round(Tensor([1.0]).acos().item(), 5)
+        0.0
+        """
         return math.pi / 2 - self.asin()
 
     def atan(self: Tensor) -> Tensor:
+        """The inverse tangent, in (-pi/2, pi/2).
+
+        >>> from tg_tensor import Tensor
+        >>> round(Tensor([1.0]).atan().item(), 4)  # pi / 4
+        0.7854
+        """
         x = self._float()
         return (x / (1 + x * x).sqrt()).asin()
 
     # ---- hyperbolics ----
     def sinh(self: Tensor) -> Tensor:
+        """The hyperbolic sine.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([0.0]).sinh().tolist()
+        [0.0]
+        """
         return (self.exp() - (-self).exp()) / 2
 
     def cosh(self: Tensor) -> Tensor:
+        """The hyperbolic cosine.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([0.0]).cosh().tolist()
+        [1.0]
+        """
         return (self.exp() + (-self).exp()) / 2
 
     def tanh(self: Tensor) -> Tensor:
+        """The hyperbolic tangent.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([0.0]).tanh().tolist()
+        [0.0]
+        """
         return 2.0 * (2.0 * self._float()).sigmoid() - 1.0
 
     def asinh(self: Tensor) -> Tensor:
+        """The inverse hyperbolic sine.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([0.0]).asinh().tolist()
+        [0.0]
+        """
         return self._float()._odd(lambda a: (a + (a * a + 1).sqrt()).log())
 
     def acosh(self: Tensor) -> Tensor:
+        """The inverse hyperbolic cosine (x >= 1).
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([1.0]).acosh().tolist()
+        [0.0]
+        """
         return (self + (self * self - 1).sqrt()).log()
 
     def atanh(self: Tensor) -> Tensor:
+        """The inverse hyperbolic tangent (|x| < 1).
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([0.0]).atanh().tolist()
+        [0.0]
+        """
         return ((1 + self) / (1 - self)).log() / 2
 
     def erf(self: Tensor) -> Tensor:
+        """The error function (a polynomial approximation, abs error < 1.5e-7).
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([0.0]).erf().tolist()
+        [0.0]
+        """
         def erf_pos(a: Tensor) -> Tensor:
             t = 1.0 / (1.0 + ERF_P * a)
             return 1.0 - _horner(t, ERF_COEFFS[:-1], ERF_COEFFS[-1]) * t * (-(a * a)).exp()
@@ -113,6 +185,12 @@ class ActivationMixin:
         return ((self < top) | self.ne(self)).where(self, top)
 
     def leaky_relu(self: Tensor, neg_slope: float = 0.01) -> Tensor:
+        """x for x >= 0, neg_slope * x below.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([-2.0, 3.0]).leaky_relu(0.5).tolist()
+        [-1.0, 3.0]
+        """
         return (self < 0).where(self * neg_slope, self)
 
     def elu(self: Tensor, alpha: float = 1.0) -> Tensor:
@@ -120,9 +198,21 @@ class ActivationMixin:
         return (self > 0).where(self, alpha * (self._negative_part().exp() - 1))
 
     def celu(self: Tensor, alpha: float = 1.0) -> Tensor:
+        """max(0, x) + min(0, alpha * (exp(x / alpha) - 1)).
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([0.0, 2.0]).celu().tolist()
+        [0.0, 2.0]
+        """
         return (self > 0).where(self, alpha * ((self._negative_part() / alpha).exp() - 1))
 
     def selu(self: Tensor, alpha: float = 1.67326, gamma: float = 1.0507) -> Tensor:
+        """Scaled ELU: gamma * elu(x, alpha) with the self-normalizing constants.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([0.0]).selu().tolist()
+        [0.0]
+        """
         return gamma * self.elu(alpha)
 
     def sigmoid(self: Tensor) -> Tensor:
@@ -134,10 +224,22 @@ class ActivationMixin:
         return pos.where(1.0, e) / (1 + e)
 
     def logsigmoid(self: Tensor) -> Tensor:
+        """log(sigmoid(x)), computed as -softplus(-x) (no overflow).
+
+        >>> from tg_tensor import Tensor
+        >>> round(Tensor([0.0]).logsigmoid().item(), 4)
+        -0.6931
+        """
         return -(-self).softplus()
 
     def hardsigmoid(self: Tensor, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
         # alpha x + beta clipped to [0, 1]; the gradient is 0 at both ends (PyTorch)
+        """alpha * x + beta clipped to [0, 1].
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([-6.0, 0.0, 6.0]).hardsigmoid().tolist()
+        [0.0, 0.5, 1.0]
+        """
         return (alpha * self + beta).relu()._clip_top(1.0)
 
     def gelu(self: Tensor, approximate: str = "tanh") -> Tensor:
@@ -155,12 +257,30 @@ class ActivationMixin:
         return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
 
     def quick_gelu(self: Tensor) -> Tensor:
+        """x * sigmoid(1.702 x), GELU's fast approximation.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([0.0]).quick_gelu().tolist()
+        [0.0]
+        """
         return self * (self * 1.702).sigmoid()
 
     def silu(self: Tensor) -> Tensor:
+        """x * sigmoid(x) (also called swish).
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([0.0]).silu().tolist()
+        [0.0]
+        """
         return self * self.sigmoid()
 
     def swish(self: Tensor) -> Tensor:
+        """The same as `silu`: x * sigmoid(x).
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([0.0]).swish().tolist()
+        [0.0]
+        """
         return self.silu()
 
     def softplus(self: Tensor, beta: float = 1.0) -> Tensor:
@@ -170,13 +290,37 @@ class ActivationMixin:
         return (pos.where(bx, 0.0) + (1 + pos.where(-bx, bx).exp()).log()) / beta
 
     def mish(self: Tensor) -> Tensor:
+        """x * tanh(softplus(x)).
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([0.0]).mish().tolist()
+        [0.0]
+        """
         return self * self.softplus().tanh()
 
     def softsign(self: Tensor) -> Tensor:
+        """x / (1 + |x|).
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([-1.0, 3.0]).softsign().tolist()
+        [-0.5, 0.75]
+        """
         return self / (1 + self.abs())
 
     def hardswish(self: Tensor) -> Tensor:
+        """x * relu6(x + 3) / 6.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([-4.0, 0.0, 4.0]).hardswish().tolist()
+        [-0.0, 0.0, 4.0]
+        """
         return self * (self + 3).relu6() * (1 / 6)
 
     def hardtanh(self: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
+        """x clipped to [min_val, max_val].
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([-2.0, 0.5, 2.0]).hardtanh().tolist()
+        [-1.0, 0.5, 1.0]
+        """
         return self.clip(min_val, max_val)

@@ -97,18 +97,42 @@ class CreationMixin:
         return cls(UOp.new_buffer(dev, int(prod(shp)), dt).reshape(shp), **kw)
 
     def full_like(self: Tensor, fill_value: ConstType, dtype: DType | str | None = None, **kw: Any) -> Tensor:
+        """`fill_value` everywhere, with this tensor's shape, dtype (or `dtype`) and device.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([1, 2]).full_like(7).tolist()
+        [7, 7]
+        """
         if (split := split_of(self.uop)) is not None and split.axis is not None:  # split like self
             one = type(self).full(self.shape, fill_value, _dt(dtype) or self.dtype, split.devices.devices[0])
             return type(self)(shard_uop(one.uop, split.devices, split.axis), **kw)
         return type(self).full(self.shape, fill_value, _dt(dtype) or self.dtype, self.device, **kw)
 
     def zeros_like(self: Tensor, dtype: DType | str | None = None, **kw: Any) -> Tensor:
+        """Zeros of this tensor's shape, dtype (or `dtype`) and device.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([1, 2]).zeros_like().tolist()
+        [0, 0]
+        """
         return self.full_like(0, dtype, **kw)
 
     def ones_like(self: Tensor, dtype: DType | str | None = None, **kw: Any) -> Tensor:
+        """Ones of this tensor's shape, dtype (or `dtype`) and device.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([1, 2]).ones_like().tolist()
+        [1, 1]
+        """
         return self.full_like(1, dtype, **kw)
 
     def empty_like(self: Tensor, dtype: DType | str | None = None, **kw: Any) -> Tensor:
+        """An uninitialized tensor of this tensor's shape, dtype (or `dtype`) and device.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([1, 2]).empty_like().shape
+        (2,)
+        """
         if (split := split_of(self.uop)) is not None and split.axis is not None:  # split like self: a buffer each
             dt = _dt(dtype) or self.dtype
             shapes = [(str(s.device), tuple(s.shape or ())) for s in split.uops]
@@ -117,9 +141,21 @@ class CreationMixin:
         return type(self).empty(self.shape, dtype=_dt(dtype) or self.dtype, device=self.device, **kw)
 
     def rand_like(self: Tensor, dtype: DType | str | None = None, **kw: Any) -> Tensor:
+        """Uniform random numbers in [0, 1) of this tensor's shape (a float dtype) and device.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([1.0, 2.0]).rand_like().shape
+        (2,)
+        """
         return type(self).rand(self.shape, dtype=_dt(dtype) or _float_or_default(self.dtype), device=self.device, **kw)
 
     def randn_like(self: Tensor, dtype: DType | str | None = None, **kw: Any) -> Tensor:
+        """Standard normal random numbers of this tensor's shape (a float dtype) and device.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([1.0, 2.0]).randn_like().shape
+        (2,)
+        """
         return type(self).randn(self.shape, dtype=_dt(dtype) or _float_or_default(self.dtype), device=self.device, **kw)
 
     # ---- ranges ----

@@ -48,7 +48,7 @@ class DecompMixin:
 
         >>> from tg_tensor import Tensor
         >>> q, r = Tensor([[1.0, 2.0], [3.0, 4.0]]).qr()
-        >>> round(abs(r.numpy()[1, 0]), 6)
+        >>> float(round(abs(r.numpy()[1, 0]), 6))
         0.0
         """
         self._need_matrix("qr")

@@ -87,6 +87,12 @@ class ElementwiseMixin:
         return type(self)(a.uop.alu(Ops.ADD, b.uop))
 
     def sub(self: Tensor, x: TensorLike, reverse: bool = False) -> Tensor:
+        """x - other (broadcast); `reverse` computes other - x.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([5, 7]).sub(2).tolist()
+        [3, 5]
+        """
         a, b = self._broadcasted(x, reverse)
         if a.dtype == dtypes.bool:
             raise TypeError("sub: subtracting bool tensors is not supported; use logical_xor")
@@ -196,9 +202,21 @@ class ElementwiseMixin:
         return self.ones_like() if ret is None else ret
 
     def neg(self: Tensor) -> Tensor:
+        """-x (logical not for bool).
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([1, -2]).neg().tolist()
+        [-1, 2]
+        """
         return self.logical_not() if self.dtype == dtypes.bool else self._unop(Ops.NEG)
 
     def abs(self: Tensor) -> Tensor:
+        """|x| (unsigned and bool tensors are returned as they are).
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([-1.5, 2.0]).abs().tolist()
+        [1.5, 2.0]
+        """
         if self.dtype == dtypes.bool or dtypes.is_unsigned(self.dtype):
             return self
         # |x| with PyTorch's gradient sign(x): 0 at x == 0 (x - x keeps NaN and gives +0 for -0)
@@ -210,12 +228,30 @@ class ElementwiseMixin:
         return self.ne(0).where((self < 0).where(-one, one), self * 0)
 
     def reciprocal(self: Tensor) -> Tensor:
+        """1 / x, as a float.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([2.0, 4.0]).reciprocal().tolist()
+        [0.5, 0.25]
+        """
         return self._float()._unop(Ops.RECIP)
 
     def maximum(self: Tensor, x: TensorLike) -> Tensor:
+        """The elementwise maximum of this tensor and `x` (broadcast).
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([1, 5]).maximum(3).tolist()
+        [3, 5]
+        """
         return self._binop(Ops.MAX, x)
 
     def minimum(self: Tensor, x: TensorLike) -> Tensor:
+        """The elementwise minimum of this tensor and `x` (broadcast; NaN wins for floats).
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([1, 5]).minimum(3).tolist()
+        [1, 3]
+        """
         a, b = self._broadcasted(x)
         if dtypes.is_float(a.dtype):
             return -((-a).maximum(-b))
@@ -234,6 +270,12 @@ class ElementwiseMixin:
         return (((a < b) if lower else (a > b)) | b.ne(b)).where(b, a)  # a NaN bound gives NaN (numpy, torch)
 
     def clamp(self: Tensor, min_: TensorLike = None, max_: TensorLike = None) -> Tensor:
+        """The same as `clip`: values limited to [min_, max_].
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([-1, 5]).clamp(0, 3).tolist()
+        [0, 3]
+        """
         return self.clip(min_, max_)
 
     def where(self: Tensor, x: TensorLike, y: TensorLike) -> Tensor:
@@ -262,37 +304,97 @@ class ElementwiseMixin:
 
     # ---- exp, log, roots ----
     def exp(self: Tensor) -> Tensor:
+        """e**x, as a float.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([0.0]).exp().tolist()
+        [1.0]
+        """
         return (self._float() * INV_LN2)._unop(Ops.EXP2)
 
     def exp2(self: Tensor) -> Tensor:
+        """2**x, as a float.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([3.0]).exp2().tolist()
+        [8.0]
+        """
         return self._float()._unop(Ops.EXP2)
 
     def log(self: Tensor) -> Tensor:
+        """The natural logarithm, as a float.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([1.0]).log().tolist()
+        [0.0]
+        """
         return self._float()._unop(Ops.LOG2) * LN2
 
     def log2(self: Tensor) -> Tensor:
+        """The base-2 logarithm, as a float.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([8.0]).log2().tolist()
+        [3.0]
+        """
         return self._float()._unop(Ops.LOG2)
 
     def sqrt(self: Tensor) -> Tensor:
+        """The square root, as a float.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([4.0, 9.0]).sqrt().tolist()
+        [2.0, 3.0]
+        """
         return self._float()._unop(Ops.SQRT)
 
     def rsqrt(self: Tensor) -> Tensor:
+        """1 / sqrt(x).
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([4.0]).rsqrt().tolist()
+        [0.5]
+        """
         return self.sqrt().reciprocal()
 
     def square(self: Tensor) -> Tensor:
+        """x * x.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([3, -2]).square().tolist()
+        [9, 4]
+        """
         return self * self
 
     # ---- rounding ----
     def trunc(self: Tensor) -> Tensor:
+        """Rounded toward zero (ints are returned as they are).
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([-1.5, 1.5]).trunc().tolist()
+        [-1.0, 1.0]
+        """
         return self if not dtypes.is_float(self.dtype) else self._unop(Ops.TRUNC)
 
     def floor(self: Tensor) -> Tensor:
+        """Rounded down (ints are returned as they are).
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([-1.5, 1.5]).floor().tolist()
+        [-2.0, 1.0]
+        """
         if not dtypes.is_float(self.dtype):
             return self
         t = self.trunc()
         return (t > self).where(t - 1, t)
 
     def ceil(self: Tensor) -> Tensor:
+        """Rounded up (ints are returned as they are).
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([-1.5, 1.5]).ceil().tolist()
+        [-1.0, 2.0]
+        """
         if not dtypes.is_float(self.dtype):
             return self
         t = self.trunc()
@@ -308,14 +410,32 @@ class ElementwiseMixin:
         return (tie & odd).where(r - 1, r)
 
     def isnan(self: Tensor) -> Tensor:
+        """True where x is NaN.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([1.0, float('nan')]).isnan().tolist()
+        [False, True]
+        """
         return self.ne(self)
 
     def isinf(self: Tensor, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
+        """True where x is +inf (detect_positive) or -inf (detect_negative).
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([1.0, float('inf')]).isinf().tolist()
+        [False, True]
+        """
         pos = self.eq(math.inf) if detect_positive else self.zeros_like(dtypes.bool)
         neg = self.eq(-math.inf) if detect_negative else self.zeros_like(dtypes.bool)
         return pos | neg
 
     def isfinite(self: Tensor) -> Tensor:
+        """True where x is neither infinite nor NaN.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([1.0, float('inf')]).isfinite().tolist()
+        [True, False]
+        """
         return (self.isinf() | self.isnan()).logical_not()
 
     # ---- comparisons ----
@@ -340,9 +460,21 @@ class ElementwiseMixin:
         return (x < self).logical_not()
 
     def ne(self: Tensor, x: TensorLike) -> Tensor:
+        """x != other, elementwise (broadcast).
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([1, 2]).ne(2).tolist()
+        [True, False]
+        """
         return self._binop(Ops.CMPNE, x)
 
     def eq(self: Tensor, x: TensorLike) -> Tensor:
+        """x == other, elementwise (broadcast).
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([1, 2]).eq(2).tolist()
+        [False, True]
+        """
         return self.ne(x).logical_not()
 
     def __eq__(self: Tensor, x: TensorLike) -> Tensor:  # type: ignore[override]
@@ -353,39 +485,99 @@ class ElementwiseMixin:
 
     # ---- logic and bits ----
     def logical_not(self: Tensor) -> Tensor:
+        """not x (any nonzero value is true).
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([0, 3]).logical_not().tolist()
+        [True, False]
+        """
         b = self if self.dtype == dtypes.bool else self.ne(0)
         return b._binop(Ops.CMPNE, True)
 
     def logical_and(self: Tensor, x: TensorLike) -> Tensor:
+        """x and other, as bools.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([0, 1]).logical_and(Tensor([1, 1])).tolist()
+        [False, True]
+        """
         return self.cast(dtypes.bool).bitwise_and(self._to_tensor(x).cast(dtypes.bool))
 
     def logical_or(self: Tensor, x: TensorLike) -> Tensor:
+        """x or other, as bools.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([0, 1]).logical_or(Tensor([0, 0])).tolist()
+        [False, True]
+        """
         return self.cast(dtypes.bool).bitwise_or(self._to_tensor(x).cast(dtypes.bool))
 
     def logical_xor(self: Tensor, x: TensorLike) -> Tensor:
+        """x xor other, as bools.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([0, 1]).logical_xor(Tensor([1, 1])).tolist()
+        [True, False]
+        """
         return self.cast(dtypes.bool).bitwise_xor(self._to_tensor(x).cast(dtypes.bool))
 
     def bitwise_and(self: Tensor, x: TensorLike, reverse: bool = False) -> Tensor:
+        """x & other (ints and bools).
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([6]).bitwise_and(3).tolist()
+        [2]
+        """
         self._require_int("bitwise_and")
         return self._binop(Ops.AND, x, reverse)
 
     def bitwise_or(self: Tensor, x: TensorLike, reverse: bool = False) -> Tensor:
+        """x | other (ints and bools).
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([6]).bitwise_or(3).tolist()
+        [7]
+        """
         self._require_int("bitwise_or")
         return self._binop(Ops.OR, x, reverse)
 
     def bitwise_xor(self: Tensor, x: TensorLike, reverse: bool = False) -> Tensor:
+        """x ^ other (ints and bools).
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([6]).bitwise_xor(3).tolist()
+        [5]
+        """
         self._require_int("bitwise_xor")
         return self._binop(Ops.XOR, x, reverse)
 
     def bitwise_not(self: Tensor) -> Tensor:
+        """~x (ints and bools).
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([0, 5]).bitwise_not().tolist()
+        [-1, -6]
+        """
         self._require_int("bitwise_not")
         return self.logical_not() if self.dtype == dtypes.bool else self._binop(Ops.XOR, -1)
 
     def lshift(self: Tensor, x: TensorLike, reverse: bool = False) -> Tensor:
+        """x << other (ints).
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([1, 3]).lshift(2).tolist()
+        [4, 12]
+        """
         self._require_int("lshift")
         return self._binop(Ops.SHL, x, reverse)
 
     def rshift(self: Tensor, x: TensorLike, reverse: bool = False) -> Tensor:
+        """x >> other (ints).
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([4, 12]).rshift(2).tolist()
+        [1, 3]
+        """
         self._require_int("rshift")
         return self._binop(Ops.SHR, x, reverse)
 
@@ -477,19 +669,55 @@ class ElementwiseMixin:
         return self if self.dtype == dtype else type(self)(self.uop.bitcast(dtype))
 
     def float(self: Tensor) -> Tensor:
+        """Cast to float32.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([1]).float().dtype
+        dtypes.float
+        """
         return self.cast(dtypes.float32)
 
     def half(self: Tensor) -> Tensor:
+        """Cast to float16.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([1]).half().dtype
+        dtypes.half
+        """
         return self.cast(dtypes.float16)
 
     def double(self: Tensor) -> Tensor:
+        """Cast to float64.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([1]).double().dtype
+        dtypes.double
+        """
         return self.cast(dtypes.float64)
 
     def int(self: Tensor) -> Tensor:
+        """Cast to int32 (floats truncate toward zero).
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([1.7, -1.7]).int().tolist()
+        [1, -1]
+        """
         return self.cast(dtypes.int32)
 
     def long(self: Tensor) -> Tensor:
+        """Cast to int64.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([1]).long().dtype
+        dtypes.int64
+        """
         return self.cast(dtypes.int64)
 
     def bool(self: Tensor) -> Tensor:
+        """Cast to bool (nonzero is True).
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([0, 2]).bool().tolist()
+        [False, True]
+        """
         return self.cast(dtypes.bool)

@@ -268,6 +268,12 @@ class IndexingMixin:
         return any_hit.where(self + total if reduce == "add" else total, self)
 
     def masked_fill(self: Tensor, mask: Tensor, value: Any) -> Tensor:
+        """`value` where `mask` is true, this tensor elsewhere.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([1, 2, 3]).masked_fill(Tensor([True, False, True]), 0).tolist()
+        [0, 2, 0]
+        """
         return mask.where(value, self)
 
     def one_hot(self: Tensor, num_classes: int = -1) -> Tensor:

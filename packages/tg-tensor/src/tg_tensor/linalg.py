@@ -49,6 +49,12 @@ class LinalgMixin:
         return (x * wt).sum(-1, dtype=dtype)
 
     def matmul(self: Tensor, x: Tensor, reverse: bool = False, dtype: DType | None = None) -> Tensor:
+        """Matrix product (`@`); `reverse` computes x @ self.
+
+        >>> from tg_tensor import Tensor
+        >>> (Tensor([[1, 2]]).matmul(Tensor([[3], [4]]))).tolist()
+        [[11]]
+        """
         return x.dot(self, dtype) if reverse else self.dot(x, dtype)
 
     def __matmul__(self: Tensor, x: Tensor) -> Tensor:

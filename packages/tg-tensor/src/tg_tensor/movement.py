@@ -57,9 +57,21 @@ class MovementMixin:
         return type(self)(self.uop.reshape(new))
 
     def view(self: Tensor, shape: Any, *args: Any) -> Tensor:
+        """The same as `reshape` (tg views never need a copy to be made first).
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([1, 2, 3, 4]).view(2, 2).tolist()
+        [[1, 2], [3, 4]]
+        """
         return self.reshape(shape, *args)
 
     def permute(self: Tensor, order: Any, *args: Any) -> Tensor:
+        """The axes reordered: axis i of the result is axis order[i] of this tensor.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor.ones(2, 3, 4).permute(2, 0, 1).shape
+        (4, 2, 3)
+        """
         axes = tuple(self._axis(a) for a in varargs_shape((order, *args)))
         if sorted(axes) != list(range(self.ndim)):
             raise ShapeError(f"permute: {axes} is not a permutation of the axes of shape {self.shape}")
@@ -77,6 +89,12 @@ class MovementMixin:
         return type(self)(self.uop.reshape(cur).expand(new))
 
     def transpose(self: Tensor, dim0: int = 1, dim1: int = 0) -> Tensor:
+        """Axes dim0 and dim1 swapped.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([[1, 2, 3]]).transpose(0, 1).shape
+        (3, 1)
+        """
         order = list(range(self.ndim))
         a, b = self._axis(dim0), self._axis(dim1)
         order[a], order[b] = order[b], order[a]
@@ -84,25 +102,55 @@ class MovementMixin:
 
     @property
     def T(self: Tensor) -> Tensor:  # noqa: N802
+        """All axes reversed (the matrix transpose for 2-d).
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([[1, 2], [3, 4]]).T.tolist()
+        [[1, 3], [2, 4]]
+        """
         return self.permute(tuple(reversed(range(self.ndim))))
 
     def flatten(self: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+        """Axes start_dim..end_dim merged into one.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor.ones(2, 3, 4).flatten(1).shape
+        (2, 12)
+        """
         if self.ndim == 0:
             return self.reshape((1,))
         s, e = self._axis(start_dim), self._axis(end_dim)
         return self.reshape(self.shape[:s] + (prod(self.shape[s : e + 1]),) + self.shape[e + 1 :])
 
     def unflatten(self: Tensor, dim: int, sizes: tuple[int, ...]) -> Tensor:
+        """Axis `dim` split into `sizes`.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor.ones(2, 12).unflatten(1, (3, 4)).shape
+        (2, 3, 4)
+        """
         d = self._axis(dim)
         return self.reshape(self.shape[:d] + tuple(sizes) + self.shape[d + 1 :])
 
     def squeeze(self: Tensor, dim: int | None = None) -> Tensor:
+        """Axes of size 1 removed (all of them, or only `dim`).
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor.ones(1, 3, 1).squeeze().shape
+        (3,)
+        """
         if dim is None:
             return self.reshape(tuple(s for s in self.shape if s != 1))
         d = self._axis(dim)
         return self if not self.ndim or self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1 :])
 
     def unsqueeze(self: Tensor, dim: int) -> Tensor:
+        """A new axis of size 1 at `dim`.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([1, 2]).unsqueeze(0).shape
+        (1, 2)
+        """
         d = normalize_axis(dim, self.ndim + 1)
         return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
 
@@ -183,6 +231,12 @@ class MovementMixin:
         return type(self)(self.uop.shrink(full))
 
     def flip(self: Tensor, axis: int | tuple[int, ...], *args: int) -> Tensor:
+        """The order of elements reversed along the given axes.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([1, 2, 3]).flip(0).tolist()
+        [3, 2, 1]
+        """
         axes = {self._axis(a) for a in ((axis,) if isinstance(axis, int) else tuple(axis)) + args}
         return type(self)(self.uop.flip(tuple(i in axes for i in range(self.ndim))))
 

@@ -98,9 +98,21 @@ class ReduceMixin:
         return self.cast(dtype or sum_acc_dtype(self.dtype))._reduce(Ops.MUL, axis, keepdim)
 
     def max(self: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
+        """The largest value over `axis` (all axes when None).
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([[1, 5], [7, 2]]).max(axis=1).tolist()
+        [5, 7]
+        """
         return self._reduce(Ops.MAX, axis, keepdim)
 
     def min(self: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
+        """The smallest value over `axis` (all axes when None).
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([[1, 5], [7, 2]]).min(axis=1).tolist()
+        [1, 2]
+        """
         return self._inverted()._reduce(Ops.MAX, axis, keepdim)._inverted()
 
     def _inverted(self: Tensor) -> Tensor:
@@ -130,22 +142,52 @@ class ReduceMixin:
         return (dev * dev).sum(axes, keepdim=keepdim).div(max(0, n - correction))
 
     def std(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: int | float = 1) -> Tensor:
+        """The standard deviation over `axis` (Bessel's correction by default).
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([1.0, 3.0]).std().item()
+        1.4142135381698608
+        """
         return self.var(axis, keepdim, correction).sqrt()
 
     def var_mean(
         self: Tensor, axis: Axis = None, keepdim: bool = False, correction: int | float = 1
     ) -> tuple[Tensor, Tensor]:
+        """(variance, mean) over `axis`.
+
+        >>> from tg_tensor import Tensor
+        >>> [t.item() for t in Tensor([1.0, 3.0]).var_mean()]
+        [2.0, 2.0]
+        """
         return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
 
     def std_mean(
         self: Tensor, axis: Axis = None, keepdim: bool = False, correction: int | float = 1
     ) -> tuple[Tensor, Tensor]:
+        """(standard deviation, mean) over `axis`.
+
+        >>> from tg_tensor import Tensor
+        >>> [round(t.item(), 4) for t in Tensor([1.0, 3.0]).std_mean()]
+        [1.4142, 2.0]
+        """
         return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
 
     def any(self: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
+        """True where any element along `axis` is nonzero.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([[0, 1], [0, 0]]).any(axis=1).tolist()
+        [True, False]
+        """
         return self.cast(dtypes.bool)._reduce(Ops.MAX, axis, keepdim) if self.numel() else self._empty_reduce(False)
 
     def all(self: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
+        """True where every element along `axis` is nonzero.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([[1, 1], [0, 1]]).all(axis=1).tolist()
+        [True, False]
+        """
         return self.logical_not().any(axis, keepdim).logical_not()
 
     def _empty_reduce(self: Tensor, value: bool) -> Tensor:
@@ -174,6 +216,12 @@ class ReduceMixin:
         return (n - first).cast(dtypes.int32)
 
     def argmin(self: Tensor, axis: int | None = None, keepdim: bool = False) -> Tensor:
+        """The index of the smallest value along `axis` (the first one on ties).
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([3, 1, 2]).argmin().item()
+        1
+        """
         return self._inverted().argmax(axis, keepdim)
 
     # ---- softmax family ----

@@ -194,25 +194,50 @@ class Tensor(
 
     @property
     def shape(self) -> tuple[sint, ...]:
+        """The size of each axis.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([[1, 2, 3]]).shape
+        (1, 3)
+        """
         shape = self.uop.shape
         assert shape is not None
         return shape
 
     @property
     def dtype(self) -> DType:
+        """The element type.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([1.0]).dtype
+        dtypes.float
+        """
         return self.uop.dtype
 
     @property
     def device(self) -> str:
+        """The device the data lives on (`Device.DEFAULT` unless given)."""
         d = self.uop.device
         assert d is not None
         return d
 
     @property
     def ndim(self) -> int:
+        """The number of axes.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([[1, 2]]).ndim
+        2
+        """
         return len(self.shape)
 
     def numel(self) -> sint:
+        """The number of elements.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([[1, 2, 3]]).numel()
+        3
+        """
         return prod(self.shape)
 
     def size(self, dim: int | None = None) -> sint | tuple[sint, ...]:
@@ -220,6 +245,12 @@ class Tensor(
         return self.shape if dim is None else self.shape[self._axis(dim)]
 
     def is_floating_point(self) -> bool:
+        """Whether the dtype is a float type.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([1.0]).is_floating_point(), Tensor([1]).is_floating_point()
+        (True, False)
+        """
         return dtypes.is_float(self.dtype)
 
     def requires_grad_(self, requires_grad: bool = True) -> Tensor:
@@ -228,9 +259,21 @@ class Tensor(
         return self
 
     def element_size(self) -> int:
+        """Bytes per element.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([1.0]).element_size()
+        4
+        """
         return self.dtype.itemsize
 
     def nbytes(self) -> int:
+        """Bytes of all elements.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([1.0, 2.0]).nbytes()
+        8
+        """
         return int(self.numel()) * self.element_size()
 
     def __len__(self) -> int:
@@ -328,9 +371,21 @@ class Tensor(
         return memoryview(self.numpy().tobytes()).cast("B")
 
     def tolist(self) -> Any:
+        """The values as (nested) Python lists (realizes the tensor).
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([[1, 2]]).tolist()
+        [[1, 2]]
+        """
         return self.numpy().tolist()
 
     def item(self) -> ConstType:
+        """The value of a one-element tensor as a Python number (realizes it).
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([[3]]).item()
+        3
+        """
         if self.numel() != 1:
             raise ValueError(f"item: the tensor has {self.numel()} elements (shape {self.shape}); item needs exactly 1")
         return self.numpy().reshape(()).item()  # type: ignore[no-any-return]
