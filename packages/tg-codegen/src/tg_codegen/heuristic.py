@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+from tg_codegen.axes import AxisType
 from tg_codegen.kernel import Kernel
 from tg_codegen.opt import KernelOptError, Opt, OptOps
 from tg_codegen.tensorcore import tc_optimizations
@@ -39,10 +40,10 @@ def _cpu(k: Kernel) -> None:
     if k.reduceops and _broadcast_axes(k):
         _tile(k)
         if k.upcast_size < 16:
-            k.apply_first([Opt(OptOps.UNROLL, len(k.axes_of("reduce")) - 1, a) for a in (4, 2)])
+            k.apply_first([Opt(OptOps.UNROLL, len(k.axes_of(AxisType.REDUCE)) - 1, a) for a in (4, 2)])
     elif k.reduceops:
         _upcast_unit_stride(k)
-        k.apply_first([Opt(OptOps.UNROLL, len(k.axes_of("reduce")) - 1, a) for a in (8, 4, 2)])
+        k.apply_first([Opt(OptOps.UNROLL, len(k.axes_of(AxisType.REDUCE)) - 1, a) for a in (8, 4, 2)])
     else:
         _upcast_inner(k)
     _threads(k)
@@ -59,7 +60,7 @@ def _load_strides(k: Kernel) -> list[tuple[int | None, ...]]:
 def _broadcast_axes(k: Kernel) -> list[int]:
     """Output axes (as Opt axis numbers) along which some input does not move: reuse to exploit."""
     strides = _load_strides(k)
-    globals_ = k.axes_of("global")
+    globals_ = k.axes_of(AxisType.GLOBAL)
     return [n for n, a in enumerate(globals_) if k.full_shape[a] > 1 and any(st[a] == 0 for st in strides)]
 
 
@@ -71,7 +72,7 @@ def _tile(k: Kernel) -> None:
     and the other way round, so each loaded value is used by a whole row or column of the tile. V is
     preferably an axis every moving load walks with stride 1 (its lanes load as one vector).
     """
-    strides, globals_ = _load_strides(k), k.axes_of("global")
+    strides, globals_ = _load_strides(k), k.axes_of(AxisType.GLOBAL)
     pair = _tile_pair(k, strides, globals_)
     if pair is None:
         k.apply_first([Opt(OptOps.UPCAST, len(globals_) - 1, a) for a in (8, 4, 2)])
@@ -129,14 +130,14 @@ def _tile_pair(
 def _upcast_unit_stride(k: Kernel) -> None:
     """Upcast an output axis that every load walks with stride 1 (its lanes load as one vector)."""
     strides = _load_strides(k)
-    for n, a in enumerate(k.axes_of("global")):
+    for n, a in enumerate(k.axes_of(AxisType.GLOBAL)):
         if strides and all(st[a] == 1 for st in strides):
             k.apply_first([Opt(OptOps.UPCAST, n, amt) for amt in (8, 4, 2)])
             return
 
 
 def _upcast_inner(k: Kernel) -> None:
-    globals_ = k.axes_of("global")
+    globals_ = k.axes_of(AxisType.GLOBAL)
     if globals_:
         k.apply_first([Opt(OptOps.UPCAST, len(globals_) - 1, a) for a in (8, 4, 2)])
 
@@ -145,7 +146,7 @@ def _threads(k: Kernel) -> None:
     n = k.opts.threads
     if not k.opts.has_threads or n <= 1 or prod(int(s) for s in k.full_shape) < THREAD_MIN_WORK:
         return
-    globals_ = k.axes_of("global")
+    globals_ = k.axes_of(AxisType.GLOBAL)
     for i, a in enumerate(globals_):
         size = int(k.full_shape[a])
         amt = max((m for m in (n * 4, n * 2, n) if size % m == 0 and size >= m), default=0)
@@ -165,7 +166,7 @@ GPU_GROUP_WIDE_REDUCE = 1024  # (how long "long" is)
 def _gpu(k: Kernel) -> None:
     if tc_optimizations(k):  # fp16/bf16 matmuls on tensor cores
         return
-    outputs = prod(int(k.full_shape[a]) for a in k.axes_of("global"))
+    outputs = prod(int(k.full_shape[a]) for a in k.axes_of(AxisType.GLOBAL))
     if k.reduceops and outputs <= GPU_GROUP_MAX_OUTPUTS:
         if _coalesced_group(k):
             return
@@ -176,8 +177,8 @@ def _gpu(k: Kernel) -> None:
         if _coalesced_group(trial):
             k.apply_opts(trial.applied_opts[len(k.applied_opts) :])
             return
-    budget = GPU_WORKGROUP // max(1, prod(int(k.full_shape[a]) for a in k.axes_of("group")))
-    if not (k.reduceops and not k.axes_of("group") and _broadcast_axes(k)):
+    budget = GPU_WORKGROUP // max(1, prod(int(k.full_shape[a]) for a in k.axes_of(AxisType.GROUP)))
+    if not (k.reduceops and not k.axes_of(AxisType.GROUP) and _broadcast_axes(k)):
         _gpu_locals(k, budget)
         return
     tiled = k.copy()
@@ -197,11 +198,11 @@ GPU_SHORT_REDUCE = 256
 
 
 def _workgroups(k: Kernel) -> int:
-    return int(prod(int(k.full_shape[a]) for a in k.axes_of("global")))
+    return int(prod(int(k.full_shape[a]) for a in k.axes_of(AxisType.GLOBAL)))
 
 
 def _reduce_size(k: Kernel) -> int:
-    return int(prod(int(k.full_shape[a]) for a in k.axes_of("reduce")))
+    return int(prod(int(k.full_shape[a]) for a in k.axes_of(AxisType.REDUCE)))
 
 
 def _gpu_tile(k: Kernel, budget: int) -> list[Opt]:
@@ -227,7 +228,7 @@ def _gpu_tile(k: Kernel, budget: int) -> list[Opt]:
     outer = list(reversed(_broadcast_axes(small)[:-2]))
     tiled = next((ax for ax in outer if small.apply_first([Opt(OptOps.UPCAST, ax, a) for a in (16, 8, 4)])), None)
     if tiled is None:  # no register tile: at least unroll a short innermost reduce loop
-        if GPU_UNROLL_UNTILED and (red := wide.axes_of("reduce")):
+        if GPU_UNROLL_UNTILED and (red := wide.axes_of(AxisType.REDUCE)):
             size = int(wide.full_shape[red[-1]])
             wide.apply_first([Opt(OptOps.UNROLL, len(red) - 1, a) for a in ((0,) if size <= 32 else (4, 2))])
         return wide.applied_opts[done:]
@@ -271,12 +272,12 @@ def _coalesced_group(k: Kernel) -> bool:
     each thread reads 16 bytes at once. (sum of 2^26 floats on an H100, first kernel, bench/bench_sum_opts.py:
     464 GB/s with GROUPTOP, 1,069 with GROUP+UNROLL, 1,405 with LOCAL+GROUP, 2,290 with GROUP+UPCAST 4.)
     """
-    reduces, strides = k.axes_of("reduce"), _load_strides(k)
+    reduces, strides = k.axes_of(AxisType.REDUCE), _load_strides(k)
     if len(reduces) != 1 or not strides:
         return False
     step = {st[reduces[0]] for st in strides}
-    unit = [n for n, a in enumerate(k.axes_of("global")) if all(st[a] == 1 for st in strides)]
-    size = int(k.full_shape[k.axes_of("global")[unit[-1]]]) if unit else 0
+    unit = [n for n, a in enumerate(k.axes_of(AxisType.GLOBAL)) if all(st[a] == 1 for st in strides)]
+    size = int(k.full_shape[k.axes_of(AxisType.GLOBAL)[unit[-1]]]) if unit else 0
     if step == {1}:
         applied = k.apply_first([Opt(OptOps.GROUP, 0, a) for a in (256, 128, 64, 32)])
     elif step == {size} and 1 < size <= 32 and k.opts.supports_float4 and _group_wide(k, unit[-1], size):
@@ -302,11 +303,11 @@ def _group_wide(k: Kernel, unit: int, size: int) -> bool:
 
 def _gpu_locals(k: Kernel, budget: int) -> None:
     """Threads of a workgroup along the innermost output axes (neighbouring threads, neighbouring outputs)."""
-    globals_ = k.axes_of("global")
+    globals_ = k.axes_of(AxisType.GLOBAL)
     for n in reversed(range(len(globals_))):
         if budget <= 1:
             return
-        size = int(k.full_shape[k.axes_of("global")[n]])
+        size = int(k.full_shape[k.axes_of(AxisType.GLOBAL)[n]])
         amounts = [a for a in (256, 128, 64, 32, 16, 8, 4, 2) if a <= budget and size % a == 0]
         if amounts and k.apply_first([Opt(OptOps.LOCAL, n, amounts[0])]):
             budget //= amounts[0]

@@ -13,9 +13,10 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
+from tg_codegen.axes import AxisType
 from tg_codegen.gather import fold_gathers
 from tg_codegen.limits import assign_dims, check_resources, check_threads
-from tg_codegen.opt import KernelOptError, Opt
+from tg_codegen.opt import KernelOptError, Opt, OptOps
 from tg_codegen.renderer import Renderer
 from tg_shape import ShapeTracker
 from tg_uop import GroupOp, Ops, UOp, map_graph
@@ -54,7 +55,7 @@ class Kernel:
         self.first_reduce = len(full) - len(reduce_axes)
         self.ast = self._permute_ast(ast, self.permute_order) if order != list(range(len(full))) else ast
         self.ast = self._merge_axes(self.ast)
-        self.axis_types: list[str] = ["global"] * self.first_reduce + ["reduce"] * (
+        self.axis_types: list[AxisType] = [AxisType.GLOBAL] * self.first_reduce + [AxisType.REDUCE] * (
             len(self.full_shape) - self.first_reduce
         )
         self.applied_opts: list[Opt] = []
@@ -105,14 +106,14 @@ class Kernel:
         return _rebuild("kernel: merge axes", ast, merged, lambda _: merged_reduce)
 
     # ---- axes by type ----
-    def axes_of(self, *types: str) -> list[int]:
+    def axes_of(self, *types: AxisType) -> list[int]:
         """Axis numbers whose type is one of `types`, in order."""
         return [i for i, t in enumerate(self.axis_types) if t in types]
 
     @property
     def upcast_size(self) -> int:
         """How many copies of the body the upcast and unroll axes make."""
-        return int(prod(self.full_shape[i] for i in self.axes_of("upcast", "unroll")))
+        return int(prod(self.full_shape[i] for i in self.axes_of(AxisType.UPCAST, AxisType.UNROLL)))
 
     def copy(self) -> Kernel:
         """A fresh Kernel of the same AST with the same opts applied."""
@@ -144,7 +145,7 @@ class Kernel:
             raise TypeError(f"apply_opt needs an Opt, got {opt!r}")
         if not self.uniform_reduce:
             raise KernelOptError("the kernel's reductions reduce different axes; no opts apply")
-        handler = _HANDLERS.get(opt.op.name)
+        handler = _HANDLERS.get(opt.op)
         if handler is None:
             raise KernelOptError(f"{opt.op} is not implemented for this renderer ({self.opts.device or 'generic'})")
         saved = {**self.__dict__, "axis_types": list(self.axis_types)}
@@ -165,19 +166,23 @@ class Kernel:
         lim = self.opts.limits
         if lim is None:
             return
-        local = [int(self.full_shape[a]) for a in self.axes_of("local", "group")]
+        local = [int(self.full_shape[a]) for a in self.axes_of(AxisType.LOCAL, AxisType.GROUP)]
         check_threads(lim, local)
-        grid = [s for s in (self.full_shape[a] for a in self.axes_of("global", "thread")) if isinstance(s, int)]
+        grid = [
+            s
+            for s in (self.full_shape[a] for a in self.axes_of(AxisType.GLOBAL, AxisType.THREAD))
+            if isinstance(s, int)
+        ]
         assign_dims(grid, lim.grid)
         threads = int(prod(local))
-        accumulators = int(prod(int(self.full_shape[a]) for a in self.axes_of("upcast")))
+        accumulators = int(prod(int(self.full_shape[a]) for a in self.axes_of(AxisType.UPCAST)))
         words = sum(-(-r.dtype.itemsize // 4) for r in self.reduceops)
         shared = 0
-        if self.axes_of("group"):  # one partial per thread and upcast value for each reduction (lowerer.py)
+        if self.axes_of(AxisType.GROUP):  # one partial per thread and upcast value for each reduction (lowerer.py)
             shared = sum(r.dtype.itemsize for r in self.reduceops) * accumulators * threads
         check_resources(lim, threads, shared, accumulators * words)
 
-    def _pick(self, opt: Opt, *types: str) -> int:
+    def _pick(self, opt: Opt, *types: AxisType) -> int:
         axes = self.axes_of(*types)
         if opt.axis is None or opt.axis >= len(axes):
             raise KernelOptError(f"{opt}: axis {opt.axis} does not exist; {len(axes)} axes of type {types}")
@@ -192,7 +197,7 @@ class Kernel:
             raise KernelOptError(f"cannot split axis {axis} of size {size} by {amt}")
         return amt
 
-    def _split(self, axis: int, amt: int, new_type: str, inner: bool) -> None:
+    def _split(self, axis: int, amt: int, new_type: AxisType, inner: bool) -> None:
         """Split `axis` into (size/amt, amt) (or (amt, size/amt) if not inner); the amt part gets `new_type`."""
         size = int(self.full_shape[axis])
         parts = (size // amt, amt) if inner else (amt, size // amt)
@@ -228,7 +233,7 @@ class Kernel:
     def _map_views(self, fn: Callable[[ShapeTracker], ShapeTracker]) -> None:
         views = [u.replace(arg=fn(u.arg)) for u in self.ast.toposort if u.op is Ops.VIEW]
         self.full_shape = _full_shape(views)
-        red = tuple(self.axes_of("reduce", "group", "unroll"))
+        red = tuple(self.axes_of(AxisType.REDUCE, AxisType.GROUP, AxisType.UNROLL))
         self.ast = _rebuild("kernel: apply opt to views", self.ast, fn, lambda _: red)
         self.__dict__.pop("bufs", None)
 
@@ -288,12 +293,22 @@ def _mergeable(st: ShapeTracker, a: int, b: int) -> bool:
     return bool(v.strides[a] == v.strides[b] * v.shape[b])
 
 
-_RANK = {"thread": 0, "global": 1, "local": 2, "reduce": 3, "group": 4, "upcast": 5, "unroll": 6}
-_RANK.update({"tcm": 7, "tcn": 8, "tck": 9})  # tensor-core tile axes (see tensorcore.py), kept last
+_RANK = {
+    AxisType.THREAD: 0,
+    AxisType.GLOBAL: 1,
+    AxisType.LOCAL: 2,
+    AxisType.REDUCE: 3,
+    AxisType.GROUP: 4,
+    AxisType.UPCAST: 5,
+    AxisType.UNROLL: 6,
+}
+_RANK.update(
+    {AxisType.TCM: 7, AxisType.TCN: 8, AxisType.TCK: 9}
+)  # tensor-core tile axes (see tensorcore.py), kept last
 MAX_UPCAST = 1024  # copies of the body that upcast x unroll may make
 
 
-def _expand_axis(k: Kernel, opt: Opt, from_type: str, to_type: str) -> None:
+def _expand_axis(k: Kernel, opt: Opt, from_type: AxisType, to_type: AxisType) -> None:
     """Split an axis of `from_type` so its inner part becomes straight-line copies (`to_type`)."""
     axis = k._pick(opt, from_type)
     amt = k._amount(axis, opt.arg)
@@ -303,38 +318,38 @@ def _expand_axis(k: Kernel, opt: Opt, from_type: str, to_type: str) -> None:
 
 
 def _upcast(k: Kernel, opt: Opt) -> None:
-    _expand_axis(k, opt, "global", "upcast")
+    _expand_axis(k, opt, AxisType.GLOBAL, AxisType.UPCAST)
 
 
 def _unroll(k: Kernel, opt: Opt) -> None:
-    _expand_axis(k, opt, "reduce", "unroll")
+    _expand_axis(k, opt, AxisType.REDUCE, AxisType.UNROLL)
 
 
 def _thread(k: Kernel, opt: Opt) -> None:
     if not k.opts.has_threads:
         raise KernelOptError(f"{opt}: the {k.opts.device or 'generic'} renderer has no CPU threads")
-    if k.axes_of("thread"):
+    if k.axes_of(AxisType.THREAD):
         raise KernelOptError(f"{opt}: the kernel is already split over threads")
-    axis = k._pick(opt, "global")
-    k._split(axis, k._amount(axis, opt.arg), "thread", inner=False)
+    axis = k._pick(opt, AxisType.GLOBAL)
+    k._split(axis, k._amount(axis, opt.arg), AxisType.THREAD, inner=False)
 
 
 def _local(k: Kernel, opt: Opt) -> None:
     _need_locals(k, opt)
-    axis = k._pick(opt, "global")
-    k._split(axis, k._amount(axis, opt.arg), "local", inner=True)
+    axis = k._pick(opt, AxisType.GLOBAL)
+    k._split(axis, k._amount(axis, opt.arg), AxisType.LOCAL, inner=True)
 
 
 def _group(k: Kernel, opt: Opt) -> None:
     _need_locals(k, opt)
     if not k.opts.has_shared:
         raise KernelOptError(f"{opt}: the {k.opts.device} renderer has no local memory")
-    if k.axes_of("group"):
+    if k.axes_of(AxisType.GROUP):
         raise KernelOptError(f"{opt}: only one GROUP per kernel")
-    if k.axes_of("tck"):
+    if k.axes_of(AxisType.TCK):
         raise KernelOptError(f"{opt}: GROUP does not combine with tensor cores (TC)")
-    axis = k._pick(opt, "reduce")
-    k._split(axis, k._amount(axis, opt.arg), "group", inner=opt.op.name == "GROUP")
+    axis = k._pick(opt, AxisType.REDUCE)
+    k._split(axis, k._amount(axis, opt.arg), AxisType.GROUP, inner=opt.op is OptOps.GROUP)
 
 
 def _need_locals(k: Kernel, opt: Opt) -> None:
@@ -342,12 +357,12 @@ def _need_locals(k: Kernel, opt: Opt) -> None:
         raise KernelOptError(f"{opt}: the {k.opts.device or 'generic'} renderer has no local (workgroup) dimensions")
     if k.dont_use_locals:
         raise KernelOptError(f"{opt}: NOLOCALS was applied")
-    if k.axes_of("upcast", "unroll"):
+    if k.axes_of(AxisType.UPCAST, AxisType.UNROLL):
         raise KernelOptError(f"{opt}: locals must come before upcasts and unrolls")
 
 
 def _nolocals(k: Kernel, opt: Opt) -> None:
-    if k.axes_of("local", "group"):
+    if k.axes_of(AxisType.LOCAL, AxisType.GROUP):
         raise KernelOptError(f"{opt}: the kernel already has local dimensions")
     if k.dont_use_locals:
         raise KernelOptError(f"{opt}: NOLOCALS was already applied")
@@ -355,8 +370,8 @@ def _nolocals(k: Kernel, opt: Opt) -> None:
 
 
 def _swap(k: Kernel, opt: Opt) -> None:
-    a = k._pick(opt, "global")
-    b = k._pick(Opt(opt.op, opt.arg), "global")
+    a = k._pick(opt, AxisType.GLOBAL)
+    b = k._pick(Opt(opt.op, opt.arg), AxisType.GLOBAL)
     if a >= b:
         raise KernelOptError(f"{opt}: swap needs axis < arg")
     order = list(range(len(k.full_shape)))
@@ -365,14 +380,14 @@ def _swap(k: Kernel, opt: Opt) -> None:
 
 
 def _padto(k: Kernel, opt: Opt) -> None:
-    axis = k._pick(opt, "global", "reduce")
+    axis = k._pick(opt, AxisType.GLOBAL, AxisType.REDUCE)
     size = k.full_shape[axis]
     if not isinstance(size, int) or opt.arg <= 1:
         raise KernelOptError(f"{opt}: needs an int axis size and a pad multiple > 1")
     new = -(-size // opt.arg) * opt.arg
     if new == size or new - size > size:
         raise KernelOptError(f"{opt}: axis {axis} of size {size} is a multiple already or would more than double")
-    if k.axis_types[axis] == "reduce" and not _pad_safe_reduce(k):
+    if k.axis_types[axis] == AxisType.REDUCE and not _pad_safe_reduce(k):
         raise KernelOptError(f"{opt}: padding a reduce axis needs an ADD reduction of pad-safe ops")
 
     def pad(st: ShapeTracker) -> ShapeTracker:
@@ -398,15 +413,15 @@ def _tc(k: Kernel, opt: Opt) -> None:
     apply_tc(k, opt)
 
 
-_HANDLERS: dict[str, Callable[[Kernel, Opt], None]] = {
-    "UPCAST": _upcast,
-    "UNROLL": _unroll,
-    "THREAD": _thread,
-    "LOCAL": _local,
-    "GROUP": _group,
-    "GROUPTOP": _group,
-    "NOLOCALS": _nolocals,
-    "SWAP": _swap,
-    "PADTO": _padto,
-    "TC": _tc,
+_HANDLERS: dict[OptOps, Callable[[Kernel, Opt], None]] = {
+    OptOps.UPCAST: _upcast,
+    OptOps.UNROLL: _unroll,
+    OptOps.THREAD: _thread,
+    OptOps.LOCAL: _local,
+    OptOps.GROUP: _group,
+    OptOps.GROUPTOP: _group,
+    OptOps.NOLOCALS: _nolocals,
+    OptOps.SWAP: _swap,
+    OptOps.PADTO: _padto,
+    OptOps.TC: _tc,
 }

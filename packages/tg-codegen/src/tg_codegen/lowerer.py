@@ -1,7 +1,7 @@
 """Lowering: a Kernel's AST becomes loops (RANGE), indices (from ShapeTrackers) and REDUCE nodes.
 
 The lowered graph uses:
-  RANGE(end) arg=(axis, kind)         a loop variable, 0 <= r < end; kind is "loop" or "reduce"
+  RANGE(end) arg=(axis, kind)         a loop variable, 0 <= r < end; kind a RangeKind (loop, reduce, thread)
   INDEX(buf, index)                   address of buf[index]
   LOAD(INDEX[, gate])                 read (0 where gate is false)
   STORE(INDEX, value[, gate])         write (skipped where gate is false)
@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import itertools
 
+from tg_codegen.axes import AxisType, RangeKind
 from tg_codegen.gpudims import special_indexes
 from tg_codegen.kernel import Kernel
 from tg_codegen.vectorize import VECTOR_WIDTHS, pack_stores
@@ -55,11 +56,12 @@ class Lowerer:
         zero = UOp.const(self.idx_dt, 0)
         self.loop: list[UOp] = []
         for i, (s, t) in enumerate(zip(k.full_shape, k.axis_types)):
-            if t in ("upcast", "unroll") or s == 1:
+            if t in (AxisType.UPCAST, AxisType.UNROLL) or s == 1:
                 self.loop.append(zero)
                 continue
             end = UOp.const(self.idx_dt, s) if isinstance(s, int) else s.cast(self.idx_dt)
-            kind = "reduce" if t in ("reduce", "group") else "thread" if t == "thread" else "loop"
+            reduces = t in (AxisType.REDUCE, AxisType.GROUP)
+            kind = RangeKind.REDUCE if reduces else RangeKind.THREAD if t == AxisType.THREAD else RangeKind.LOOP
             self.loop.append(UOp(Ops.RANGE, self.idx_dt, (end,), (i, kind)))
         self.in_bounds: tuple[UOp, ...] = ()  # launch ids of symbolic axes below their size (launched at the largest)
         if k.opts.has_local:
@@ -74,7 +76,7 @@ class Lowerer:
 
     def _launch_ids(self) -> None:
         """GPU style: output axes are group ids, local and group axes local ids (no loops for them)."""
-        for types, prefix in ((("global", "thread"), "gidx"), (("local", "group"), "lidx")):
+        for types, prefix in (((AxisType.GLOBAL, AxisType.THREAD), "gidx"), ((AxisType.LOCAL, AxisType.GROUP), "lidx")):
             axes = self.k.axes_of(*types)
             lim = self.k.opts.limits
             maxes = None if lim is None else lim.grid if prefix == "gidx" else lim.block
@@ -87,10 +89,10 @@ class Lowerer:
 
     def _group_gate(self) -> tuple[UOp, ...]:
         """Only the first thread of a GROUP writes the result."""
-        groups = [self.loop[a] for a in self.k.axes_of("group") if self.k.full_shape[a] != 1]
+        groups = [self.loop[a] for a in self.k.axes_of(AxisType.GROUP) if self.k.full_shape[a] != 1]
         return tuple(g.eq(0) for g in groups)
 
-    def _combos(self, types: tuple[str, ...], last: int | None = None) -> list[dict[int, int]]:
+    def _combos(self, types: tuple[AxisType, ...], last: int | None = None) -> list[dict[int, int]]:
         """Every assignment of values to the axes of these types (axis `last` varies fastest)."""
         combos: list[dict[int, int]] = [{}]
         axes = [a for a in self.k.axes_of(*types) if a != last] + ([last] if last is not None else [])
@@ -99,7 +101,7 @@ class Lowerer:
         return combos
 
     def _idxs(self, fixed: dict[int, int], inside_reduce: bool) -> tuple[UOp, ...]:
-        red = ("reduce", "group", "unroll")
+        red = (AxisType.REDUCE, AxisType.GROUP, AxisType.UNROLL)
         ret = []
         for i, t in enumerate(self.k.axis_types):
             if i in fixed:
@@ -121,7 +123,7 @@ class Lowerer:
         return run_pass("vectorize stores", lambda s: _pack(s, width), sink)
 
     def _lower_stores(self, ast: UOp, vaxis: int | None) -> UOp:
-        combos = self._combos(("upcast",), last=vaxis)
+        combos = self._combos((AxisType.UPCAST,), last=vaxis)
         stores = [self._lower(s, self._idxs(c, inside_reduce=False), c) for s in ast.src for c in combos]
         return UOp(Ops.SINK, dtypes.void, tuple(stores))
 
@@ -129,7 +131,7 @@ class Lowerer:
         """(axis, lanes) to pack into vectors: an upcast axis the first store walks with stride 1, else the last."""
         itemsize = max(s.src[0].dtype.itemsize for s in self.k.ast.src)
         widths = [w for w in VECTOR_WIDTHS if w * itemsize <= self.k.opts.vector_bytes]
-        cands = [a for a in self.k.axes_of("upcast") if any(int(self.k.full_shape[a]) % w == 0 for w in widths)]
+        cands = [a for a in self.k.axes_of(AxisType.UPCAST) if any(int(self.k.full_shape[a]) % w == 0 for w in widths)]
         if not cands:
             return None, 1
         strides = self.k.ast.src[0].src[1].arg.real_strides()
@@ -206,10 +208,12 @@ class Lowerer:
         alu_op = u.arg[0]
         parts = [
             self._lower(u.src[0], self._idxs({**fixed, **c}, inside_reduce=True), {**fixed, **c})
-            for c in self._combos(("unroll",))
+            for c in self._combos((AxisType.UNROLL,))
         ]
         val = _tree(alu_op, parts)
-        rngs = tuple(self.loop[a] for a in self.k.axes_of("reduce", "group") if self.loop[a].op is Ops.RANGE)
+        rngs = tuple(
+            self.loop[a] for a in self.k.axes_of(AxisType.REDUCE, AxisType.GROUP) if self.loop[a].op is Ops.RANGE
+        )
         if not rngs and alu_op is Ops.ADD and dtypes.is_float(val.dtype):
             # fully unrolled: no accumulator, but a sum still starts from +0.0 as a loop's does (and numpy's):
             # -0.0 + -0.0 is -0.0, their sum is 0.0
@@ -219,7 +223,7 @@ class Lowerer:
 
     def _group_reduce(self, partial: UOp, alu_op: Ops) -> UOp:
         """Each thread of the group stores its partial in local memory; after a barrier, all are combined."""
-        locs = self.k.axes_of("local", "group")
+        locs = self.k.axes_of(AxisType.LOCAL, AxisType.GROUP)
         sizes = [int(self.k.full_shape[a]) for a in locs]
         buf = UOp(Ops.DEFINE_LOCAL, partial.dtype.ptr(int(prod(sizes)), local=True), (), f"temp{self.n_locals}")
         self.n_locals += 1
@@ -227,7 +231,7 @@ class Lowerer:
         mine = functools.reduce(lambda a, b: a + b, [self.loop[a] * st for a, st in zip(locs, strides)])
         store = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, buf.dtype, (buf, mine)), partial))
         barrier = UOp(Ops.BARRIER, dtypes.void, (store,))
-        group = [i for i, a in enumerate(locs) if self.k.axis_types[a] == "group"]
+        group = [i for i, a in enumerate(locs) if self.k.axis_types[a] == AxisType.GROUP]
         parts = []
         for vals in itertools.product(*[range(sizes[i]) for i in group]):
             at = dict(zip(group, vals))
@@ -281,7 +285,7 @@ def drop_true_gates(sink: UOp) -> UOp:
 
 def lower(k: Kernel) -> UOp:
     """The lowered SINK for a kernel."""
-    if k.axes_of("tck"):
+    if k.axes_of(AxisType.TCK):
         from tg_codegen.tc_lower import lower_tc
 
         return lower_tc(k)

@@ -15,6 +15,7 @@ Both are bijections applied the same way to every load and store, so the result 
 
 from __future__ import annotations
 
+from tg_codegen.axes import AxisType
 from tg_codegen.gpudims import special_indexes
 from tg_codegen.kernel import Kernel
 from tg_codegen.lowerer import Lowerer, drop_true_gates
@@ -39,7 +40,7 @@ class TCLowerer(Lowerer):
         self.a, self.b = ops[::-1] if moving(ops[0], self.tc_axes[1]) else ops
         lane = self.lane
         self.terms = {"g": lane // 4, "2t": (lane % 4) * 2, "4t": (lane % 4) * 4}
-        n_up = [x for x in k.axes_of("upcast") if moving(self.b, x) and not moving(self.a, x)]
+        n_up = [x for x in k.axes_of(AxisType.UPCAST) if moving(self.b, x) and not moving(self.a, x)]
         self.n_up = n_up[-1] if n_up else None
         self.elem = 0
         self.reduce_memo: dict[tuple[UOp, tuple[tuple[int, int], ...]], UOp] = {}
@@ -50,7 +51,7 @@ class TCLowerer(Lowerer):
 
     def _launch_ids(self) -> None:
         """Output axes are group ids; the lane is threadIdx.x and LOCAL axes (warps) the other local ids."""
-        for types, prefix, extra in ((("global",), "gidx", []), (("local",), "lidx", [self.tc.threads])):
+        for types, prefix, extra in (((AxisType.GLOBAL,), "gidx", []), ((AxisType.LOCAL,), "lidx", [self.tc.threads])):
             axes = self.k.axes_of(*types)
             # the lane stays threadIdx.x (a warp's 32 threads); the grid packs to fit the device
             grid = self.k.opts.limits.grid if self.k.opts.limits is not None and not extra else None
@@ -85,7 +86,7 @@ class TCLowerer(Lowerer):
         rows, cols = self.tc.c_rows, self.tc.c_cols
         stores = []
         for s in ast.src:
-            for c in self._combos(("upcast",)):
+            for c in self._combos((AxisType.UPCAST,)):
                 for j in range(len(rows)):
                     self.elem = j
                     idxs = self._tc_idxs(c, (self._at(rows, j), self._at(cols, j), zero), inside_reduce=False)
@@ -105,11 +106,11 @@ class TCLowerer(Lowerer):
         val = UOp.const(acc_dt, 0)
         a_tiles = [(self._at(tc.a_rows, j), zero, self._at(tc.a_cols, j)) for j in range(len(tc.a_rows))]
         b_tiles = [(zero, self._at(tc.b_cols, j), self._at(tc.b_rows, j)) for j in range(len(tc.b_rows))]
-        for c in self._combos(("unroll",)):
+        for c in self._combos((AxisType.UNROLL,)):
             f = {**fixed, **c}
             frags = (self._fragment(self.a, f, a_tiles), self._fragment(self.b, f, b_tiles))
             val = UOp(Ops.WMMA, acc_dt, (*frags, val), tc.name)
-        rngs = tuple(self.loop[x] for x in self.k.axes_of("reduce") if self.loop[x].op is Ops.RANGE)
+        rngs = tuple(self.loop[x] for x in self.k.axes_of(AxisType.REDUCE) if self.loop[x].op is Ops.RANGE)
         return UOp(Ops.REDUCE, acc_dt, (val, *rngs), Ops.ADD) if rngs else val
 
     def _fragment(self, load: UOp, fixed: dict[int, int], tiles: list[tuple[UOp, UOp, UOp]]) -> UOp:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tg_codegen.axes import AxisType
 from tg_codegen.kernel import Kernel
 from tg_codegen.opt import KernelOptError, Opt, OptOps
 from tg_shape import ShapeTracker
@@ -117,7 +118,7 @@ def usable_tensor_cores(k: Kernel) -> list[TensorCore]:
     return [tc for tc in tcs if tc.dtype_in != dtypes.float32 or ALLOW_TF32.value]
 
 
-TC_AXIS_TYPES = ("tcm", "tcn", "tck")
+TC_AXIS_TYPES = (AxisType.TCM, AxisType.TCN, AxisType.TCK)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -172,8 +173,8 @@ def _match(k: Kernel, opt: Opt) -> _Match:
     tc = cands[opt.arg]
     if reduces[0].dtype != tc.dtype_out:
         raise KernelOptError(f"{opt}: the reduction accumulates in {reduces[0].dtype.name}, TC in {tc.dtype_out.name}")
-    k_axis = k._pick(opt, "reduce")
-    globals_ = k.axes_of("global")
+    k_axis = k._pick(opt, AxisType.REDUCE)
+    globals_ = k.axes_of(AxisType.GLOBAL)
     m_axes = [x for x in globals_ if moving(a, x) and not moving(b, x)]
     n_axes = [x for x in globals_ if moving(b, x) and not moving(a, x)]
     if not m_axes or not n_axes or not (moving(a, k_axis) and moving(b, k_axis)):
@@ -200,7 +201,7 @@ def apply_tc(k: Kernel, opt: Opt) -> None:
 
 def applied_tensor_core(k: Kernel) -> TensorCore:
     """The tensor core a kernel's TC opt picked (the kernel must have one applied)."""
-    opt = next(o for o in k.applied_opts if o.op.name == "TC")
+    opt = next(o for o in k.applied_opts if o.op is OptOps.TC)
     reduce = k.reduceops[0]
     ops = mma_operands(reduce)
     if ops is None:
@@ -222,14 +223,14 @@ def tc_optimizations(k: Kernel) -> bool:
     """
     if not getenv("TC", 1) or not k.opts.tensor_cores or k.applied_opts:
         return False
-    for axis in range(len(k.axes_of("reduce"))):
+    for axis in range(len(k.axes_of(AxisType.REDUCE))):
         opt = Opt(OptOps.TC, axis, 0)
         try:
             match = _match(k, opt)
             k.apply_opt(opt)
         except KernelOptError:
             continue
-        globals_ = k.axes_of("global")
+        globals_ = k.axes_of(AxisType.GLOBAL)
         m_tile, n_tile = globals_.index(match.m_axis), globals_.index(match.n_axis)
         for tile in (m_tile, n_tile):
             k.apply_first([Opt(OptOps.LOCAL, tile, 2)])

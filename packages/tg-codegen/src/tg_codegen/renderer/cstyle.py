@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from tg_codegen.axes import RangeKind
 from tg_codegen.renderer import Renderer, buffer_params
 from tg_uop import DType, Ops, PtrDType, UOp, dtypes
 from tg_uop.dtype import truncate_const
@@ -231,7 +232,7 @@ class CStyleLanguage(Renderer):
                 line(self.barrier)
             elif op is Ops.RANGE:
                 names[u] = f"ridx{u.arg[0]}"
-                if u.arg[1] == "thread" and self.thread_pragma:
+                if u.arg[1] == RangeKind.THREAD and self.thread_pragma:
                     line(self.thread_pragma)
                 line(f"for ({self.render_dtype(u.dtype)} {names[u]} = 0; {names[u]} < {r[0]}; {names[u]}++) {{")
                 indent += 1
