@@ -9,8 +9,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tg_codegen.lowerer import reduce_identity
-from tg_uop import Ops, PatternMatcher, UOp, UPat, dtypes, graph_rewrite
+from tg_uop import DType, Ops, PatternMatcher, UOp, UPat, dtypes, graph_rewrite
+
+
+def reduce_identity(op: Ops, dtype: DType) -> float | int | bool:
+    """The value an accumulator starts from: 0 for ADD, 1 for MUL, the dtype's minimum for MAX.
+
+    >>> reduce_identity(Ops.ADD, dtypes.float32), reduce_identity(Ops.MAX, dtypes.int8)
+    (0, -128)
+    """
+    if op is Ops.ADD:
+        return False if dtype == dtypes.bool else 0
+    if op is Ops.MUL:
+        return True if dtype == dtypes.bool else 1
+    if op is Ops.MAX:
+        return dtypes.min(dtype)
+    raise ValueError(f"no identity element for reduce op {op}")
 
 
 @dataclass

@@ -24,24 +24,6 @@ from tg_uop.helpers import prod
 from tg_uop.symbolic import symbolic
 
 
-def _identity(op: Ops, dtype: object) -> float | int | bool:
-    from tg_uop.dtype import DType
-
-    assert isinstance(dtype, DType)
-    if op is Ops.ADD:
-        return False if dtype == dtypes.bool else 0
-    if op is Ops.MUL:
-        return True if dtype == dtypes.bool else 1
-    if op is Ops.MAX:
-        return dtypes.min(dtype)
-    raise ValueError(f"no identity element for reduce op {op}")
-
-
-def reduce_identity(op: Ops, dtype: object) -> float | int | bool:
-    """The value a reduction starts from (0 for ADD, 1 for MUL, the dtype minimum for MAX)."""
-    return _identity(op, dtype)
-
-
 class Lowerer:
     """Turns the kernel AST into a lowered graph with explicit loops.
 

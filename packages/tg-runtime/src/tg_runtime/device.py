@@ -94,11 +94,37 @@ class Program(Protocol):
 ProgramFactory = Callable[[str, bytes], Program]
 
 
+def bind_program(
+    program: Program,
+    *bufs: Any,
+    global_size: tuple[int, ...] | None = None,
+    local_size: tuple[int, ...] | None = None,
+    vals: tuple[int, ...] = (),
+) -> Callable[[], Any]:
+    """One launch of `program` on these buffers as a call with everything prepared (TinyJit's replays).
+
+    A program class may define `bind(*bufs, global_size=, local_size=, vals=)` with a faster calling convention
+    (the CPU program calls its C function with raw pointers); otherwise the launch is `program(*bufs, ...)`.
+    """
+    if (bind := getattr(program, "bind", None)) is not None:
+        return bind(*bufs, global_size=global_size, local_size=local_size, vals=vals)  # type: ignore[no-any-return]
+    return functools.partial(program, *bufs, global_size=global_size, local_size=local_size, vals=vals)
+
+
 class Compiled:
-    """A device: its allocator, renderer, compiler and program loader."""
+    """A device: its allocator, renderer, compiler and program loader.
+
+    `searchable`: BEAM may time candidate kernels on it (False for the PYTHON interpreter: too slow to time).
+    """
 
     def __init__(
-        self, device: str, allocator: Allocator, renderer: Renderer, compiler: Compiler, runtime: ProgramFactory
+        self,
+        device: str,
+        allocator: Allocator,
+        renderer: Renderer,
+        compiler: Compiler,
+        runtime: ProgramFactory,
+        searchable: bool = True,
     ) -> None:
         self.device, self.allocator, self.renderer, self.compiler, self.runtime = (
             device,
@@ -107,6 +133,7 @@ class Compiled:
             compiler,
             runtime,
         )
+        self.searchable = searchable
 
     def synchronize(self) -> None:
         """Wait for queued work (devices that run synchronously need nothing)."""

@@ -160,4 +160,4 @@ _ALU = {o.name for o in Ops if o.value >= Ops.EXP2.value}
 
 
 def open_device(name: str) -> Compiled:
-    return Compiled(name, PythonAllocator(), PythonRenderer(), PythonCompiler(), PythonProgram)
+    return Compiled(name, PythonAllocator(), PythonRenderer(), PythonCompiler(), PythonProgram, searchable=False)

@@ -107,7 +107,7 @@ def get_runner(device: str, ast: UOp) -> CompiledRunner:
     key = (Device.canonicalize(device), ast, ALLOW_TF32.value)  # TF32 changes the kernel fp32 matmuls get
     if (ret := _runner_cache.get(key)) is None:
         opts = None
-        if BEAM >= 1 and Device[key[0]].renderer.device != "PYTHON":
+        if BEAM >= 1 and Device[key[0]].searchable:
             active, TRACE.active = TRACE.active, False  # the candidates are not the program's kernels
             try:
                 opts = beam_search(ast, DeviceSearchTarget(key[0], ast), BEAM.value)

@@ -35,7 +35,6 @@ bound Variables are compared by their variables, not their values).
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import gc
 from collections import OrderedDict
@@ -43,8 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from tg_runtime.device import Buffer, Device, DeviceGraph, GraphLaunch
-from tg_runtime.ops_cpu import CPUProgram
+from tg_runtime.device import Buffer, Device, DeviceGraph, GraphLaunch, bind_program
 from tg_runtime.runner import CompiledRunner, get_runner, run_copy
 from tg_tensor import multi
 from tg_tensor.collective import run_collective
@@ -452,10 +450,7 @@ def _bind(launch: _Launch) -> Callable[[], Any]:
     program, spec = launch.runner.program, launch.runner.spec
     opaque = launch.runner.launch_args(launch.bufs)
     vals = launch.vals()
-    if isinstance(program, CPUProgram):  # its calling convention: one void* per buffer, then one int per variable
-        args = [ctypes.c_void_p(ctypes.addressof(b)) for b in opaque] + [ctypes.c_int(v) for v in vals]
-        return functools.partial(program.fxn, *args)
-    return functools.partial(program, *opaque, global_size=spec.global_size, local_size=spec.local_size, vals=vals)
+    return bind_program(program, *opaque, global_size=spec.global_size, local_size=spec.local_size, vals=vals)
 
 
 def _device_graph(launches: list[_Launch]) -> DeviceGraph | None:
