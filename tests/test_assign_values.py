@@ -191,3 +191,73 @@ def test_assign_to_an_equal_lazy_graph_does_not_write_the_other_tensor(device: s
     a.realize()
     b.assign(Tensor.ones(3, device=device)).realize()
     assert a.tolist() == [0.0, 0.0, 0.0] and b.tolist() == [1.0, 1.0, 1.0]
+
+
+# ---- writes through a view: they happen as if run eagerly (as in PyTorch; tinygrad gives the same values) ----
+
+
+def test_write_through_a_dropped_view_is_not_lost(device: str) -> None:
+    c = Tensor.zeros(4, 3, device=device).contiguous().realize()
+    c[1:2].assign(Tensor.ones(1, 3, device=device))  # the view tensor is dropped at once, before any realize
+    want = np.zeros((4, 3), np.float32)
+    want[1:2] = 1
+    np.testing.assert_array_equal(c.numpy(), want)
+
+
+def test_graph_built_after_a_view_write_reads_the_new_values(device: str) -> None:
+    c = Tensor.zeros(4, 3, device=device).contiguous().realize()
+    v = c[1:2]
+    v.assign(Tensor.ones(1, 3, device=device))
+    doubled = c * 2  # built after the write, realized first
+    want = np.zeros((4, 3), np.float32)
+    want[1:2] = 1
+    np.testing.assert_array_equal(doubled.numpy(), want * 2)
+    np.testing.assert_array_equal(v.numpy(), want[1:2])
+    np.testing.assert_array_equal(c.numpy(), want)
+
+
+def test_several_view_writes_to_one_buffer(device: str) -> None:
+    c = Tensor.zeros(6, device=device).contiguous().realize()
+    c[1:2].assign(Tensor.ones(1, device=device))
+    c[2:4].assign(Tensor([3.0, 4.0], device=device))
+    c[3:5].assign(c[0:2] + 7)  # overlaps the previous write; reads the same memory
+    np.testing.assert_array_equal(c.numpy(), np.array([0, 1, 3, 7, 8, 0], np.float32))
+
+
+def test_view_write_after_a_pending_whole_assign(device: str) -> None:
+    for realize_view in (False, True):
+        c = Tensor.zeros(4, device=device).contiguous().realize()
+        c.assign(c + 1)  # not run yet
+        v = c[1:2]
+        v.assign(Tensor.full((1,), 5.0, device=device))
+        if realize_view:
+            v.realize()
+        np.testing.assert_array_equal(c.numpy(), np.array([1, 5, 1, 1], np.float32))
+
+
+def test_other_views_see_a_view_write_and_computations_keep_old_values(device: str) -> None:
+    c = Tensor.zeros(4, device=device).contiguous().realize()
+    tail = c[2:]  # a view built before the writes: shares the memory
+    c[0:2].assign(Tensor.ones(2, device=device))
+    snapshot = c * 1  # a computation between the writes keeps the values it was built from
+    c[1:3].assign(Tensor.full((2,), 7.0, device=device))
+    np.testing.assert_array_equal(snapshot.numpy(), np.array([1, 1, 0, 0], np.float32))
+    np.testing.assert_array_equal(tail.numpy(), np.array([7, 0], np.float32))
+    np.testing.assert_array_equal(c.numpy(), np.array([1, 7, 7, 0], np.float32))
+
+
+def test_view_write_of_a_dropped_view_inside_tinyjit(device: str) -> None:
+    cache = Tensor.zeros(3, 2, device=device).contiguous().realize()
+
+    @TinyJit
+    def step(x: Tensor) -> Tensor:
+        cache[1:2].assign(x)  # the view is dropped; the write must still be part of the recording
+        return (cache * 1).sum(1).realize()
+
+    want = np.zeros((3, 2), np.float32)
+    for i in range(4):
+        x = np.array([[i, 10 * i]], np.float32)
+        out = step(Tensor(x, device=device))
+        want[1:2] = x
+        np.testing.assert_array_equal(out.numpy(), want.sum(1))
+    np.testing.assert_array_equal(cache.numpy(), want)

@@ -51,12 +51,21 @@ def _newest(written: list[UOp]) -> dict[int, UOp]:
     return out
 
 
-def view_chain(u: UOp, resolve: bool = True) -> tuple[UOp, list[tuple[Ops, Any]]] | None:
+def view_chain(
+    u: UOp, resolve: bool = True, through_assigns: bool = False
+) -> tuple[UOp, list[tuple[Ops, Any]]] | None:
     """(BUFFER, movement ops from the top down) when `u` is only a view of a buffer, else None.
 
-    With `resolve`, lazy nodes that were realized count as their buffers.
+    With `resolve`, lazy nodes that were realized count as their buffers; with `through_assigns`, assigns that ran
+    count as the memory they wrote.
     """
-    step = current().resolve if resolve else (lambda n: n)
+    rz = current()
+
+    def step(n: UOp) -> UOp:
+        if resolve or (through_assigns and n.op is Ops.ASSIGN):
+            return rz.realized.get(n, n)
+        return n
+
     ops: list[tuple[Ops, Any]] = []
     node = step(u)
     while node.op in GroupOp.Movement:

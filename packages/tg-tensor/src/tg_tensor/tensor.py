@@ -471,8 +471,13 @@ class Tensor(
         if multi.is_multi(self.uop):
             return multi.assign_multi(self, value)
         follows = (self.uop,) if self.uop.op is Ops.ASSIGN else ()  # an assign not run yet: this one comes after
-        # (not through realized lazy nodes: equal lazy graphs are one node, so that memory may be another tensor's)
-        chain = view_chain(self.uop.src[0] if follows else self.uop, resolve=False)
+        if not follows and (earlier := _assign_below(self.uop)) is not None:
+            # a view of an assign's result (`c.assign(x); c[1:2].assign(y)`): that assign is scheduled first, so this
+            # write goes to the memory it wrote (and runs after it)
+            type(self)(earlier).kernelize()
+        # (not through realized lazy nodes: equal lazy graphs are one node, so that memory may be another tensor's;
+        # a realized assign's result is its own memory, so those count)
+        chain = view_chain(self.uop.src[0] if follows else self.uop, resolve=False, through_assigns=True)
         if chain is None:
             self.uop = value.uop  # a lazy tensor has no buffer to write
             return self
@@ -486,6 +491,11 @@ class Tensor(
         rz.buffers[alias] = buffer_of(target)
         rz.previous[alias] = weakref.ref(target)
         self.uop = UOp(Ops.ASSIGN, self.dtype, (view, value.uop, *follows))
+        if through_view:
+            # a write through a view is queued now, as it would run eagerly: the memory's other holders (the tensor
+            # it is a view of, other views) see it even when this view tensor is dropped before a realize, and graphs
+            # built after it read the new values; it runs at the next realize
+            self.kernelize()
         return self
 
     # ---- autograd ----
@@ -575,6 +585,13 @@ class Tensor(
             yield
         finally:
             Tensor.no_grad = prev
+
+
+def _assign_below(u: UOp) -> UOp | None:
+    """The assign (not run yet) that `u` is a view of, if any."""
+    while u.op in GroupOp.Movement:
+        u = u.src[0]
+    return u if u.op is Ops.ASSIGN and u not in current().realized else None
 
 
 def _reads_shifted(value: UOp, target: UOp) -> bool:
