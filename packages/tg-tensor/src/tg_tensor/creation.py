@@ -66,8 +66,11 @@ class CreationMixin:
         [7, 7]
         """
         shp = norm_shape(shape)
-        dt = _dt(dtype) or dtypes.from_py(fill_value)
         dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
+        if isinstance(fill_value, UOp):  # a bound Variable (its value at the binding)
+            value = cls(fill_value, device=dev, dtype=_dt(dtype) or dtypes.default_int)
+            return cls(value.uop.reshape((1,) * len(shp)).expand(shp), **kwargs)
+        dt = _dt(dtype) or dtypes.from_py(fill_value)
         return cls(const_uop(fill_value, dt, dev).reshape((1,) * len(shp)).expand(shp), **kwargs)
 
     @classmethod

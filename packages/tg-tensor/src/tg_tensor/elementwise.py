@@ -15,7 +15,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from tg_tensor.util import broadcast_shape, const_uop, scalar_dtype, to_dtype
-from tg_uop import DType, Ops, dtypes
+from tg_uop import DType, Ops, UOp, dtypes
 from tg_uop.uop import sint
 
 if TYPE_CHECKING:
@@ -46,6 +46,8 @@ class ElementwiseMixin:
             return other
         if isinstance(other, (bool, int, float)):
             return type(self)(const_uop(other, scalar_dtype(self.dtype, other), self.device))
+        if isinstance(other, UOp) and other.device is None:  # a bound Variable: an int scalar, as a Python int is
+            return type(self)(other, device=self.device, dtype=scalar_dtype(self.dtype, 0))
         return type(self)(other, device=self.device)
 
     def _broadcasted(self: Tensor, other: TensorLike, reverse: bool = False) -> tuple[Tensor, Tensor]:
@@ -289,7 +291,8 @@ class ElementwiseMixin:
         a = x if isinstance(x, type(self)) else None
         b = y if isinstance(y, type(self)) else None
         if a is None and b is None:
-            a = type(self)(const_uop(x, dtypes.from_py(x), self.device))
+            sym = isinstance(x, UOp)  # a bound Variable: an int scalar
+            a = type(self)(x, device=self.device) if sym else type(self)(const_uop(x, dtypes.from_py(x), self.device))
         a = a if a is not None else b._to_tensor(x)  # type: ignore[union-attr]
         b = b if b is not None else a._to_tensor(y)
         a, b = a._broadcasted(b)

@@ -151,6 +151,9 @@ class Tensor(
 
     @staticmethod
     def _make_uop(data: TensorLike, dtype: DType | None, dev: str) -> UOp:
+        if isinstance(data, UOp) and data.device is None and not isinstance(dev, DeviceSet):
+            u = _symbolic_value(data, dev)  # a bound Variable or an expression of them: its value at the binding
+            return u if dtype is None or u.dtype == dtype else u.cast(dtype)
         if isinstance(data, UOp):
             u = data if dtype is None or data.dtype == dtype else data.cast(dtype)
             if Tensor.no_grad and u.op not in (Ops.BUFFER, Ops.CONST, Ops.DETACH) and u.base.op is not Ops.BUFFER:
@@ -585,6 +588,31 @@ class Tensor(
             yield
         finally:
             Tensor.no_grad = prev
+
+
+_SYMBOLIC_ALUS = (Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.NEG, Ops.SUB, Ops.AND, Ops.OR)
+
+
+def _symbolic_value(u: UOp, dev: str) -> UOp:
+    """A 0-d int tensor graph holding the value of a symbolic int (`Variable("i", 1, 10).bind(3)`, `i + 1`).
+
+    A bound variable v counts as the sum of v ones: a one-loop kernel whose length is a kernel argument, so one
+    compiled kernel (and one TinyJit recording) serves every value.
+    """
+    if u.op is Ops.CONST:
+        return const_uop(u.arg, dtypes.int32, dev)
+    if u.op is Ops.DEFINE_VAR:
+        raise ValueError(f"Tensor: variable {u.arg[0]!r} has no value; bind it first: Variable(...).bind(value)")
+    if u.op is Ops.BIND:
+        lo: int = u.src[0].arg[1]
+        if lo >= 0:
+            return Tensor.ones((u,), dtype=dtypes.int32, device=dev).sum().uop
+        counted = Tensor.ones((u - lo,), dtype=dtypes.int32, device=dev).sum()  # counted from the lower bound
+        return (counted + lo).uop
+    if u.op in _SYMBOLIC_ALUS:
+        srcs = [_symbolic_value(s, dev) for s in u.src]
+        return srcs[0].alu(u.op, *srcs[1:])
+    raise TypeError(f"Tensor: cannot build a tensor from the symbolic expression {u.op} (expected a bound Variable)")
 
 
 def _assign_below(u: UOp) -> UOp | None:
