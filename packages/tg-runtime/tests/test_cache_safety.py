@@ -152,3 +152,25 @@ def test_swapped_cl_binaries_keep_results_right(tmp_path: Path) -> None:
     assert second.returncode == 0, second.stderr[-2000:]
     assert second.stdout.strip().splitlines()[-1] == f"{want[0]} {want[1]}"
     assert second.stderr.count("disk cache") >= 1
+
+
+def test_entries_are_committed_through_a_write_ahead_log(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Puts go to a write-ahead log (no fsync per entry) and are visible at once to another connection, and to
+    another process after this one closed its connections."""
+    db = tmp_path / "c.db"
+    monkeypatch.setenv("CACHEDB", str(db))
+    reset_connections()
+    try:
+        diskcache_put("bin", "a", b"binary of a")
+        with sqlite3.connect(db) as other:
+            assert other.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+            assert decode_value("bin", "a", other.execute("SELECT val FROM cache WHERE key='a'").fetchone()[0]) == (
+                b"binary of a"
+            )
+    finally:
+        reset_connections()
+    code = "from tg_codegen.diskcache import diskcache_get; print(diskcache_get('bin', 'a'))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "CACHEDB": str(db)}
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "b'binary of a'", out.stderr[-2000:]

@@ -61,12 +61,27 @@ def _connect() -> sqlite3.Connection | None:
     try:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         conn = sqlite3.connect(path, timeout=5.0, isolation_level=None, check_same_thread=False)  # (reset closes all)
+        _fast_commits(conn)
         conn.execute("CREATE TABLE IF NOT EXISTS cache (tbl TEXT, key TEXT, val BLOB, PRIMARY KEY (tbl, key))")
     except (sqlite3.Error, OSError) as e:
         _warn("cannot open", e)
         conn = None
     _conns[key] = conn
     return conn
+
+
+def _fast_commits(conn: sqlite3.Connection) -> None:
+    """Write-ahead log, synced at checkpoints only: a put costs ~0.1 ms instead of an fsync (~20 ms on this
+    machine's disk, 1.5 s of a first MNIST step's 70 programs and binaries). A power cut can lose the last
+    entries, never corrupt the file; a cache loses nothing by that. The WAL needs the -wal and -shm files
+    beside the database: where they cannot be made the connection keeps the rollback journal."""
+    import sqlite3
+
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+    except sqlite3.OperationalError:
+        return
+    conn.execute("PRAGMA synchronous=NORMAL")
 
 
 def diskcache_get(table: str, key: str) -> Any:
