@@ -63,3 +63,43 @@ def test_broken_cache_warns_once_and_compiles(tmp_path: Path, broken: str) -> No
     run, stderr = child(db)
     assert run["compiler_runs"] and run["rows"] == EXPECT_ROWS and run["top"] == EXPECT_TOP
     assert stderr.count("tg disk cache") == 1, stderr
+
+
+SCHEDULE_CHILD = """
+import json, subprocess
+kernel_runs = []
+_run = subprocess.run
+def counting_run(cmd, *a, **kw):
+    if "-lm" in cmd:  # a kernel build (not `--version` nor the OpenMP probe)
+        kernel_runs.append(cmd[0])
+    return _run(cmd, *a, **kw)
+subprocess.run = counting_run
+import numpy as np
+from tg import GlobalCounters, Tensor
+a = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4) - 5.5)
+outs = [a + 1.25, a * 3.5, (a - 2.75).sum(axis=0), a.exp2(), (a * a).max(axis=1), a.relu() + 0.5]
+GlobalCounters.reset()
+Tensor.realize(*outs)
+print(json.dumps({"kernel_runs": len(kernel_runs), "kernels": GlobalCounters.kernel_count,
+                  "outs": [o.numpy().tolist() for o in outs]}))
+"""
+
+
+def test_kernels_of_a_schedule_build_in_few_compiler_runs(tmp_path: Path) -> None:
+    """One realize of six kernels runs the C compiler fewer times than there are kernels (batches), every result
+    matches numpy, and a second process builds nothing."""
+    import numpy as np
+
+    env = {**os.environ, "CACHEDB": str(tmp_path / "cache.db"), "DEV": "CPU", "CACHELEVEL": "1"}
+    a = np.arange(12, dtype=np.float32).reshape(3, 4) - 5.5
+    want = [a + 1.25, a * 3.5, (a - 2.75).sum(axis=0), np.exp2(a), (a * a).max(axis=1), np.maximum(a, 0) + 0.5]
+    runs = []
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", SCHEDULE_CHILD], capture_output=True, text=True, env=env)
+        assert out.returncode == 0, out.stderr[-2000:]
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    for run in runs:
+        assert run["kernels"] == 6
+        for got, exp in zip(run["outs"], want):
+            np.testing.assert_allclose(np.array(got, np.float32), exp, rtol=1e-6)
+    assert 1 <= runs[0]["kernel_runs"] < 6 and runs[1]["kernel_runs"] == 0

@@ -142,3 +142,62 @@ def test_cache_can_be_turned_off(cache: Path) -> None:
         c = ClangCompiler(args=("-O1",))
         c.compile(SRC % "1.0f")
     assert c.invocations == 1 and not os.path.exists(cache)
+
+
+def _kernel(name: str, value: str, define: str = "") -> str:
+    return f"{define}void {name}(float* restrict out) {{ out[0] = {value}; }}\n"
+
+
+def _call(name: str, lib: bytes) -> float:
+    import ctypes
+
+    out = (ctypes.c_float * 1)()
+    CPUProgram(name, lib)(ctypes.addressof(out))
+    return out[0]
+
+
+def test_batch_compiles_in_one_run_per_function_name(cache: Path) -> None:
+    """Kernels of different names share a compiler run; two kernels named alike are built in two runs."""
+    srcs = [_kernel("a", "1.0f"), _kernel("b", "2.0f"), _kernel("a", "3.0f")]
+    c = ClangCompiler(args=("-O1",))
+    libs = c.compile_many(srcs)
+    assert c.invocations == 2
+    assert [_call(n, lib) for n, lib in zip("aba", libs)] == [1.0, 2.0, 3.0]
+    assert ops_cpu.load_library(libs[0]) is ops_cpu.load_library(libs[1])  # one object, loaded once
+    again = ClangCompiler(args=("-O1",))  # a new process would find each kernel on disk
+    assert [_call(n, lib) for n, lib in zip("aba", again.compile_many(srcs))] == [1.0, 2.0, 3.0]
+    assert again.invocations == 0
+
+
+def test_batch_keeps_each_kernels_macros(cache: Path) -> None:
+    srcs = [_kernel("a", "V", "#define V 1.5f\n"), _kernel("b", "V", "#define V 2.5f\n")]
+    c = ClangCompiler(args=("-O1",))
+    assert [_call(n, lib) for n, lib in zip("ab", c.compile_many(srcs))] == [1.5, 2.5]
+    assert c.invocations == 1
+
+
+def test_changed_source_in_a_batch_misses(cache: Path) -> None:
+    ClangCompiler(args=("-O1",)).compile_many([_kernel("a", "1.0f"), _kernel("b", "2.0f")])
+    c = ClangCompiler(args=("-O1",))
+    libs = c.compile_many([_kernel("a", "4.0f"), _kernel("b", "2.0f")])
+    assert [_call(n, lib) for n, lib in zip("ab", libs)] == [4.0, 2.0] and c.invocations == 1
+
+
+def test_bad_kernel_in_a_batch_fails_alone(cache: Path) -> None:
+    """The batch is rebuilt one kernel at a time: the error names the bad kernel, the others are cached."""
+    good, bad = [_kernel("a", "1.0f"), _kernel("c", "3.0f")], _kernel("b", "2.0f +")
+    c = ClangCompiler(args=("-O1",))
+    with pytest.raises(ops_cpu.CompileError, match=r"out\[0\] = 2.0f \+"):
+        c.compile_many([good[0], bad, good[1]])
+    again = ClangCompiler(args=("-O1",))
+    assert [_call(n, lib) for n, lib in zip("ac", again.compile_many(good))] == [1.0, 3.0]
+    assert again.invocations == 0
+
+
+def test_joined_helpers_of_one_name_and_different_bodies_do_not_compile_together(cache: Path) -> None:
+    """A clash the join cannot resolve fails the batch, and each kernel is built alone with its own helper."""
+    helper = "static inline float h(void) {{ return {}; }}\n"
+    srcs = [helper.format("1.0f") + _kernel("a", "h()"), helper.format("2.0f") + _kernel("b", "h()")]
+    c = ClangCompiler(args=("-O1",))
+    assert [_call(n, lib) for n, lib in zip("ab", c.compile_many(srcs))] == [1.0, 2.0]
+    assert c.invocations == 3  # the batch, then each alone

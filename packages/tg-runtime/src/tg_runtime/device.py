@@ -12,12 +12,13 @@ from __future__ import annotations
 import functools
 import importlib
 import os
+import threading
 from collections.abc import Callable
 from typing import Any, ClassVar, Protocol
 
 from tg_codegen.renderer import Renderer
 from tg_uop import DType
-from tg_uop.helpers import DEBUG, GlobalCounters, getenv
+from tg_uop.helpers import DEBUG, GlobalCounters, LRUCache, getenv
 
 
 class UnusableCompilerError(RuntimeError):
@@ -57,25 +58,59 @@ class Allocator:
 
 
 class Compiler:
-    """Source -> binary. Results are cached in memory per (compiler, source)."""
+    """Source -> binary. Results are cached in memory per (compiler, source).
+
+    `compile_many` builds several sources at once; a compiler that can do that in one run cheaper than in one
+    run each (the C compiler: one process for a batch of kernels) overrides it and sets `batches`.
+    """
 
     cachekey: str | None = None
     threadsafe = False  # may several threads compile at once (kernels of one schedule compile in parallel)
+    batches = False  # compile_many is cheaper than compiling the sources one by one
 
     def compile(self, src: str) -> bytes:
         raise NotImplementedError(f"{type(self).__name__} must implement compile")
 
+    def compile_many(self, srcs: list[str]) -> list[bytes]:
+        """The binaries of `srcs`, in order: each holds (at least) the kernel of its source."""
+        return [self.compile(src) for src in srcs]
+
     def compile_cached(self, src: str) -> bytes:
-        return _compile_cache(self, src)
+        return self.compile_cached_many([src])[0]
+
+    def compile_cached_many(self, srcs: list[str]) -> list[bytes]:
+        """`compile_many` of the sources not compiled before in this process (their binaries are kept)."""
+        found = {src: lib for src in srcs if (lib := _compiled.get(_memory_key(self, src))) is not None}
+        todo = list(dict.fromkeys(src for src in srcs if src not in found))
+        if todo:
+            libs = self.compile_many(todo) if len(todo) > 1 else [self.compile(todo[0])]
+            for src, lib in zip(todo, libs, strict=True):
+                found[src] = _compiled[_memory_key(self, src)] = lib
+        return [found[src] for src in srcs]
 
 
-@functools.lru_cache(maxsize=int(getenv("KERNEL_CACHE_MAX", 1024)))
-def _compile_cache_impl(key: str, compiler: Compiler, src: str) -> bytes:
-    return compiler.compile(src)
+def _memory_key(compiler: Compiler, src: str) -> tuple[str, Compiler, str]:
+    return (compiler.cachekey or type(compiler).__name__, compiler, src)
 
 
-def _compile_cache(compiler: Compiler, src: str) -> bytes:
-    return _compile_cache_impl(compiler.cachekey or type(compiler).__name__, compiler, src)
+class _LockedLRU:
+    """The binaries compiled in this process, the most recently used KERNEL_CACHE_MAX of them (compile threads
+    read and write it)."""
+
+    def __init__(self, maxsize: int) -> None:
+        self.lru = LRUCache[tuple[str, Compiler, str], bytes](maxsize)
+        self.lock = threading.Lock()
+
+    def get(self, key: tuple[str, Compiler, str]) -> bytes | None:
+        with self.lock:
+            return self.lru.get(key)
+
+    def __setitem__(self, key: tuple[str, Compiler, str], lib: bytes) -> None:
+        with self.lock:
+            self.lru[key] = lib
+
+
+_compiled = _LockedLRU(int(getenv("KERNEL_CACHE_MAX", 1024)))
 
 
 class Program(Protocol):

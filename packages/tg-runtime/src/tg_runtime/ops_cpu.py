@@ -12,11 +12,13 @@ import functools
 import hashlib
 import os
 import platform
+import re
 import shutil
 import subprocess
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -135,12 +137,18 @@ def host_cpu() -> str:
 class ClangCompiler(Compiler):
     """C source -> shared object bytes, cached on disk by source, compiler (and its version), flags and host CPU.
 
+    Several kernels compile in one compiler process (`compile_many`): most of a small kernel's compile is the
+    compiler starting, reading headers and linking, paid once per batch instead of once per kernel. The shared
+    object of a batch holds all its kernels; each kernel's binary is that object (the CPU program finds its
+    function by name in it).
+
     >>> c = ClangCompiler()
     >>> c.cache_key("void k(void) {}") != ClangCompiler(args=("-O1",)).cache_key("void k(void) {}")
     True
     """
 
     threadsafe = True  # each compile is its own process
+    batches = True
 
     def __init__(self, cc: str | None = None, args: tuple[str, ...] | None = None) -> None:
         self.cc = cc or find_cc()
@@ -155,12 +163,42 @@ class ClangCompiler(Compiler):
         return hashlib.sha256(ident.encode()).hexdigest()
 
     def compile(self, src: str) -> bytes:
-        key = self.cache_key(src)
-        if (lib := diskcache_get("cpu_binary", key)) is not None:
-            return bytes(lib)
-        lib = self._compile(src)
-        diskcache_put("cpu_binary", key, lib)
-        return lib
+        return self.compile_many([src])[0]
+
+    def compile_many(self, srcs: list[str]) -> list[bytes]:
+        """The shared objects of `srcs` (from the disk cache, or built in as few compiler runs as the kernels'
+        function names allow: one object cannot hold two functions of one name).
+
+        A batch the compiler rejects is built again one kernel at a time, so one bad kernel fails alone (its
+        CompileError is raised once the others are built and cached)."""
+        libs: dict[str, bytes] = {}
+        for src in dict.fromkeys(srcs):
+            if (lib := diskcache_get("cpu_binary", self.cache_key(src))) is not None:
+                libs[src] = bytes(lib)
+        errors: list[CompileError] = []
+        for batch in name_batches([src for src in dict.fromkeys(srcs) if src not in libs]):
+            built = self._compile_batch(batch, errors)
+            for src, lib in built.items():
+                diskcache_put("cpu_binary", self.cache_key(src), lib)
+            libs.update(built)
+        if errors:
+            raise errors[0]
+        return [libs[src] for src in srcs]
+
+    def _compile_batch(self, batch: list[str], errors: list[CompileError]) -> dict[str, bytes]:
+        if len(batch) > 1:
+            try:
+                lib = self._compile(join_sources(batch))
+                return dict.fromkeys(batch, lib)
+            except CompileError:
+                pass  # (one at a time below: the error names the kernel that fails)
+        built = {}
+        for src in batch:
+            try:
+                built[src] = self._compile(src)
+            except CompileError as e:
+                errors.append(e)
+        return built
 
     def _compile(self, src: str) -> bytes:
         with self._lock:
@@ -177,18 +215,87 @@ class ClangCompiler(Compiler):
                 return f.read()
 
 
-class CPUProgram:
-    """A compiled kernel loaded from its shared object."""
+_FUNCTION = re.compile(r"^(?:[A-Za-z_]\w*[\s*]+)+?([A-Za-z_]\w*)\s*\(", re.M)
+_DEFINE = re.compile(r"^\s*#\s*define\s+([A-Za-z_]\w*)", re.M)
 
-    def __init__(self, name: str, lib: bytes) -> None:
-        self.name = name
+
+def exported_names(src: str) -> set[str]:
+    """The names a source defines at file scope that are not `static` (its kernel function).
+
+    >>> sorted(exported_names("static inline int h(int a) { return a; }\\nvoid E_4(float* restrict d) {}"))
+    ['E_4']
+    """
+    return {m.group(1) for m in _FUNCTION.finditer(src) if not m.group(0).startswith(("static", "typedef"))}
+
+
+def name_batches(srcs: list[str]) -> list[list[str]]:
+    """`srcs` in batches, in order, each without two sources that define one name (kernels of one name differ
+    in their shapes or ops: `E_4` twice is common)."""
+    batches: list[tuple[list[str], set[str]]] = []
+    for src in srcs:
+        names = exported_names(src)
+        home = next((b for b in batches if not (b[1] & names)), None)
+        if home is None:
+            batches.append(home := ([], set()))
+        home[0].append(src)
+        home[1].update(names)
+    return [b[0] for b in batches]
+
+
+def join_sources(srcs: list[str]) -> str:
+    """One translation unit holding every source. Each source reads exactly what it read alone: a line it
+    shares with an earlier source at file scope (a vector typedef, a static helper, an #include) is kept once,
+    and the macros a source defines are #undef'd after it. Anything else that clashes (two helpers of one name
+    and different bodies) fails to compile, and the batch is compiled one source at a time instead.
+
+    >>> a, b = "#define M 1\\ntypedef int v2;\\nvoid a(void) {}", "#define M 2\\ntypedef int v2;\\nvoid b(void) {}"
+    >>> print(join_sources([a, b]), end="")
+    #define M 1
+    typedef int v2;
+    void a(void) {}
+    #undef M
+    #define M 2
+    void b(void) {}
+    #undef M
+    """
+    seen: set[str] = set()
+    out: list[str] = []
+    for src in srcs:
+        for line in src.splitlines():
+            if line.startswith(("typedef ", "static ", "#include ")) and line.endswith((";", "}", ">", '"')):
+                if line in seen:
+                    continue
+                seen.add(line)
+            out.append(line)
+        out.extend(f"#undef {name}" for name in dict.fromkeys(_DEFINE.findall(src)))
+    return "\n".join(out) + "\n"
+
+
+_loaded: weakref.WeakValueDictionary[bytes, ctypes.CDLL] = weakref.WeakValueDictionary()
+_load_lock = threading.Lock()
+
+
+def load_library(lib: bytes) -> ctypes.CDLL:
+    """The shared object `lib`, loaded once while any program uses it (the kernels of a batch share one)."""
+    with _load_lock:
+        if (found := _loaded.get(lib)) is not None:
+            return found
         with tempfile.NamedTemporaryFile(suffix=".so", delete=False) as f:
             f.write(lib)
             path = f.name
         try:
-            self.lib = ctypes.CDLL(path)
+            loaded = _loaded[lib] = ctypes.CDLL(path)
         finally:
             os.unlink(path)
+        return loaded
+
+
+class CPUProgram:
+    """A compiled kernel: the function `name` of a loaded shared object."""
+
+    def __init__(self, name: str, lib: bytes) -> None:
+        self.name = name
+        self.lib = load_library(lib)
         self.fxn = getattr(self.lib, name)
 
     def __call__(

@@ -22,7 +22,7 @@ from tg_uop.helpers import BEAM, DEBUG, GlobalCounters, LRUCache, colored, geten
 from tg_uop.trace import TRACE, Group
 
 if TYPE_CHECKING:  # (concurrent.futures is imported by the first parallel compile, not by `import tg`)
-    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import Future, ThreadPoolExecutor
 
 
 class CompiledRunner:
@@ -132,7 +132,8 @@ _pool: dict[int, ThreadPoolExecutor] = {}  # by process id (a forked child canno
 def compile_all(kernels: list[tuple[str, UOp]]) -> None:
     """Compile the kernels (device, AST) that are not compiled yet, several at once: each is rendered here
     (Python, one at a time) and handed to a thread that runs the device compiler (a C compiler process,
-    NVRTC) while the next one is rendered. BEAM and VIZ recordings compile one by one in get_runner."""
+    NVRTC) while the next ones are rendered. A compiler that `batches` gets them a few at a time (one C compiler
+    process builds each batch). BEAM and VIZ recordings compile one by one in get_runner."""
     if len(kernels) < 2 or BEAM >= 1 or TRACE.active:  # (one kernel: nothing to overlap)
         return
     todo: dict[tuple[str, UOp, int], UOp] = {}
@@ -147,13 +148,47 @@ def compile_all(kernels: list[tuple[str, UOp]]) -> None:
 
         _pool.clear()
         pool = _pool[os.getpid()] = ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="tg-compile")
-    jobs = []
+    jobs: list[tuple[list[tuple[tuple[str, UOp, int], ProgramSpec]], Future[list[bytes]]]] = []
+    open_batches: list[list[tuple[tuple[str, UOp, int], ProgramSpec]]] = []  # (one device each)
+
+    def submit(batch: list[tuple[tuple[str, UOp, int], ProgramSpec]]) -> None:
+        compile_many = Device[batch[0][0][0]].compiler.compile_cached_many
+        jobs.append((batch, pool.submit(compile_many, [spec.src for _, spec in batch])))
+
+    size = batch_size(len(todo), os.cpu_count() or 1)
     for key, ast in todo.items():
         spec = get_program_cached(ast, Device[key[0]].renderer)
-        jobs.append((key, spec, pool.submit(Device[key[0]].compiler.compile_cached, spec.src)))
-    for key, spec, job in jobs:
+        if not Device[key[0]].compiler.batches:
+            submit([(key, spec)])
+            continue
+        # a batch builds one shared object: two functions of one name go to different batches
+        batch = next((b for b in open_batches if b[0][0][0] == key[0] and not _has_name(b, spec)), None)
+        if batch is None:
+            open_batches.append(batch := [])
+        batch.append((key, spec))
+        if len(batch) >= size:
+            open_batches.remove(batch)
+            submit(batch)
+    for batch in open_batches:
+        submit(batch)
+    for done, job in jobs:
         if job.exception() is None:  # a kernel that fails to compile raises where it runs, in order
-            _runner_cache[key] = CompiledRunner(spec)  # (the binary is in the compile cache now)
+            for key, spec in done:
+                _runner_cache[key] = CompiledRunner(spec)  # (the binary is in the compile cache now)
+
+
+def _has_name(batch: list[tuple[tuple[str, UOp, int], ProgramSpec]], spec: ProgramSpec) -> bool:
+    return any(other.function_name == spec.function_name for _, other in batch)
+
+
+def batch_size(kernels: int, workers: int) -> int:
+    """Kernels per compiler run: two batches per worker, so the first compile while the rest are rendered
+    and the last one, that nothing overlaps, is short.
+
+    >>> batch_size(54, 2), batch_size(3, 2), batch_size(3, 16)
+    (14, 1, 1)
+    """
+    return max(1, -(-kernels // (2 * workers)))
 
 
 def is_compiled(device: str, ast: UOp) -> bool:
