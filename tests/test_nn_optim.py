@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tg import Tensor, nn
-from tg_nn.optim import LAMB, LARS, SGD, Adam, AdamW, Optimizer, OptimizerGroup
+from tg_nn.optim import LAMB, LARS, SGD, Adam, AdamW, Muon, Optimizer, OptimizerGroup
 
 TARGET = np.array([0.5, -1.0, 2.0, 0.0], np.float32)
 SCALE = np.array([1.0, 2.0, 0.5, 3.0], np.float32)
@@ -170,3 +170,46 @@ def test_lars_against_numpy(classic: bool, nesterov: bool) -> None:
         ref = ref - g
     np.testing.assert_allclose(w.numpy(), ref, rtol=1e-4, atol=1e-6)
     assert isinstance(nn.optim.LARS([Tensor([1.0])]), LARS)
+
+
+def _newton_schulz_ref(g: np.ndarray, steps: int, coefs: tuple[float, ...], eps: float = 1e-7) -> np.ndarray:
+    if g.shape[0] > g.shape[1]:
+        return _newton_schulz_ref(g.T, steps, coefs, eps).T
+    x = g / (np.sqrt((g * g).sum()) + eps)
+    for _ in range(steps):
+        gram, term, total = x @ x.T, x, np.zeros_like(x)
+        for c in coefs:
+            total, term = total + c * term, gram @ term
+        x = total
+    return x
+
+
+@pytest.mark.parametrize("shape, nesterov", [((3, 5), True), ((6, 2), False), ((4,), True)])
+def test_muon_against_numpy(device: str, shape: tuple[int, ...], nesterov: bool) -> None:
+    """Muon (tinygrad's rule: LARS with Newton-Schulz steps, decoupled weight decay) for three steps, vs numpy."""
+    rng = np.random.default_rng(5)
+    w0 = rng.standard_normal(shape).astype(np.float32)
+    lr, mom, wd, steps, coefs = 0.05, 0.9, 0.1, 5, (3.4445, -4.775, 2.0315)
+    w = Tensor(w0.copy(), device=device, requires_grad=True)
+    opt = Muon([w], lr=lr, momentum=mom, weight_decay=wd, nesterov=nesterov)
+    ref, b = w0.astype(np.float64), np.zeros(shape)
+    for _ in range(3):
+        with Tensor.train():
+            opt.zero_grad()
+            (w * w * w).sum().backward()
+            opt.step()
+        g = 3 * ref * ref
+        b = mom * b + g
+        u = g + mom * b if nesterov else b
+        u = _newton_schulz_ref(u.reshape(shape[0], -1), steps, coefs).reshape(shape)
+        ref = ref - (lr * u + wd * lr * ref)
+    np.testing.assert_allclose(w.numpy(), ref, rtol=2e-3, atol=2e-4)
+
+
+def test_batchnorm3d_is_tinygrads_name() -> None:
+    bn = nn.BatchNorm3d(2)
+    x = np.random.default_rng(0).standard_normal((2, 2, 3, 3, 3)).astype(np.float32)
+    with Tensor.train():
+        out = bn(Tensor(x)).numpy()
+    mean, var = x.mean((0, 2, 3, 4), keepdims=True), x.var((0, 2, 3, 4), keepdims=True)
+    np.testing.assert_allclose(out, (x - mean) / np.sqrt(var + 1e-5), rtol=1e-4, atol=1e-4)

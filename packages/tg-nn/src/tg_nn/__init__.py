@@ -12,13 +12,24 @@ from types import ModuleType
 from tg_nn import optim, state
 from tg_nn.dropout import Dropout
 from tg_nn.layers import Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d, Embedding, Linear, LSTMCell
-from tg_nn.norm import BatchNorm, BatchNorm1d, BatchNorm2d, GroupNorm, InstanceNorm, LayerNorm, LayerNorm2d, RMSNorm
+from tg_nn.norm import (
+    BatchNorm,
+    BatchNorm1d,
+    BatchNorm2d,
+    BatchNorm3d,
+    GroupNorm,
+    InstanceNorm,
+    LayerNorm,
+    LayerNorm2d,
+    RMSNorm,
+)
 
 __version__ = "0.1.0"
 __all__ = [
     "BatchNorm",
     "BatchNorm1d",
     "BatchNorm2d",
+    "BatchNorm3d",
     "Conv1d",
     "Conv2d",
     "Dropout",

@@ -46,8 +46,23 @@ class DatasetError(RuntimeError):
     """The dataset could not be found, downloaded or verified; the message says where it looked."""
 
 
-def mnist(directory: str | os.PathLike[str] | None = None, device: str | None = None) -> tuple[Tensor, ...]:
-    """(X_train, Y_train, X_test, Y_test): images uint8 (N, 1, 28, 28), labels uint8 (N,)."""
+def mnist(
+    directory: str | os.PathLike[str] | None = None, device: str | None = None, fashion: bool = False
+) -> tuple[Tensor, ...]:
+    """(X_train, Y_train, X_test, Y_test): images uint8 (N, 1, 28, 28), labels uint8 (N,).
+
+    `fashion=True` (tinygrad's flag) reads Fashion-MNIST, the same four IDX file names, from `directory` or
+    `FASHION_MNIST_DIR` (not downloaded: tg has no checksums of those files to verify a download against).
+    """
+    if fashion:
+        where = os.fspath(directory) if directory is not None else os.getenv("FASHION_MNIST_DIR")
+        if where is None or not _has_all(where):
+            raise DatasetError(
+                f"mnist(fashion=True): Fashion-MNIST's four files {list(MNIST_FILES)} (.gz or raw) are not in "
+                f"{where!r}; download them from https://github.com/zalandoresearch/fashion-mnist and set "
+                "FASHION_MNIST_DIR (or pass directory=)"
+            )
+        return tuple(Tensor(read_idx(where, name, verify=False), device=device) for name in MNIST_FILES)
     folder = find_mnist_dir(directory)
     arrays = [read_idx(folder, name) for name in MNIST_FILES]
     return tuple(Tensor(a, device=device) for a in (arrays[0], arrays[1], arrays[2], arrays[3]))
@@ -102,8 +117,8 @@ def _raw_bytes(path: str) -> bytes:
     return gzip.decompress(data) if path.endswith(".gz") else data
 
 
-def read_idx(folder: str, name: str) -> np.ndarray:
-    """One verified IDX file as a uint8 array: images (N, 1, 28, 28), labels (N,)."""
+def read_idx(folder: str, name: str, verify: bool = True) -> np.ndarray:
+    """One IDX file as a uint8 array: images (N, 1, 28, 28), labels (N,); checked against MNIST's sha256 (verify)."""
     path = _file_for(folder, name)
     if path is None:
         raise DatasetError(f"mnist: {name} (or {name}.gz) is missing from {folder!r}")
@@ -111,7 +126,7 @@ def read_idx(folder: str, name: str) -> np.ndarray:
         data = _raw_bytes(path)
     except (OSError, EOFError) as e:
         raise DatasetError(f"mnist: cannot read {path!r}: {e}") from None
-    if (digest := hashlib.sha256(data).hexdigest()) != MNIST_FILES[name]:
+    if verify and (digest := hashlib.sha256(data).hexdigest()) != MNIST_FILES[name]:
         raise DatasetError(f"mnist: {path!r} is corrupt: sha256 {digest} != expected {MNIST_FILES[name]}")
     return _parse_idx(data, path)
 

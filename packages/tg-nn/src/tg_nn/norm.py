@@ -63,6 +63,7 @@ class BatchNorm:
 
 BatchNorm2d = BatchNorm
 BatchNorm1d = BatchNorm
+BatchNorm3d = BatchNorm
 
 
 class LayerNorm:

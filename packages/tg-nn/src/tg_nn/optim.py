@@ -174,12 +174,20 @@ class LARS(Optimizer):
         nesterov: bool = False,
         classic: bool = True,
         tcoef: float = 0.001,
+        *,
+        ns_steps: int = 0,
+        ns_coefficients: tuple[float, ...] | None = None,
+        pre_wd: bool = True,
     ) -> None:
         super().__init__(params, lr)
         if momentum < 0 or weight_decay < 0 or tcoef < 0:
             raise ValueError(
                 f"LARS: momentum, weight_decay and tcoef must be >= 0, got {momentum}, {weight_decay}, {tcoef}"
             )
+        if ns_steps < 0:
+            raise ValueError(f"LARS: ns_steps must be >= 0, got {ns_steps}")
+        # Muon: the update orthogonalized by Newton-Schulz steps; weight decay after the momentum (pre_wd=False)
+        self.ns_steps, self.ns_coefficients, self.pre_wd = ns_steps, ns_coefficients, pre_wd
         self.momentum, self.wd, self.nesterov, self.classic, self.tcoef = (
             momentum,
             weight_decay,
@@ -198,16 +206,50 @@ class LARS(Optimizer):
     def _updates(self, grads: list[Tensor]) -> list[Tensor]:
         for i, (p, g) in enumerate(zip(self.params, grads)):
             r = self._ratio(p, g)
-            g = g + self.wd * p.detach() if self.wd else g
+            g = g + self.wd * p.detach() if self.wd and self.pre_wd else g
             if self.classic:
                 g = g * r * self.lr
             if self.momentum:
                 self.b[i].assign(self.momentum * self.b[i] + g)
                 g = g + self.momentum * self.b[i] if self.nesterov else self.b[i]
+            if self.ns_coefficients:  # each parameter as a matrix (rows = its first axis)
+                g = g.reshape(g.shape[0], -1).newton_schulz(self.ns_steps, self.ns_coefficients).reshape(g.shape)
             if not self.classic:
                 g = g * r * self.lr
+            if self.wd and not self.pre_wd:
+                g = g + self.wd * self.lr * p.detach()
             p.assign((p.detach() - g).cast(p.dtype))
         return list(self.b)
+
+
+def Muon(  # noqa: N802  (tinygrad's name: a function returning the configured LARS)
+    params: Sequence[Tensor],
+    lr: float | Tensor = 0.001,
+    momentum: float = 0.95,
+    weight_decay: float = 0.1,
+    ns_steps: int = 5,
+    ns_coefficients: tuple[float, ...] = (3.4445, -4.775, 2.0315),
+    nesterov: bool = True,
+) -> LARS:
+    """Muon (Jordan et al. 2024): momentum SGD whose update is orthogonalized by Newton-Schulz steps, with the
+    weight decay applied after the momentum (decoupled, scaled by lr), as tinygrad's `Muon`.
+
+    Per parameter w (viewed as a matrix of w.shape[0] rows) with gradient g: b = momentum*b + g;
+    u = g + momentum*b (nesterov) or b; u = newton_schulz(u); w -= lr*u + weight_decay*lr*w.
+
+    >>> from tg_tensor import Tensor
+    >>> w = Tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    >>> opt = Muon([w], lr=0.1, weight_decay=0.0)
+    >>> with Tensor.train():
+    ...     _ = (w * w).sum().backward()
+    ...     opt.step()
+    >>> w.shape
+    (2, 2)
+    """
+    return LARS(
+        params, lr, momentum, weight_decay, nesterov, classic=False, tcoef=0.0,
+        ns_steps=ns_steps, ns_coefficients=ns_coefficients, pre_wd=False,
+    )  # fmt: skip
 
 
 class LAMB(Optimizer):

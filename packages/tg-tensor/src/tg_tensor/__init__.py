@@ -5,6 +5,7 @@
 6
 """
 
+from tg_tensor.function import function
 from tg_tensor.jit import JitError, TinyJit
 from tg_tensor.realize import run_schedule
 from tg_tensor.realizer import Realizer, ScheduleItem
@@ -21,5 +22,6 @@ __all__ = [
     "ScheduleItem",
     "Tensor",
     "create_schedule",
+    "function",
     "run_schedule",
 ]

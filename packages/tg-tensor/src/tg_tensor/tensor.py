@@ -44,7 +44,7 @@ from tg_tensor.sorting import SortingMixin
 from tg_tensor.symbolic import concrete_shape
 from tg_tensor.util import DTypeError, ShapeError, const_uop, is_contiguous_buffer, np_dtype, shape_of_list, to_dtype
 from tg_uop import ConstType, DType, GroupOp, Ops, UOp, dtypes
-from tg_uop.helpers import all_int, prod
+from tg_uop.helpers import TRAINING, all_int, prod
 from tg_uop.uop import sint
 
 sys.setrecursionlimit(max(sys.getrecursionlimit(), 20_000))
@@ -101,6 +101,19 @@ def _strided_window(u: UOp) -> tuple[UOp, View] | None:
     return base, view
 
 
+class _TensorType(type):
+    """Tensor's metaclass: `Tensor.training` is the TRAINING setting, so `Context(TRAINING=1)` (tinygrad 0.14's way)
+    and `Tensor.training = True` / `with Tensor.train():` (the older way) are one switch."""
+
+    @property
+    def training(cls) -> bool:
+        return bool(TRAINING.value)
+
+    @training.setter
+    def training(cls, value: bool) -> None:
+        TRAINING.value = int(bool(value))
+
+
 class Tensor(
     CreationMixin,
     MovementMixin,
@@ -116,6 +129,7 @@ class Tensor(
     SelectionMixin,
     DecompMixin,
     CustomKernelMixin,
+    metaclass=_TensorType,
 ):
     """A lazy multi-dimensional array. Operations build a UOp graph; `realize()` runs it.
 
@@ -126,7 +140,6 @@ class Tensor(
     12.0
     """
 
-    training: ClassVar[bool] = False
     no_grad: ClassVar[bool] = False
 
     __slots__ = ("uop", "_requires_grad", "grad", "_lazy", "__weakref__")

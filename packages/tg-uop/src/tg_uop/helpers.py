@@ -63,6 +63,7 @@ BEAM = ContextVar("BEAM", 0)
 NOOPT = ContextVar("NOOPT", 0)
 JIT = ContextVar("JIT", 1)
 CACHELEVEL = ContextVar("CACHELEVEL", 2)
+TRAINING = ContextVar("TRAINING", 0)  # Tensor.training: dropout and batch statistics (`Context(TRAINING=1)`)
 
 
 class Context(contextlib.ContextDecorator):

@@ -7,7 +7,7 @@
 
 from tg import nn
 from tg_runtime import Device
-from tg_tensor import JitError, Tensor, TinyJit
+from tg_tensor import JitError, Tensor, TinyJit, function
 from tg_uop import Context, GlobalCounters, UOp, Variable, dtypes, getenv
 from tg_uop.trace import VIZ
 
@@ -27,6 +27,7 @@ __all__ = [
     "UOp",
     "Variable",
     "dtypes",
+    "function",
     "getenv",
     "nn",
 ]
