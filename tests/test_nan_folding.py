@@ -93,3 +93,14 @@ def test_float_constants_do_not_regroup(device: str) -> None:
         want = (a * np.float32(1e30)) * np.float32(1e-30)
         np.testing.assert_array_equal(((x * 1e30) * 1e-30).numpy(), want)
         np.testing.assert_array_equal(((x + 1e30) - 1e30).numpy(), (a + np.float32(1e30)) - np.float32(1e30))
+
+
+def test_math_of_a_nan_constant(device: str) -> None:
+    """`exp2(x * nan)` is NaN (fuzzer, CL seed 3011054: PoCL turned `exp2(v * NAN)` into garbage such as 1.6e-10)."""
+    x = np.array([0.5, math.inf, -1.0, 2.0], np.float32)
+    for fn, ref in ((lambda t: t.exp2(), np.exp2), (lambda t: t.exp(), np.exp), (lambda t: t.log2(), np.log2)):
+        got = fn(Tensor(x, device=device) * math.nan).numpy()
+        with np.errstate(invalid="ignore"):
+            np.testing.assert_array_equal(got, ref(x * np.float32(math.nan)))
+    got64 = (Tensor(x.astype(np.float64), device=device) * math.nan).exp2().numpy()
+    assert np.isnan(got64).all()

@@ -9,6 +9,8 @@ double needs cl_khr_fp64. bool buffers are stored as uchar (bool is not allowed 
 
 from __future__ import annotations
 
+import math
+
 from tg_codegen.renderer.cstyle import CStyleLanguage
 from tg_uop import DType, PtrDType, UOp, dtypes
 
@@ -43,6 +45,13 @@ class OpenCLRenderer(CStyleLanguage):
             + ("#define tg_max(a,b) ((a)!=(a)||(b)!=(b) ? (a)+(b) : ((a)>(b)?(a):(b)))",)
             + (() if fp16 else (_ROUND_HALF,))
         )
+
+    def render_float(self, x: float, dt: DType) -> str:
+        # NaN through the `nan()` builtin, not the NAN macro: PoCL 3.1 (LLVM) turns `exp2(v * NAN)` into garbage
+        # (1.6e-10, 0.0, ... instead of NaN) while `exp2(v * nan(0u))` gives NaN
+        if math.isnan(x):
+            return "nan((ulong)0)" if dt == dtypes.float64 else "nan(0u)"
+        return super().render_float(x, dt)
 
     def render_dtype(self, dt: DType) -> str:
         if isinstance(dt, PtrDType):
