@@ -45,6 +45,9 @@ CASES = {
     "division": lambda: rand(10) / (rand(10) + 3),
     "half": lambda: (Tensor(np.linspace(-1, 1, 16).astype(np.float16)) * 2 + 1).sum(),
     "bfloat16": lambda: (Tensor([1.0, 2.0, 3.0], dtype=dtypes.bfloat16) * 2).cast(dtypes.float32),
+    # the GPU matvec heuristic: UNROLL 8 then GROUP 32, 16-byte loads of halves (test_gpu_heuristics.py)
+    "matvec_half": lambda: rand(1, 512).cast(dtypes.float16) @ rand(256, 512).cast(dtypes.float16).T,
+    "row_sum_wide": lambda: rand(4, 2048).sum(axis=1),
 }
 
 

@@ -131,6 +131,10 @@ LOCAL_COMBOS = [
     [Opt(OptOps.LOCAL, 1, 2), Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.GROUP, 0, 2)],
     [Opt(OptOps.PADTO, 0, 3), Opt(OptOps.LOCAL, 0, 3), Opt(OptOps.SWAP, 0, 1)],
     [Opt(OptOps.NOLOCALS), Opt(OptOps.UPCAST, 0, 2)],
+    # a GROUP after an UNROLL (the (loop, lane, 8) order of the GPU matvec heuristic)
+    [Opt(OptOps.UNROLL, 0, 2), Opt(OptOps.GROUP, 0, 2)],
+    [Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.UNROLL, 0, 2), Opt(OptOps.GROUP, 0, 2), Opt(OptOps.UNROLL, 0, 2)],
+    [Opt(OptOps.UNROLL, 0, 2), Opt(OptOps.GROUPTOP, 0, 2), Opt(OptOps.UPCAST, 0, 2)],
 ]
 
 
@@ -268,6 +272,8 @@ GPU_LOCALS = [
     Opt(op, a, n) for op in (OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP) for a in range(3) for n in (2, 3, 4, 6)
 ]
 GPU_AFTER = [Opt(op, a, n) for op in (OptOps.UPCAST, OptOps.UNROLL) for a in range(3) for n in (0, 2, 3, 4)]
+GPU_UNROLLS = [Opt(OptOps.UNROLL, a, n) for a in range(2) for n in (2, 3, 4)]
+GPU_GROUPS = [Opt(op, a, n) for op in (OptOps.GROUP, OptOps.GROUPTOP) for a in range(2) for n in (2, 3, 4)]
 GPU_FUZZ_CASES = 1000 if os.getenv("FUZZ", "0") not in ("", "0") else 40
 
 
@@ -286,7 +292,8 @@ def test_fuzz_gpu_opts_within_tight_limits(monkeypatch: pytest.MonkeyPatch) -> N
     for _ in range(GPU_FUZZ_CASES):
         case = _random_case(rng)
         k = Kernel(case[0], Device["CL"].renderer)
-        for actions, most in ((GPU_LOCALS, 4), (GPU_AFTER, 2)):  # locals come before upcasts and unrolls
+        # locals come before upcasts and unrolls; a GROUP may also follow UNROLLs
+        for actions, most in ((GPU_LOCALS, 4), (GPU_UNROLLS, 1), (GPU_GROUPS, 1), (GPU_AFTER, 2)):
             for _ in range(rng.randint(0, most)):
                 try:
                     k.apply_opt(rng.choice(actions))
@@ -297,3 +304,25 @@ def test_fuzz_gpu_opts_within_tight_limits(monkeypatch: pytest.MonkeyPatch) -> N
         assert int(np.prod(local)) <= 8 and all(s <= m for s, m in zip(local, tight.block)), (spec.name, local)
         np.testing.assert_allclose(run(case, "CL", list(k.applied_opts)), case[2], rtol=1e-4, atol=1e-5)
     assert refused > 0, "the tight limits should refuse some opts"
+
+
+@pytest.mark.parametrize("rows", [1, 16, 512])
+def test_gpu_matvec_heuristic_opts_on_cl(rows: int) -> None:
+    """The opts the CUDA heuristic picks for a matrix-vector product / row sums (UNROLL, then GROUP: the (loop,
+    lane, 4) order), run on CL against numpy."""
+    if "CL" not in DEVICES:
+        pytest.skip("no CL device here")
+    from tg_codegen.heuristic import hand_coded_optimizations
+    from tg_codegen.kernel import Kernel
+    from tg_codegen.renderer.cuda import CUDARenderer
+
+    np.random.seed(rows)
+    case = matmul(1, 1024, rows) if rows > 1 else reduce_sum(3, 1024)
+    if rows > 1:  # the weight as (rows, 1024), each row read with stride 1 like the decode step's matvecs
+        a, b = case[1]
+        w = np.ascontiguousarray(b.T)
+        prod_ = _load(1, (rows, 1024), (0, 1)) * _load(2, (rows, 1024), (1024, 1))
+        case = (_sink((rows, 1), UOp(Ops.REDUCE_AXIS, F32, (prod_,), (Ops.ADD, (1,)))), [a, w], (a @ b).T)
+    opts = hand_coded_optimizations(Kernel(case[0], CUDARenderer()))
+    assert opts.index(Opt(OptOps.UNROLL, 0, 4)) < [o.op for o in opts].index(OptOps.GROUP), opts
+    np.testing.assert_allclose(run(case, "CL", opts), case[2], rtol=1e-4, atol=1e-4)

@@ -19,7 +19,7 @@ from tg_codegen.kernel import Kernel
 from tg_codegen.opt import KernelOptError, Opt, OptOps
 from tg_codegen.tensorcore import tc_optimizations
 from tg_uop import Ops
-from tg_uop.helpers import prod
+from tg_uop.helpers import ContextVar, prod
 
 THREAD_MIN_WORK = 1 << 15  # below this many loop iterations, threads cost more than they give
 
@@ -167,6 +167,8 @@ def _gpu(k: Kernel) -> None:
     if tc_optimizations(k):  # fp16/bf16 matmuls on tensor cores
         return
     outputs = prod(int(k.full_shape[a]) for a in k.axes_of(AxisType.GLOBAL))
+    if k.reduceops and GPU_WARP_ROWS.value and _warp_rows(k, outputs):
+        return
     if k.reduceops and outputs <= GPU_GROUP_MAX_OUTPUTS:
         if _coalesced_group(k):
             return
@@ -289,6 +291,67 @@ def _coalesced_group(k: Kernel) -> bool:
     if applied:
         k.apply_first([Opt(OptOps.UNROLL, 0, a) for a in (4, 2)])  # more loads in flight per thread
     return applied
+
+
+# stride-1 reductions (matrix-vector products, row sums) read in (loop, lane, 16 bytes) order: see _warp_rows.
+# A ContextVar, so that GPU_WARP_ROWS=0 (the rule off, for A/B runs) is part of the program cache's key
+GPU_WARP_ROWS = ContextVar("GPU_WARP_ROWS", 1)
+GPU_WARP = 32
+GPU_WARP_MIN_WORKGROUPS = 1024  # rows per workgroup shrink (8 -> 1) to keep this many (~8 per SM of an H100)
+GPU_WARP_LOOP_UNROLL = 4  # the reduce loop left after the split, unrolled by up to this: loads in flight
+GPU_WARP_MAX_REUSE = 16  # two loads each reused across this many outputs: a matmul, left to the tile rules
+
+
+def _warp_rows(k: Kernel, outputs: int) -> bool:
+    """A reduction every load walks with stride 1, on a renderer that merges neighbouring loads (CUDA).
+
+    Each thread reads 16 neighbouring bytes (UNROLL by 8 halves or 4 floats) and the threads of a group read
+    neighbouring 16-byte pieces (GROUP after the UNROLL: the (loop, lane, 8) order), so every load instruction
+    of a warp reads 512 contiguous bytes. Many outputs (a matrix-vector product): up to a warp per output (GROUP
+    32; 8 threads for a 64-long row of halves), several outputs per workgroup (LOCAL), so few partials are
+    combined per output, and the loop left unrolled by up to 4. Few outputs (a row sum): the whole workgroup
+    (GROUP 256) on one output. The LLM decode step's matvecs read at 1.3-1.5 TB/s with 256 threads per row and
+    2-byte loads; with this rule 2.6-3.0 TB/s where they fill the GPU (bench/bench_llm.py DECODE_KERNELS=1).
+    """
+    reduces = k.axes_of(AxisType.REDUCE)
+    loads = [u for u in k.ast.toposort if u.op is Ops.LOAD]
+    steps = [u.src[1].arg.real_strides()[reduces[0]] for u in loads] if len(reduces) == 1 else []
+    # every load walks the reduce axis with stride 1, or stays put (a broadcast value, e.g. a position)
+    if not k.opts.supports_float4 or 1 not in steps or any(st not in (0, 1) for st in steps):
+        return False
+    # not a matmul: at most one load that moves along the outputs is reused across >= 16 of them (a register tile
+    # or tensor cores do better); loads that never move (a position, a scale) do not count
+    globals_ = [a for a in k.axes_of(AxisType.GLOBAL) if int(k.full_shape[a]) > 1]
+    reuse = []
+    for u in loads:
+        st = u.src[1].arg.real_strides()
+        if any(st[a] != 0 for a in globals_):
+            reuse.append(prod(int(k.full_shape[a]) for a in globals_ if st[a] == 0))
+    if sum(r >= GPU_WARP_MAX_REUSE for r in reuse) >= 2:
+        return False
+    # 16 bytes of the narrowest moving load (the float16 weights, not the float32 activations they multiply)
+    itemsize = min(u.dtype.itemsize for u, st in zip(loads, steps) if st == 1)
+    lanes, size = max(1, min(8, 16 // itemsize)), _reduce_size(k)
+    if size % (lanes * 2):
+        return False
+    trial = k.copy()
+    if outputs >= GPU_WARP_MIN_WORKGROUPS:
+        group = min(GPU_WARP, size // lanes)
+        last = len(trial.axes_of(AxisType.GLOBAL)) - 1
+        rows = [r for r in (256 // group, 8, 4, 2) if r * group <= 256 and outputs // r >= GPU_WARP_MIN_WORKGROUPS]
+        trial.apply_first([Opt(OptOps.LOCAL, last, r) for r in sorted(set(rows), reverse=True)])
+        groups: tuple[int, ...] = (group,)
+    else:
+        groups = (256, 128, 64, 32)
+    if not trial.apply_first([Opt(OptOps.UNROLL, 0, lanes)]):
+        return False
+    if not trial.apply_first([Opt(OptOps.GROUP, 0, g) for g in groups if size % (lanes * g) == 0]):
+        return False
+    if trial.axes_of(AxisType.REDUCE) and outputs >= GPU_WARP_MIN_WORKGROUPS:
+        loop = int(trial.full_shape[trial.axes_of(AxisType.REDUCE)[0]])
+        trial.apply_first([Opt(OptOps.UNROLL, 0, u) for u in (GPU_WARP_LOOP_UNROLL, 2) if loop % u == 0 and loop > u])
+    k.apply_opts(trial.applied_opts[len(k.applied_opts) :])
+    return True
 
 
 def _group_wide(k: Kernel, unit: int, size: int) -> bool:

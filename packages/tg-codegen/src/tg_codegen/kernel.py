@@ -357,8 +357,12 @@ def _need_locals(k: Kernel, opt: Opt) -> None:
         raise KernelOptError(f"{opt}: the {k.opts.device or 'generic'} renderer has no local (workgroup) dimensions")
     if k.dont_use_locals:
         raise KernelOptError(f"{opt}: NOLOCALS was applied")
-    if k.axes_of(AxisType.UPCAST, AxisType.UNROLL):
-        raise KernelOptError(f"{opt}: locals must come before upcasts and unrolls")
+    # a GROUP may follow UNROLLs: UNROLL 8 then GROUP 32 reads (loop, lane, 8), each thread 8 neighbouring values
+    # (one 16-byte load of halves) and a warp 512 neighbouring bytes; an inner split after the unroll cannot
+    # reach the unrolled part, so the other opts are unaffected
+    late = (AxisType.UPCAST,) if opt.op in (OptOps.GROUP, OptOps.GROUPTOP) else (AxisType.UPCAST, AxisType.UNROLL)
+    if k.axes_of(*late):
+        raise KernelOptError(f"{opt}: locals must come before upcasts" + ("" if len(late) == 1 else " and unrolls"))
 
 
 def _nolocals(k: Kernel, opt: Opt) -> None:
