@@ -106,7 +106,10 @@ def bench_tg(path: str, qtype: str, keep_quantized: bool) -> None:
             **row["params"],
         )
     if os.getenv("DECODE_KERNELS"):
-        profile_decode(model, impl, qtype)
+        if model.device.split(":")[0] == "CUDA":
+            profile_decode_events(model, impl, qtype)
+        else:
+            profile_decode(model, impl, qtype)
 
 
 _KERNEL_LINE = re.compile(
@@ -137,6 +140,97 @@ def profile_decode(model: Any, impl: str, qtype: str, top: int = 12) -> None:
             file=sys.stderr,
         )
     emit("llm_decode_kernels", impl, total, "us", qtype=qtype, size=SIZE, kernels=count)
+
+
+_SPIN = 'extern "C" __global__ void tg_bench_spin(int us) { for (int i = 0; i < us; i++) __nanosleep(1000); }'
+
+
+def profile_decode_events(model: Any, impl: str, qtype: str, top: int = 14) -> None:
+    """DECODE_KERNELS=1 on CUDA: each kernel of the captured decode step timed on the GPU with CUDA events.
+
+    A spinning kernel holds the stream while the host queues the whole step, one launch at a time with an event
+    between launches, so the kernels then run back to back (caches as in the real step, no host gaps): kernel i
+    takes event i+1 - event i (an event record adds about a microsecond). Also: the step's CUDA graph replayed
+    alone (GPU time per step), beside the decode row's wall time per token. Summed per kernel name, to stderr."""
+    import ctypes
+    from collections import defaultdict
+
+    from tg_runtime import Device
+    from tg_runtime.ops_cuda import CUDAProgram
+
+    rec = model._decode_greedy.recording or model._decode.recording  # the step benchmark() ran (next_token's)
+    dev = Device[model.device]
+    drv, graph = dev.drv, rec.graph
+    spin = CUDAProgram(drv, "tg_bench_spin", dev.compiler.compile(_SPIN))
+
+    def events(n: int) -> list[ctypes.c_void_p]:
+        evs = [ctypes.c_void_p() for _ in range(n)]
+        for e in evs:
+            drv.check(drv.lib.cuEventCreate(ctypes.byref(e), 0), "cuEventCreate")
+        return evs
+
+    def ms(a: ctypes.c_void_p, b: ctypes.c_void_p) -> float:
+        out = ctypes.c_float()
+        drv.check(drv.lib.cuEventElapsedTime(ctypes.byref(out), a, b), "cuEventElapsedTime")
+        return out.value
+
+    launches = graph.launches
+    evs = events(len(launches) + 1)
+    per: dict[str, list[float]] = defaultdict(list)
+    for rep in range(3):
+        spin(global_size=(1,), local_size=(1,), vals=(20000,))
+        for i, (prog, bufs, gsz, lsz, vals) in enumerate(launches):
+            drv.check(drv.lib.cuEventRecord(evs[i], None), "cuEventRecord")
+            prog(*bufs, global_size=gsz, local_size=lsz, vals=vals)
+        drv.check(drv.lib.cuEventRecord(evs[-1], None), "cuEventRecord")
+        drv.synchronize()
+        if rep == 2:
+            for i, (prog, *_) in enumerate(launches):
+                per[prog.name].append(ms(evs[i], evs[i + 1]) * 1000)
+    total, count = sum(sum(v) for v in per.values()), sum(len(v) for v in per.values())
+    for name, ts in sorted(per.items(), key=lambda kv: -sum(kv[1]))[:top]:
+        print(
+            f"# {impl} {qtype} {name:28s} x{len(ts):<4d} {sum(ts):8.1f} us {sum(ts) / max(total, 1e-9):6.1%}",
+            file=sys.stderr,
+        )
+    emit("llm_decode_kernels", impl, total, "us", qtype=qtype, size=SIZE, kernels=count, timing="events")
+    g0, g1 = events(2)
+    spin(global_size=(1,), local_size=(1,), vals=(5000,))
+    drv.check(drv.lib.cuEventRecord(g0, None), "cuEventRecord")
+    for _ in range(20):
+        graph()
+    drv.check(drv.lib.cuEventRecord(g1, None), "cuEventRecord")
+    drv.synchronize()
+    emit("llm_decode_graph", impl, ms(g0, g1) * 1000 / 20, "us", qtype=qtype, size=SIZE, kernels=count)
+    # the host's part of a token: the step with the logits copied out and argmax on the host (forward's call,
+    # the wait for the GPU, the copy and argmax), against Llama.next_token (argmax on the device), interleaved
+    tok, pos, parts = 1, CONTEXT // 2, defaultdict(list)
+    for _ in range(4):
+        for _ in range(8):
+            t0 = time.perf_counter()
+            out = model.forward([tok], pos)
+            t1 = time.perf_counter()
+            dev.synchronize()
+            t2 = time.perf_counter()
+            tok = int(out.numpy()[0].argmax())
+            t3 = time.perf_counter()
+            parts["forward_call"].append(t1 - t0)
+            parts["gpu_wait"].append(t2 - t1)
+            parts["copy_argmax"].append(t3 - t2)
+            parts["logits_token"].append(t3 - t0)
+        for _ in range(8):
+            t0 = time.perf_counter()
+            tok = model.next_token(tok, pos)
+            parts["next_token"].append(time.perf_counter() - t0)
+    emit(
+        "llm_decode_host",
+        impl,
+        statistics.median(parts["next_token"]) * 1e6,
+        "us",
+        qtype=qtype,
+        size=SIZE,
+        **{k: round(statistics.median(v) * 1e6, 1) for k, v in parts.items()},
+    )
 
 
 def bench_tinygrad(path: str, qtype: str) -> None:

@@ -83,7 +83,9 @@ def test_weights_kept_quantized_give_the_same_logits(tmp_path: pathlib.Path, qty
     for pos in range(len(prompt), len(prompt) + 3):
         a, b = kept.forward([7], pos).numpy(), plain.forward([7], pos).numpy()
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
-    assert len(kept._decode.jit_cache) == len(plain._decode.jit_cache)
+    # no extra kernels: kept-quantized q, k, v (and gate, up) stay separate matmuls, 3 per layer more than the
+    # plain model's joined ones (_fuse_projections)
+    assert len(kept._decode.jit_cache) == len(plain._decode.jit_cache) + 3 * plain.cfg.n_layers
 
 
 def test_float16_weights_and_cache(tmp_path: pathlib.Path) -> None:
@@ -100,3 +102,25 @@ def test_float16_weights_and_cache(tmp_path: pathlib.Path) -> None:
     want = ref.forward(meta, weights, toks + [5])
     assert got.dtype == np.float32
     np.testing.assert_allclose(got, want, atol=5e-3 * np.abs(want).max(), rtol=1e-2)
+
+
+def test_next_token_and_fused_projections(tmp_path: pathlib.Path) -> None:
+    """Llama.next_token (argmax in the jitted step) gives forward's greedy tokens; q, k, v and gate, up are each one
+    joined matrix whose row ranges are the file's tensors, and weight_bytes counts every weight once."""
+    path = str(tmp_path / "m.gguf")
+    write_random_gguf(path, qtype="F32", **SHAPE)  # type: ignore[arg-type]
+    (a, _), (b, _) = load_model(path, "CPU"), load_model(path, "CPU")
+    _, want = ref.read_weights(path)
+    blk = a.blocks[0]
+    assert blk.wqkv is not None and blk.w_gate_up is not None
+    np.testing.assert_array_equal(blk.wqkv.numpy(), np.concatenate([want[f"blk.0.attn_{n}.weight"] for n in "qkv"]))
+    np.testing.assert_array_equal(a.params["blk.0.attn_k.weight"].numpy(), want["blk.0.attn_k.weight"])
+    assert a.weight_bytes == sum(w.nbytes for k, w in want.items() if k != "token_embd.weight") + (
+        want["token_embd.weight"].nbytes if "output.weight" not in want else 0
+    )
+    prompt = [5, 9, 2]
+    ta = int(a.forward(prompt, 0).numpy()[-1].argmax())
+    tb = int(b.forward(prompt, 0).numpy()[-1].argmax())
+    for pos in range(len(prompt), len(prompt) + 4):
+        ta, tb = int(a.forward([ta], pos).numpy()[0].argmax()), b.next_token(tb, pos)
+        assert ta == tb

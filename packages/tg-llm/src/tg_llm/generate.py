@@ -177,8 +177,9 @@ class Session:
         stops = [s for s in (stop or []) if s]
         pending, dec, matched = "", _Utf8Stream(self.tokenizer), False
         t0 = time.perf_counter()
+        greedy: int | None = None  # at temperature 0 the decode step takes the argmax on the device
         while True:
-            tok = sample(logits, temperature, top_k, top_p, rng)
+            tok = greedy if greedy is not None else sample(logits, temperature, top_k, top_p, rng)
             if tok in self.tokenizer.stop_ids:
                 out.finish_reason = "stop"
                 break
@@ -198,7 +199,10 @@ class Session:
             pos = len(self.cached)
             if len(out.tokens) >= max_tokens or pos >= self.model.cfg.context_length:
                 break
-            logits = self.model.forward([tok], pos).numpy()[0]
+            if temperature == 0:
+                greedy = self.model.next_token(tok, pos)
+            else:
+                logits = self.model.forward([tok], pos).numpy()[0]
             self.cached.append(tok)
         out.decode_s = time.perf_counter() - t0
         if not matched and (pending := pending + dec.flush()):  # held back for a stop string that never came
