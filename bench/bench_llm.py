@@ -158,7 +158,7 @@ def profile_decode_events(model: Any, impl: str, qtype: str, top: int = 14) -> N
     from tg_runtime import Device
     from tg_runtime.ops_cuda import CUDAProgram
 
-    rec = model._decode_greedy.recording or model._decode.recording  # the step benchmark() ran (next_token's)
+    rec = model._chain.recording  # the step benchmark() ran (Llama.greedy_tokens')
     dev = Device[model.device]
     drv, graph = dev.drv, rec.graph
     spin = CUDAProgram(drv, "tg_bench_spin", dev.compiler.compile(_SPIN))
@@ -202,8 +202,9 @@ def profile_decode_events(model: Any, impl: str, qtype: str, top: int = 14) -> N
     drv.check(drv.lib.cuEventRecord(g1, None), "cuEventRecord")
     drv.synchronize()
     emit("llm_decode_graph", impl, ms(g0, g1) * 1000 / 20, "us", qtype=qtype, size=SIZE, kernels=count)
-    # the host's part of a token: the step with the logits copied out and argmax on the host (forward's call,
-    # the wait for the GPU, the copy and argmax), against Llama.next_token (argmax on the device), interleaved
+    # the host's part of a token: one step with its logits copied out and the argmax on the host (forward's call,
+    # the wait for the GPU, the copy and argmax), against Llama.greedy_tokens (steps chained on the device, 16 per
+    # read of the tokens), per token, interleaved
     tok, pos, parts = 1, CONTEXT // 2, defaultdict(list)
     for _ in range(4):
         for _ in range(8):
@@ -218,14 +219,13 @@ def profile_decode_events(model: Any, impl: str, qtype: str, top: int = 14) -> N
             parts["gpu_wait"].append(t2 - t1)
             parts["copy_argmax"].append(t3 - t2)
             parts["logits_token"].append(t3 - t0)
-        for _ in range(8):
-            t0 = time.perf_counter()
-            tok = model.next_token(tok, pos)
-            parts["next_token"].append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        *_, tok = model.greedy_tokens(tok, pos, 32)
+        parts["chained_token"].append((time.perf_counter() - t0) / 32)
     emit(
         "llm_decode_host",
         impl,
-        statistics.median(parts["next_token"]) * 1e6,
+        statistics.median(parts["chained_token"]) * 1e6,
         "us",
         qtype=qtype,
         size=SIZE,

@@ -104,9 +104,9 @@ def test_float16_weights_and_cache(tmp_path: pathlib.Path) -> None:
     np.testing.assert_allclose(got, want, atol=5e-3 * np.abs(want).max(), rtol=1e-2)
 
 
-def test_next_token_and_fused_projections(tmp_path: pathlib.Path) -> None:
-    """Llama.next_token (argmax in the jitted step) gives forward's greedy tokens; q, k, v and gate, up are each one
-    joined matrix whose row ranges are the file's tensors, and weight_bytes counts every weight once."""
+def test_greedy_tokens_and_fused_projections(tmp_path: pathlib.Path) -> None:
+    """Llama.greedy_tokens (steps chained on the device) gives forward's greedy tokens; q, k, v and gate, up are
+    each one joined matrix whose row ranges are the file's tensors, and weight_bytes counts every weight once."""
     path = str(tmp_path / "m.gguf")
     write_random_gguf(path, qtype="F32", **SHAPE)  # type: ignore[arg-type]
     (a, _), (b, _) = load_model(path, "CPU"), load_model(path, "CPU")
@@ -119,8 +119,14 @@ def test_next_token_and_fused_projections(tmp_path: pathlib.Path) -> None:
         want["token_embd.weight"].nbytes if "output.weight" not in want else 0
     )
     prompt = [5, 9, 2]
-    ta = int(a.forward(prompt, 0).numpy()[-1].argmax())
-    tb = int(b.forward(prompt, 0).numpy()[-1].argmax())
-    for pos in range(len(prompt), len(prompt) + 4):
-        ta, tb = int(a.forward([ta], pos).numpy()[0].argmax()), b.next_token(tb, pos)
-        assert ta == tb
+    tok = int(a.forward(prompt, 0).numpy()[-1].argmax())
+    assert int(b.forward(prompt, 0).numpy()[-1].argmax()) == tok
+    want = []
+    for pos in range(len(prompt), len(prompt) + 9):
+        want.append(int(a.forward([want[-1] if want else tok], pos).numpy()[0].argmax()))
+    stream = b.greedy_tokens(tok, len(prompt), 9, chunk=4)
+    first = [next(stream) for _ in range(5)]  # stopped inside its second chunk, then continued by a new call
+    stream.close()
+    assert first + list(b.greedy_tokens(first[-1], len(prompt) + 5, 4, chunk=3)) == want
+    with pytest.raises(ValueError, match="exceed the context"):
+        next(b.greedy_tokens(1, 30, 5))

@@ -135,10 +135,9 @@ def benchmark(session: Session, n: int, prompt_len: int = 128) -> list[dict[str,
     prefill = time.perf_counter() - t0
     tok, pos = int(logits[-1].argmax()), prompt_len
     for _ in range(2):  # the eager run and the capture of the decode step
-        tok, pos = model.next_token(tok, pos), pos + 1
+        tok, pos = next(model.greedy_tokens(tok, pos, 1)), pos + 1
     t0 = time.perf_counter()
-    for _ in range(n):  # greedy decoding, the argmax on the device (Llama.next_token)
-        tok, pos = model.next_token(tok, pos), pos + 1
+    *_, tok = model.greedy_tokens(tok, pos, n)  # greedy decoding, steps chained on the device
     decode = time.perf_counter() - t0
     gb = model.weight_bytes / 1e9
     params = {

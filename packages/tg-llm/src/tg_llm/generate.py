@@ -177,9 +177,9 @@ class Session:
         stops = [s for s in (stop or []) if s]
         pending, dec, matched = "", _Utf8Stream(self.tokenizer), False
         t0 = time.perf_counter()
-        greedy: int | None = None  # at temperature 0 the decode step takes the argmax on the device
+        greedy: Iterator[int] | None = None  # temperature 0: steps chained on the device (Llama.greedy_tokens)
         while True:
-            tok = greedy if greedy is not None else sample(logits, temperature, top_k, top_p, rng)
+            tok = next(greedy) if greedy is not None else sample(logits, temperature, top_k, top_p, rng)
             if tok in self.tokenizer.stop_ids:
                 out.finish_reason = "stop"
                 break
@@ -200,7 +200,9 @@ class Session:
             if len(out.tokens) >= max_tokens or pos >= self.model.cfg.context_length:
                 break
             if temperature == 0:
-                greedy = self.model.next_token(tok, pos)
+                if greedy is None:  # as many as the loop can still take: it stops before they run out
+                    n = min(max_tokens - len(out.tokens), self.model.cfg.context_length - pos)
+                    greedy = self.model.greedy_tokens(tok, pos, n, chunk=8)
             else:
                 logits = self.model.forward([tok], pos).numpy()[0]
             self.cached.append(tok)

@@ -19,6 +19,7 @@ once, never the whole embedding table.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -260,11 +261,18 @@ class Llama:
         kv = (cfg.n_kv_heads, cfg.context_length, cfg.head_dim)
         self.caches = [KVCache(*kv, self.device, dtype) for _ in self.blocks]
         self._decode = TinyJit(self._step)
-        self._decode_greedy = TinyJit(self._step_greedy)
         # the decode step's inputs, refilled in place each step: the same buffers every replay, so the jitted
         # step rebinds none of the kernels that read them (a CUDA graph node update each, ~200 per token)
         self._decode_x = Tensor.empty(1, cfg.dim, device=self.device).realize()
         self._decode_pos = Tensor.empty(1, dtype=dtypes.int32, device=self.device).realize()
+        # greedy_tokens' chained steps: the token and position each step reads and advances, and the token it
+        # chose at each position, all on the device (so steps queue without the host in between)
+        self._chain_token = Tensor.zeros(1, dtype=dtypes.int32, device=self.device).contiguous().realize()
+        self._chain_pos = Tensor.zeros(1, dtype=dtypes.int32, device=self.device).contiguous().realize()
+        self._chain_out = (
+            Tensor.zeros(cfg.context_length, dtype=dtypes.int32, device=self.device).contiguous().realize()
+        )
+        self._chain = TinyJit(self._step_chain)
         self._prefill: dict[int, TinyJit[Tensor]] = {}  # one jitted prefill step per padded length
 
     def logits(self, x: Tensor, positions: Tensor) -> Tensor:
@@ -281,24 +289,47 @@ class Llama:
         Tensor.realize(logits, *[c.keys for c in self.caches], *[c.values for c in self.caches])
         return logits
 
-    def _step_greedy(self, x: Tensor, positions: Tensor) -> Tensor:
-        """The argmax of `logits` (t,), realized with the caches."""
-        token = self.logits(x, positions).argmax(-1)
-        Tensor.realize(token, *[c.keys for c in self.caches], *[c.values for c in self.caches])
-        return token
+    def _step_chain(self) -> Tensor:
+        """One greedy step on the device state: embed `_chain_token`, run the step at `_chain_pos`, record the
+        argmax in `_chain_out[pos]`, make it the next token and advance the position (what TinyJit captures)."""
+        token, pos = self._chain_token, self._chain_pos
+        x = self.params["token_embd.weight"][token].cast(dtypes.float32)  # one row read (a direct gather)
+        chosen = self.logits(x, pos).argmax(-1).cast(dtypes.int32)
+        slots = Tensor.arange(self.cfg.context_length, device=self.device)
+        self._chain_out.assign((slots == pos).where(chosen, self._chain_out))
+        token.assign(chosen)
+        pos.assign(pos + 1)
+        Tensor.realize(self._chain_out, token, pos, *[c.keys for c in self.caches], *[c.values for c in self.caches])
+        return chosen
 
-    def next_token(self, token: int, start_pos: int) -> int:
-        """Greedy decoding: the most likely token after `token` at position `start_pos` (extending the cache as
-        `forward([token], start_pos)` does). The argmax runs on the device in the jitted decode step, so 4 bytes
-        come back instead of the vocabulary's logits (500 KB for a 128k vocabulary) and the host's argmax.
+    def greedy_tokens(self, token: int, start_pos: int, n: int, chunk: int = 16) -> Iterator[int]:
+        """The next `n` greedy tokens after `token` at `start_pos` (the argmax of `forward`'s logits, step by step).
+
+        The steps are chained on the device: each reads the token and position the one before wrote, so the host
+        queues `chunk` of them without waiting and reads their tokens once per chunk (one copy of a few bytes):
+        the GPU does not idle through the host's part of every step. Stopping the iteration early leaves cache
+        slots written past the last token read, which no later query reads before a step overwrites them.
 
         >>> cfg = LlamaConfig(16, 8, n_layers=1, n_heads=2, n_kv_heads=1, hidden_dim=16, context_length=8)
-        >>> Llama(cfg).next_token(3, 0) == int(Llama(cfg).forward([3], 0).numpy()[0].argmax())
+        >>> first = int(Llama(cfg).forward([3], 0).numpy()[0].argmax())
+        >>> next(Llama(cfg).greedy_tokens(3, 0, 2)) == first
         True
         """
-        self._check_positions(1, start_pos)
-        self._fill_decode_inputs(token, start_pos)
-        return int(self._decode_greedy(self._decode_x, self._decode_pos).numpy()[0])
+        if not isinstance(n, int) or n < 1 or not isinstance(chunk, int) or chunk < 1:
+            raise ValueError(f"greedy_tokens: n={n!r} and chunk={chunk!r} must be positive ints")
+        self._check_positions(n, start_pos)
+        if not 0 <= token < self.cfg.vocab_size:
+            raise ValueError(f"Llama: token {token!r} is not an id in 0..{self.cfg.vocab_size - 1}")
+        buffer_of(self._chain_token.uop.base).copyin(np.array([token], dtype=np.int32).data)
+        buffer_of(self._chain_pos.uop.base).copyin(np.array([start_pos], dtype=np.int32).data)
+        done = 0
+        while done < n:
+            k = min(chunk, n - done)
+            for _ in range(k):
+                self._chain()
+            chosen = self._chain_out.numpy()
+            yield from (int(t) for t in chosen[start_pos + done : start_pos + done + k])
+            done += k
 
     def _check_positions(self, n: int, start_pos: int) -> None:
         ctx = self.cfg.context_length
