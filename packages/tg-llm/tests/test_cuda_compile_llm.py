@@ -68,3 +68,17 @@ def test_decode_step_compiles(tmp_path: pathlib.Path, qtype: str, keep: bool) ->
     x = model.embed([3]).realize()
     logits = model.logits(x, Tensor([4], dtype=dtypes.int32).realize())
     assert compile_all(logits) > 5
+
+
+@needs_nvrtc
+def test_chunked_argmax_compiles_with_many_workgroups() -> None:
+    """argmax_rows over a 128k vocabulary: its first stage runs one workgroup per 256-chunk (512), not one in all."""
+    from tg_llm.model import argmax_rows
+
+    x = Tensor(np.random.default_rng(0).standard_normal((1, 128256)).astype(np.float32)).realize()
+    items = argmax_rows(x).schedule()
+    for item in items:
+        current().unqueue(item)
+    specs = [get_program(i.ast, CUDARenderer("sm_90")) for i in items if i.ast.op.name == "SINK"]
+    assert max(int(np.prod(s.global_size or (1,))) for s in specs) >= 512
+    assert COMPILER is not None and all(COMPILER.compile(s.src)[:4] == b"\x7fELF" for s in specs)

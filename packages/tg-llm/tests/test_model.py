@@ -130,3 +130,14 @@ def test_greedy_tokens_and_fused_projections(tmp_path: pathlib.Path) -> None:
     assert first + list(b.greedy_tokens(first[-1], len(prompt) + 5, 4, chunk=3)) == want
     with pytest.raises(ValueError, match="exceed the context"):
         next(b.greedy_tokens(1, 30, 5))
+
+
+def test_argmax_rows_matches_numpy() -> None:
+    from tg_llm.model import argmax_rows
+    from tg_tensor import Tensor
+
+    rng = np.random.default_rng(1)
+    for shape in [(1, 128256), (3, 1000), (2, 256), (1, 5)]:
+        a = rng.standard_normal(shape).astype(np.float32)
+        a[0, [shape[1] // 3, shape[1] - 1]] = 9.0  # a tie across chunks: the first index wins, as numpy's
+        np.testing.assert_array_equal(argmax_rows(Tensor(a)).numpy(), a.argmax(-1), err_msg=str(shape))

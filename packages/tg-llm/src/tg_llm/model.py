@@ -111,6 +111,30 @@ class LlamaConfig:
         )
 
 
+ARGMAX_CHUNK = 256
+
+
+def argmax_rows(x: Tensor) -> Tensor:
+    """The index of the first maximum of each row of x (t, n), int32 (t,): `x.argmax(-1)`, in two stages.
+
+    The rows are cut into chunks of 256 (padded with -inf): the first maximum of each chunk, then the first
+    chunk holding the row's maximum. A 128k-long argmax reduced in one go leaves a GPU with one workgroup
+    per row (the decode step's took 194 us per token on an H100, 11% of the step); chunked, each stage has
+    hundreds of workgroups or a short reduction.
+
+    >>> argmax_rows(Tensor([[1.0, 7.0, 7.0, 2.0], [0.0, -1.0, 3.0, 3.0]])).tolist()
+    [1, 2]
+    """
+    t, n = (int(s) for s in x.shape)
+    chunks = -(-n // ARGMAX_CHUNK)
+    chunks = -(-chunks // 32) * 32  # the second stage's length: a multiple of a warp
+    padded = x.pad(((0, 0), (0, chunks * ARGMAX_CHUNK - n)), value=-math.inf).reshape(t, chunks, ARGMAX_CHUNK)
+    peak = padded.max(-1)  # (t, chunks)
+    first = padded.argmax(-1) + Tensor.arange(chunks, device=x.device).reshape(1, chunks) * ARGMAX_CHUNK
+    best = peak.max(-1, keepdim=True)
+    return (peak == best).where(first, chunks * ARGMAX_CHUNK).min(-1).cast(dtypes.int32)
+
+
 def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     return x * (x.square().mean(-1, keepdim=True) + eps).rsqrt() * weight
 
@@ -294,7 +318,7 @@ class Llama:
         argmax in `_chain_out[pos]`, make it the next token and advance the position (what TinyJit captures)."""
         token, pos = self._chain_token, self._chain_pos
         x = self.params["token_embd.weight"][token].cast(dtypes.float32)  # one row read (a direct gather)
-        chosen = self.logits(x, pos).argmax(-1).cast(dtypes.int32)
+        chosen = argmax_rows(self.logits(x, pos))
         slots = Tensor.arange(self.cfg.context_length, device=self.device)
         self._chain_out.assign((slots == pos).where(chosen, self._chain_out))
         token.assign(chosen)
