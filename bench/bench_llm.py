@@ -12,8 +12,10 @@ when that python has no tinygrad. The PyPI wheel of tinygrad 0.14.0 cannot run `
 model.py imports tinygrad.llm.kernels, which the wheel lacks): point TINYGRAD_PATH at a source tree
 (e.g. `git archive <commit> tinygrad | tar -x -C DIR` from a clone) and it goes first on PYTHONPATH.
 tinygrad's CLI times decode only; its prefill is timed through tinygrad.llm.model's generate() in a second
-process (TINYGRAD_PREFILL=0 skips it). DECODE_KERNELS=1 adds tg's per-kernel time of one decode step (DEBUG=2,
-summed per kernel name, to stderr).
+process (TINYGRAD_PREFILL=0 skips it). DECODE_KERNELS=1 adds tg's per-kernel time of one decode step, summed per
+kernel name, to stderr (CUDA: CUDA events between back-to-back launches, plus the step's graph alone and the host's
+part of a token; elsewhere DEBUG=2 lines). tg's decode figure is greedy, steps chained on the device
+(Llama.greedy_tokens).
 Peak bandwidth: PEAK_GBS, else from nvidia-smi's GPU name (H100 SXM
 3350, H100 PCIe 2000, H200 4800 GB/s), else no bound row. Prints one JSON line per figure.
 """
