@@ -15,6 +15,7 @@ _.is_bool  # dtypes.is_bool
 _.invalids, _.max_numel  # Tensor.invalids / Tensor.max_numel
 _.do_update_stats  # Tensor.realize(do_update_stats=...)
 _.sorted_  # Tensor.topk(sorted_=...)
+_.precompile, _.precompile_backward, _.allow_implicit  # tg.function(...): tinygrad's options, accepted, no effect
 _.global_mem  # GlobalCounters.global_mem (bytes moved), read by users and DEBUG tools
 
 # Ops members kept in the enum: deleting a member renumbers the ops after it (auto()), a change to
