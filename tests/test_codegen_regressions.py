@@ -134,3 +134,13 @@ def test_int_minus_int32_min_does_not_overflow(device: str) -> None:
     want = (np.mod(a.astype(np.int64), -5) - (-(2**31))).astype(np.int32)
     got = (t % -5) - Tensor.full((4, 1), -(2**31), dtype=dtypes.int32, device=device)
     np.testing.assert_array_equal(got.numpy(), want)
+
+
+def test_compare_of_a_sum_with_int32_min(device: str) -> None:
+    """seed 1063234 (CPU, also PYTHON and CL): `x + INT_MIN < 0` was rewritten `x < 0 - INT_MIN`, whose constant 2**31
+    wraps to INT_MIN, so the comparison folded to False and `(INT_MAX + INT_MIN) // -5` gave -1 instead of 0."""
+    a = np.array([2147483647, 5, 2147483600], np.int32)
+    t = Tensor(a, device=device) + Tensor.full((3,), -(2**31), dtype=dtypes.int32, device=device)
+    s = (a.astype(np.int64) - 2**31).astype(np.int32)
+    np.testing.assert_array_equal((t < 0).numpy(), s < 0)
+    np.testing.assert_array_equal((t // -5).numpy(), s // -5)

@@ -192,8 +192,14 @@ def lt_sum(x: UOp, c: UOp) -> UOp | None:
     terms = split_add(x)
     consts = [int(t.arg) for t in terms if t.op is Ops.CONST]
     if consts:
-        rest = [t for t in terms if t.op is not Ops.CONST]
-        return sum_terms(rest, x) < int(c.arg) - sum(consts)
+        rest = sum_terms([t for t in terms if t.op is not Ops.CONST], x)
+        shift, bound = sum(consts), int(c.arg) - sum(consts)
+        lo, hi = dtypes.min(x.dtype), dtypes.max(x.dtype)
+        # only where the sum cannot wrap and the moved constant is a value of the dtype: `x + INT_MIN < 0` is not
+        # `x < 2**31` (that constant wraps to INT_MIN, so the comparison became always false)
+        if not (lo <= rest.vmin + shift and rest.vmax + shift <= hi and lo <= bound <= hi):
+            return None
+        return rest < bound
     g = math.gcd(*(t.const_factor() for t in terms))
     divided = [t.divides(g) for t in terms] if g > 1 else []
     if divided and all(d is not None for d in divided):
