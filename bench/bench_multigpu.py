@@ -3,11 +3,21 @@ backend, one process per GPU) in the same run, and MNIST train-step throughput o
 per-device batch. One JSON line per figure: {"bench", "impl", "value", "unit", "params"}.
 
     DEV=CUDA GPUS=2 python bench/bench_multigpu.py     # on a host with 2 GPUs (libnccl: nvidia-nccl-cu12)
+    DEV=CUDA GPUS=1 python bench/bench_multigpu.py     # one GPU: overheads only (below)
     GPUS=2 uv run bench/bench_multigpu.py              # CPU:0 and CPU:1, host collectives (a smoke run)
 
 Bus bandwidth is NCCL's definition for all-reduce: bytes * 2 * (n - 1) / n / time. Sizes run from 1 MB to
-MAX_MB (default 1024) by powers of 4; ITERS timed runs after WARMUP. BS is the per-device batch of the MNIST
-step (TinyJit, Adam; the batch split over the devices, parameters replicated, gradients all-reduced).
+MAX_MB (default 1024) by powers of 4; ITERS timed runs after WARMUP. tg's all-reduce is timed out of place
+(as its schedule items run it: inputs and outputs are distinct buffers) and in place (like torch's
+`dist.all_reduce`); the ratio to torch uses the in-place figure. BS is the per-device batch of the MNIST step
+(TinyJit, Adam; the batch split over the devices, parameters replicated, gradients all-reduced), compared
+with the plain single-device step (no device set) on the first device.
+
+GPUS=1 moves no data between GPUs, so there is no bus bandwidth (the formula gives 0): the figures are then
+microseconds per all-reduce call on a 1-rank communicator (tg: ctypes + ncclGroupStart/End + NCCL's local
+copy where out of place; torch: its process-group call) and the MNIST step through the device-set path on
+one device next to the plain path: the cost of the multi-device machinery (lowering, 1-rank all-reduces of
+the gradients, launch-by-launch replay instead of one CUDA graph), not a speedup.
 """
 
 from __future__ import annotations
@@ -43,10 +53,10 @@ def sizes_mb() -> list[int]:
     return out
 
 
-def tg_allreduce_s(devices: tuple[str, ...], nbytes: int, iters: int, warmup: int) -> float:
+def tg_allreduce_s(devices: tuple[str, ...], nbytes: int, iters: int, warmup: int, in_place: bool = False) -> float:
     n = nbytes // 4
     ins = [Buffer(d, n, dtypes.float32).ensure_allocated() for d in devices]
-    outs = [Buffer(d, n, dtypes.float32).ensure_allocated() for d in devices]
+    outs = ins if in_place else [Buffer(d, n, dtypes.float32).ensure_allocated() for d in devices]
     for _ in range(warmup):
         run_collective("allreduce", "SUM", outs, ins)
     for d in devices:
@@ -101,10 +111,10 @@ def torch_allreduce_s(world: int, sizes: list[int], iters: int, warmup: int) -> 
     return res
 
 
-def mnist_samples_per_s(devices: tuple[str, ...], per_device_bs: int, steps: int) -> float:
+def mnist_samples_per_s(devices: tuple[str, ...], per_device_bs: int, steps: int, multi: bool) -> float:
+    """Samples/s of the jitted train step: on the device set `devices` (multi), else plainly on devices[0]."""
     Tensor.manual_seed(0)
     model = Model()
-    multi = len(devices) > 1
     if multi:
         for p in nn.state.get_parameters(model):
             p.to_(devices)
@@ -143,19 +153,30 @@ def main() -> None:
     peer = torch_allreduce_s(n, sizes, iters, warmup) if kind == "CUDA" else {}
     for mb in sizes:
         nbytes = mb * 2**20
-        t = tg_allreduce_s(devices, nbytes, iters, warmup)
-        bus = nbytes * 2 * (n - 1) / n / t / 1e9
-        emit("allreduce_busbw", f"tg:{kind}", bus, "GB/s", mb=mb, devices=n)
+        t_out = tg_allreduce_s(devices, nbytes, iters, warmup)
+        t_in = tg_allreduce_s(devices, nbytes, iters, warmup, in_place=True)
+        if n == 1:  # no bus traffic: the time of one call is the figure
+            emit("allreduce_1rank_us", f"tg:{kind} out-of-place", t_out * 1e6, "us", mb=mb, devices=n)
+            emit("allreduce_1rank_us", f"tg:{kind} in-place", t_in * 1e6, "us", mb=mb, devices=n)
+            if mb in peer:
+                emit("allreduce_1rank_us", "torch.distributed:nccl", peer[mb] * 1e6, "us", mb=mb, devices=n)
+                emit("allreduce_1rank_time_ratio", "torch/tg in-place", peer[mb] / t_in, "x", mb=mb, devices=n)
+            continue
+        bus = nbytes * 2 * (n - 1) / n / t_in / 1e9
+        emit("allreduce_busbw", f"tg:{kind} out-of-place", nbytes * 2 * (n - 1) / n / t_out / 1e9, "GB/s", mb=mb,
+             devices=n)  # fmt: skip
+        emit("allreduce_busbw", f"tg:{kind} in-place", bus, "GB/s", mb=mb, devices=n)
         if mb in peer:
             tbus = nbytes * 2 * (n - 1) / n / peer[mb] / 1e9
             emit("allreduce_busbw", "torch.distributed:nccl", tbus, "GB/s", mb=mb, devices=n)
-            emit("allreduce_busbw_ratio", "tg/torch", bus / tbus, "x", mb=mb, devices=n)
+            emit("allreduce_busbw_ratio", "tg in-place/torch", bus / tbus, "x", mb=mb, devices=n)
     bs, steps = getenv("BS", 512), getenv("STEPS", 20)
-    one = mnist_samples_per_s(devices[:1], bs, steps)
-    many = mnist_samples_per_s(devices, bs, steps)
-    emit("mnist_train_samples_per_s", f"tg:{kind}x1", one, "samples/s", per_device_bs=bs)
-    emit("mnist_train_samples_per_s", f"tg:{kind}x{n}", many, "samples/s", per_device_bs=bs)
-    emit("mnist_train_speedup", f"tg:{kind}x{n}/x1", many / one, "x", per_device_bs=bs)
+    one = mnist_samples_per_s(devices[:1], bs, steps, multi=False)
+    many = mnist_samples_per_s(devices, bs, steps, multi=True)
+    emit("mnist_train_samples_per_s", f"tg:{kind} plain", one, "samples/s", per_device_bs=bs)
+    emit("mnist_train_samples_per_s", f"tg:{kind}x{n} device set", many, "samples/s", per_device_bs=bs)
+    what = "mnist_train_speedup" if n > 1 else "mnist_1device_set_vs_plain"
+    emit(what, f"tg:{kind}x{n}/plain", many / one, "x", per_device_bs=bs)
 
 
 if __name__ == "__main__":

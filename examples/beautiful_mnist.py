@@ -4,6 +4,8 @@ Run with `uv run examples/beautiful_mnist.py` (STEPS=, BS=, LR=, EVAL_EVERY= to 
 EVAL_EVERY=0 tests only at the end). GPUS=n trains data-parallel on n devices of the default kind
 (`DEV=CUDA GPUS=2`; on the CPU, `GPUS=2` uses CPU:0 and CPU:1): each batch is split over the devices,
 the parameters are replicated, and their gradients are all-reduced (NCCL on CUDA). BS must split evenly.
+SHARDED=1 takes that path on a set of one device too (`GPUS=1 SHARDED=1`: tensors on the 1-tuple of devices,
+all-reduces over one rank), to compare it with the plain single-device path.
 The data is read from MNIST_DIR, else from ../shared/datasets/mnist beside the repository when that
 folder exists (as on the project's machines), else as tg.nn.datasets.mnist() finds it (user cache, download).
 """
@@ -52,15 +54,16 @@ def main() -> None:
     Tensor.manual_seed(getenv("SEED", 42))
     model = Model()
     gpus = tuple(f"{Device.DEFAULT.split(':')[0]}:{i}" for i in range(getenv("GPUS", 1)))
-    if len(gpus) > 1:  # data parallel: every device holds the whole model
+    sharded = len(gpus) > 1 or bool(getenv("SHARDED", 0))
+    if sharded:  # data parallel: every device holds the whole model
         for p in nn.state.get_parameters(model):
             p.to_(gpus)
 
     def split(*ts: Tensor) -> list[Tensor]:
-        return [t.shard(gpus, axis=0) for t in ts] if len(gpus) > 1 else list(ts)
+        return [t.shard(gpus, axis=0) for t in ts] if sharded else list(ts)
 
     def one_device(t: Tensor) -> Tensor:
-        return t.to(gpus[0]) if len(gpus) > 1 else t
+        return t.to(gpus[0]) if sharded else t
 
     opt = nn.optim.Adam(nn.state.get_parameters(model), lr=getenv("LR", 0.001))
 

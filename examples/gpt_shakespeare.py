@@ -14,7 +14,7 @@ WARMUP, CLIP, EVAL_EVERY, EVAL_BATCHES, SEED, CKPT (checkpoint path), SAMPLE (ch
 generate), TEMP, TOPK, PROMPT, TIME_LIMIT (seconds; stop early and still evaluate, save, sample),
 GPUS (n: data parallel over n devices of the default kind, e.g. `DEV=CUDA GPUS=2`: each batch split over
 them, the parameters replicated, gradients all-reduced by NCCL; BS must split evenly; sampling and the
-checkpoint use the first device).
+checkpoint use the first device), SHARDED=1 (that path on a set of one device too: `GPUS=1 SHARDED=1`).
 """
 
 from __future__ import annotations
@@ -59,15 +59,16 @@ TOPK = int(env("TOPK", 20))
 PROMPT = str(env("PROMPT", "ROMEO:\n"))
 TIME_LIMIT = float(env("TIME_LIMIT", 0))
 GPUS = tuple(f"{Device.DEFAULT.split(':')[0]}:{i}" for i in range(int(env("GPUS", 1))))
+SHARDED = len(GPUS) > 1 or bool(int(env("SHARDED", 0)))
 
 
 def split(*ts: Tensor) -> list[Tensor]:
     """GPUS=n: the batch split over the devices (each gets BS/n sequences)."""
-    return [t.shard(GPUS, axis=0) for t in ts] if len(GPUS) > 1 else list(ts)
+    return [t.shard(GPUS, axis=0) for t in ts] if SHARDED else list(ts)
 
 
 def one_device(t: Tensor) -> Tensor:
-    return t.to(GPUS[0]) if len(GPUS) > 1 else t
+    return t.to(GPUS[0]) if SHARDED else t
 
 
 def lr_at(step: int) -> float:
@@ -96,7 +97,7 @@ def main() -> None:
     n_params = sum(int(np.prod(p.shape)) for p in params)
     print(f"GPT {LAYERS} layers, {HEADS} heads, {EMBD} dims, block {BLOCK}, vocab {len(vocab)}: {n_params / 1e6:.2f}M "
           f"parameters; {STEPS} steps of {BS}x{BLOCK} characters on {train_t.device}")
-    if len(GPUS) > 1:  # data parallel: a full copy of the model on every device
+    if SHARDED:  # data parallel: a full copy of the model on every device
         for p in params:
             p.to_(GPUS)
     opt = AdamW(params, lr=LR, weight_decay=0.1)
@@ -155,7 +156,7 @@ def main() -> None:
     train_final, val_final = evaluate(train), evaluate(val)
     print(f"\nfinal: train loss {train_final:.4f} val loss {val_final:.4f} after {step + 1} steps in {elapsed:.0f}s "
           f"({(step + 1) * BS * BLOCK / elapsed:.0f} tokens/s)")
-    if len(GPUS) > 1:  # the checkpoint and the sample from the first device's copy
+    if SHARDED:  # the checkpoint and the sample from the first device's copy
         for p in params:
             p.to_(GPUS[0])
     safe_save(get_state_dict(model), CKPT)

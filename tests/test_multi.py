@@ -1,8 +1,11 @@
-"""Tensors on several CPU devices (CPU:0, CPU:1, ...): sharded ops, gradients and training equal one device.
+"""Tensors on several devices: sharded ops, gradients and training equal one device.
 
-The same graphs run on several GPUs through NCCL: `TG_MULTI_KIND=CUDA pytest tests/test_multi.py` on a host
-with 3 GPUs (2 for all but the 3-device cases). By default the collectives are the host implementation
-between CPU devices, so every piece is tested without a GPU.
+By default the devices are CPU:0, CPU:1, ... and the collectives are the host implementation, so every
+piece is tested without a GPU. `TG_MULTI_KIND=CUDA pytest tests/test_multi.py` runs the same tests on
+CUDA:0, CUDA:1, ... through NCCL. Each test runs on device sets of 1 and 2 devices (3 where it says so); a
+set of one device takes the whole multi-device path too (lowering, collectives as schedule items, NCCL with
+a 1-rank communicator on CUDA, TinyJit replays). Tests needing more devices than present skip, naming the
+count.
 """
 
 from __future__ import annotations
@@ -20,8 +23,27 @@ from tg_tensor.jit import JitError
 from tg_uop import Ops, dtypes
 
 KIND = os.getenv("TG_MULTI_KIND", "CPU")
-D2 = (f"{KIND}:0", f"{KIND}:1")
-D3 = (f"{KIND}:0", f"{KIND}:1", f"{KIND}:2")
+
+
+def _present() -> int:
+    """How many devices of KIND this host has (CPU:n and other host devices are made on demand)."""
+    if KIND != "CUDA":
+        return 8
+    from tg_runtime.ops_cuda import device_count
+
+    return device_count()
+
+
+PRESENT = _present()
+
+
+def devs(n: int) -> tuple[str, ...]:
+    """n devices of KIND (KIND:0 .. KIND:n-1); skips the test where the host has fewer."""
+    if n > PRESENT:
+        pytest.skip(f"needs {n} {KIND} device{'s' if n > 1 else ''}, {PRESENT} present")
+    return tuple(f"{KIND}:{i}" for i in range(n))
+
+
 rng = np.random.default_rng(0)
 
 
@@ -30,6 +52,7 @@ def rand(*shape: int) -> np.ndarray:
 
 
 def test_devices_are_distinct() -> None:
+    devs(2)
     assert Device.canonicalize(f"{KIND.lower()}:0") == KIND
     t = Tensor([1.0, 2.0], device=f"{KIND}:1")
     assert t.device == f"{KIND}:1" and Device[f"{KIND}:1"] is not Device[KIND]
@@ -37,31 +60,52 @@ def test_devices_are_distinct() -> None:
     assert (t.to(KIND) + Tensor([1.0, 1.0], device=KIND)).tolist() == [2.0, 3.0]
 
 
-def test_shard_layout_and_roundtrip() -> None:
+@pytest.mark.parametrize("n", [1, 2])
+def test_shard_layout_and_roundtrip(n: int) -> None:
+    D = devs(n)
     a = rand(4, 6)
-    x = Tensor(a).shard(D2, axis=0)
-    assert x.device == D2 and x.shape == (4, 6)
-    assert [s.shape for s in x.uop.src[:-1]] == [(2, 6), (2, 6)]
-    assert [s.device for s in x.uop.src[:-1]] == [KIND, f"{KIND}:1"]
+    x = Tensor(a).shard(D, axis=0)
+    assert x.device == D and x.shape == (4, 6) and isinstance(x.device, DeviceSet) and x.uop.op is Ops.MULTI
+    assert [s.shape for s in x.uop.src[:-1]] == [(4 // n, 6)] * n
+    assert [s.device for s in x.uop.src[:-1]] == [KIND, *[f"{KIND}:{i}" for i in range(1, n)]]
     np.testing.assert_array_equal(x.numpy(), a)
     np.testing.assert_array_equal(x.to(KIND).numpy(), a)
-    np.testing.assert_array_equal(x.to(f"{KIND}:1").numpy(), a)
-    r = Tensor(a).shard(D2)  # replicated
-    assert [s.shape for s in r.uop.src[:-1]] == [(4, 6), (4, 6)]
+    np.testing.assert_array_equal(x.to(D[-1]).numpy(), a)
+    r = Tensor(a).shard(D)  # replicated
+    assert [s.shape for s in r.uop.src[:-1]] == [(4, 6)] * n
     np.testing.assert_array_equal(r.numpy(), a)
-    y = Tensor(a, device=D2)
-    assert y.device == D2 and y.uop.arg is None
+    y = Tensor(a, device=D)
+    assert y.device == D and y.uop.arg is None
     np.testing.assert_array_equal(y.numpy(), a)
+    np.testing.assert_array_equal(Tensor(a).to(D).numpy(), a)
+    c = Tensor.full((4, 6), 2.0, device=x.device)  # a tensor made on x's device set is on the set
+    assert c.device == D and isinstance(c.device, DeviceSet)
+    np.testing.assert_array_equal((x * c).numpy(), a * 2)
+
+
+def test_one_device_set_is_not_the_device() -> None:
+    one = Tensor([1.0, 2.0]).shard(devs(1), axis=0)
+    assert str(one.device) == f"{KIND}," and one.device == (KIND,) and one.device != KIND
+    assert Device.canonicalize(f"{KIND.lower()}:0,") == one.device  # the name reads back as the set
+    assert (one * 3).to(KIND).tolist() == [3.0, 6.0]
+
+
+def test_three_devices() -> None:
+    D3 = devs(3)
+    a = rand(4, 6)
     z = Tensor(a)
     z.shard_(D3, axis=1)
+    assert [s.shape for s in z.uop.src[:-1]] == [(4, 2)] * 3
     np.testing.assert_array_equal(z.numpy(), a)
-    np.testing.assert_array_equal(Tensor(a).to(D2).numpy(), a)
+    np.testing.assert_allclose((z * 2).sum(axis=1).numpy(), (a * 2).sum(axis=1), rtol=1e-5)
 
 
+@pytest.mark.parametrize("n", [1, 2])
 @pytest.mark.parametrize("axis", [None, 0, 1])
-def test_elementwise_and_reductions(axis: int | None) -> None:
+def test_elementwise_and_reductions(axis: int | None, n: int) -> None:
+    D = devs(n)
     a, b = rand(4, 6), rand(4, 6)
-    x, y = Tensor(a).shard(D2, axis), Tensor(b).shard(D2)  # sharded with replicated
+    x, y = Tensor(a).shard(D, axis), Tensor(b).shard(D)  # sharded with replicated
     np.testing.assert_allclose(((x + y) * 2 - x.exp()).numpy(), (a + b) * 2 - np.exp(a), rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose((x * 3 + 1).relu().numpy(), np.maximum(a * 3 + 1, 0), rtol=1e-6)
     for ax in (None, 0, 1):
@@ -72,17 +116,20 @@ def test_elementwise_and_reductions(axis: int | None) -> None:
     assert (x < y).numpy().tolist() == (a < b).tolist()
 
 
-def test_matmul_with_sharded_operands() -> None:
+@pytest.mark.parametrize("n", [1, 2])
+def test_matmul_with_sharded_operands(n: int) -> None:
+    D = devs(n)
     a, w = rand(4, 6), rand(6, 8)
     ref = a @ w
     for xa, wa in [(0, None), (None, 1), (1, 0), (0, 1), (None, None)]:
-        x, m = Tensor(a).shard(D2, xa), Tensor(w).shard(D2, wa)
+        x, m = Tensor(a).shard(D, xa), Tensor(w).shard(D, wa)
         np.testing.assert_allclose((x @ m).numpy(), ref, rtol=1e-5, atol=1e-5, err_msg=f"x axis {xa}, w axis {wa}")
 
 
-def test_movement_ops() -> None:
+@pytest.mark.parametrize("n", [1, 2])
+def test_movement_ops(n: int) -> None:
     a = rand(4, 6)
-    x = Tensor(a).shard(D2, axis=0)
+    x = Tensor(a).shard(devs(n), axis=0)
     np.testing.assert_array_equal(x.T.numpy(), a.T)
     np.testing.assert_array_equal(x.reshape(2, 12).numpy(), a.reshape(2, 12))
     np.testing.assert_array_equal(x.reshape(8, 3).numpy(), a.reshape(8, 3))
@@ -97,7 +144,9 @@ def test_movement_ops() -> None:
     np.testing.assert_array_equal(x.cat(x, dim=0).numpy(), np.concatenate([a, a], 0))
 
 
-def test_gradients_equal_single_device() -> None:
+@pytest.mark.parametrize("n", [1, 2])
+def test_gradients_equal_single_device(n: int) -> None:
+    D = devs(n)
     a, w, b = rand(8, 6), rand(6, 4), rand(4)
 
     def loss(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
@@ -106,61 +155,69 @@ def test_gradients_equal_single_device() -> None:
     w1, b1 = Tensor(w, requires_grad=True), Tensor(b, requires_grad=True)
     loss(Tensor(a), w1, b1).backward()
     for xa, wa in [(0, None), (None, 1), (1, 0)]:
-        wm, bm = Tensor(w).shard(D2, wa), Tensor(b).shard(D2)
+        wm, bm = Tensor(w).shard(D, wa), Tensor(b).shard(D)
         wm.requires_grad, bm.requires_grad = True, True
-        lm = loss(Tensor(a).shard(D2, xa), wm, bm)
+        lm = loss(Tensor(a).shard(D, xa), wm, bm)
         lm.backward()
-        assert wm.grad is not None and bm.grad is not None and wm.grad.device == D2
+        assert wm.grad is not None and bm.grad is not None and wm.grad.device == D
         np.testing.assert_allclose(wm.grad.numpy(), w1.grad.numpy(), rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(bm.grad.numpy(), b1.grad.numpy(), rtol=1e-5, atol=1e-6)
 
 
-def test_optimizer_on_sharded_params() -> None:
+@pytest.mark.parametrize("n", [1, 2])
+def test_optimizer_on_sharded_params(n: int) -> None:
+    D = devs(n)
     a, w = rand(8, 6), rand(6, 4)
     results = []
-    for devs, axis in [(None, None), (D2, None), (D2, 1)]:
+    for ds, axis in [(None, None), (D, None), (D, 1)]:
         x, p = Tensor(a), Tensor(w)
-        if devs is not None:
-            x, p = x.shard(devs, axis=0), p.shard(devs, axis=axis)
+        if ds is not None:
+            x, p = x.shard(ds, axis=0), p.shard(ds, axis=axis)
         opt = nn.optim.Adam([p], lr=0.05)
         with Tensor.train():
             for _ in range(3):
                 opt.zero_grad()
                 (x @ p).square().mean().backward()
                 opt.step()
-        if devs is not None:
-            assert p.device == devs and p.uop.op is Ops.MULTI and p.uop.arg == axis
+        if ds is not None:
+            assert p.device == ds and p.uop.op is Ops.MULTI and p.uop.arg == axis
         results.append(p.numpy())
     np.testing.assert_allclose(results[1], results[0], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(results[2], results[0], rtol=1e-5, atol=1e-6)
 
 
-def test_collectives_host() -> None:
-    parts = [rand(6) for _ in range(3)]
-    ins = [Buffer(d, 6, dtypes.float32).copyin(memoryview(p.tobytes())) for d, p in zip(D3, parts)]
+@pytest.mark.parametrize("n", [1, 3])
+def test_collectives(n: int) -> None:
+    D = devs(n)  # NCCL on CUDA (a 1-rank communicator for n=1), the host otherwise
+    parts = [rand(6) for _ in range(n)]
+    ins = [Buffer(d, 6, dtypes.float32).copyin(memoryview(p.tobytes())) for d, p in zip(D, parts)]
 
     def run(kind: str, op: str, size: int) -> list[np.ndarray]:
-        outs = [Buffer(d, size, dtypes.float32) for d in D3]
+        outs = [Buffer(d, size, dtypes.float32) for d in D]
         run_collective(kind, op, outs, ins)
         return [np.frombuffer(o.as_bytes(), np.float32) for o in outs]
 
+    total = np.sum(parts, axis=0)
     for o in run("allreduce", "SUM", 6):
-        np.testing.assert_allclose(o, parts[0] + parts[1] + parts[2], rtol=1e-6)
+        np.testing.assert_allclose(o, total, rtol=1e-6)
     for o in run("allreduce", "MAX", 6):
-        np.testing.assert_array_equal(o, np.maximum(np.maximum(parts[0], parts[1]), parts[2]))
-    for o in run("allgather", "", 18):
+        np.testing.assert_array_equal(o, np.max(parts, axis=0))
+    for o in run("allreduce", "PROD", 6):
+        np.testing.assert_allclose(o, np.prod(parts, axis=0), rtol=1e-6)
+    for o in run("allgather", "", 6 * n):
         np.testing.assert_array_equal(o, np.concatenate(parts))
-    total = parts[0] + parts[1] + parts[2]
-    for i, o in enumerate(run("reducescatter", "SUM", 2)):
-        np.testing.assert_allclose(o, total[2 * i : 2 * i + 2], rtol=1e-6)
+    k = 6 // n
+    for i, o in enumerate(run("reducescatter", "SUM", k)):
+        np.testing.assert_allclose(o, total[k * i : k * (i + 1)], rtol=1e-6)
     for o in run("broadcast", "", 6):
         np.testing.assert_array_equal(o, parts[0])
     with pytest.raises(ValueError, match="unknown reduction 'MIN'"):
         run("allreduce", "MIN", 6)
 
 
-def test_reduce_over_sharded_axis_is_one_allreduce() -> None:
-    x = Tensor(rand(4, 6)).shard(D2, axis=0)
+@pytest.mark.parametrize("n", [1, 2])
+def test_reduce_over_sharded_axis_is_one_allreduce(n: int) -> None:
+    x = Tensor(rand(4, 6)).shard(devs(n), axis=0)
     items = x.sum(axis=0).schedule()
     kinds = [it.ast.arg for it in items if it.ast.op is Ops.COLLECTIVE]
     assert kinds == [("allreduce", "SUM")]
@@ -185,38 +242,45 @@ class _Net:
         return self.l1(self.c1(x).relu().max_pool2d((2, 2)).flatten(1))
 
 
-def _train(devs: tuple[str, ...] | None, X: np.ndarray, Y: np.ndarray, steps: int, bs: int) -> list[float]:
+def _train(ds: tuple[str, ...] | None, X: np.ndarray, Y: np.ndarray, steps: int, bs: int) -> list[float]:
     Tensor.manual_seed(7)
     model = _Net()
-    if devs is not None:
+    if ds is not None:
         for p in get_parameters(model):
-            p.to_(devs)  # replicated
+            p.to_(ds)  # replicated
     opt = nn.optim.Adam(get_parameters(model), lr=0.01)
 
     @TinyJit
     def step(x: Tensor, y: Tensor) -> Tensor:
         with Tensor.train():
-            if devs is not None:
-                x, y = x.shard(devs, axis=0), y.shard(devs, axis=0)  # the batch split over the devices
+            if ds is not None:
+                x, y = x.shard(ds, axis=0), y.shard(ds, axis=0)  # the batch split over the devices
             opt.zero_grad()
             loss = model(x).sparse_categorical_crossentropy(y).backward()
             opt.step()
-            return (loss.to(devs[0]) if devs is not None else loss).contiguous()
+            return (loss.to(ds[0]) if ds is not None else loss).contiguous()
 
     return [step(Tensor(X[i * bs : (i + 1) * bs]), Tensor(Y[i * bs : (i + 1) * bs])).item() for i in range(steps)]
 
 
-def test_data_parallel_mnist_matches_one_device() -> None:
+@pytest.mark.parametrize("n", [1, 2])
+def test_data_parallel_mnist_matches_one_device(n: int) -> None:
+    D = devs(n)
     X, Y = _mnist_subset(80)
-    one = _train(None, X, Y, steps=5, bs=16)
-    two = _train(D2, X, Y, steps=5, bs=16)  # steps 3.. replay the TinyJit recording (collectives included)
-    np.testing.assert_allclose(two, one, rtol=1e-5, atol=1e-6)
+    one = _train(None, X, Y, steps=5, bs=16)  # the plain single-device path
+    many = _train(D, X, Y, steps=5, bs=16)  # steps 3.. replay the TinyJit recording (collectives included)
+    np.testing.assert_allclose(many, one, rtol=1e-5, atol=1e-6)
     assert one[-1] < one[0]
 
 
-def test_bad_input() -> None:
-    with pytest.raises(RuntimeError, match="size 5, which does not split evenly over 2 devices"):
-        Tensor.ones(5, 2).contiguous().shard(D2, axis=0)
+@pytest.mark.parametrize("n", [1, 2])
+def test_bad_input(n: int) -> None:
+    D = devs(n)
+    if n == 2:
+        with pytest.raises(RuntimeError, match="size 5, which does not split evenly over 2 devices"):
+            Tensor.ones(5, 2).contiguous().shard(D, axis=0)
+    else:  # everything splits over one device
+        np.testing.assert_array_equal(Tensor.ones(5, 2).contiguous().shard(D, axis=0).numpy(), np.ones((5, 2)))
     with pytest.raises(ValueError, match="devices of different kinds"):
         Tensor.ones(4).shard(("CPU:0", "PYTHON:1"), axis=0)
     with pytest.raises(ValueError, match="names a device twice"):
@@ -224,27 +288,30 @@ def test_bad_input() -> None:
     with pytest.raises(TypeError, match="tuple of device names"):
         Tensor.ones(4).shard("CPU:1")  # type: ignore[arg-type]
     with pytest.raises(IndexError, match="axis 2 is out of range"):
-        Tensor.ones(4, 2).shard(D2, axis=2)
-    x = Tensor.ones(4).shard(D2, axis=0)
+        Tensor.ones(4, 2).shard(D, axis=2)
+    x = Tensor.ones(4).shard(D, axis=0)
     with pytest.raises(ValueError, match="already on several devices"):
-        x.shard(D2)
-    with pytest.raises(ValueError, match=f"operands are on different devices: {KIND},{KIND}:1"):
+        x.shard(D)
+    with pytest.raises(ValueError, match=f"operands are on different devices: {DeviceSet(D)} "):
         (x + Tensor.ones(4).contiguous()).realize()
     with pytest.raises(ValueError, match="that is several devices"):
-        Device[DeviceSet(D2)]
+        Device[DeviceSet(D)]
 
 
-def test_jit_refuses_multi_device_io() -> None:
+@pytest.mark.parametrize("n", [1, 2])
+def test_jit_refuses_multi_device_io(n: int) -> None:
+    D = devs(n)
+
     @TinyJit
     def f(x: Tensor) -> Tensor:
         return x * 2
 
     with pytest.raises(JitError, match="shard it inside the function"):
-        f(Tensor.ones(4).shard(D2, axis=0))
+        f(Tensor.ones(4).shard(D, axis=0))
 
     @TinyJit
     def g(x: Tensor) -> Tensor:
-        return x.shard(D2, axis=0) * 2
+        return x.shard(D, axis=0) * 2
 
     with pytest.raises(JitError, match="returns a tensor on several devices"):
         g(Tensor.ones(4))
@@ -259,5 +326,5 @@ def test_nccl_missing_names_the_wheel(monkeypatch: pytest.MonkeyPatch) -> None:
         nccl.load_nccl()
     assert os.environ.get("NCCL_NVLS_ENABLE") == "0"
     # CPU collectives need no library
-    x = Tensor([1.0, 2.0, 3.0, 4.0]).shard(D2, axis=0)
+    x = Tensor([1.0, 2.0, 3.0, 4.0], device="CPU").shard(("CPU:0", "CPU:1"), axis=0)
     assert x.sum().item() == 10.0

@@ -296,9 +296,15 @@ class DeviceSet(str):
     """Several devices of one kind, where a sharded tensor lives: a str (`"CPU,CPU:1"`) so it travels wherever a
     device name does, equal to the tuple of its names as well (tinygrad's `t.device` of a sharded tensor).
 
+    A set of one device is a device set too (as in tinygrad, `shard((d,))` gives a sharded tensor on the 1-tuple):
+    its name ends with a comma, like Python's 1-tuple, so it is never mistaken for the device itself.
+
     >>> ds = DeviceSet(("cpu:0", "CPU:1"))
     >>> ds.devices, ds == ("CPU", "CPU:1"), ds
     (('CPU', 'CPU:1'), True, 'CPU,CPU:1')
+    >>> one = DeviceSet(("CPU:0",))
+    >>> one, one.devices, one == ("CPU",), one == "CPU", DeviceSet("CPU,") == one
+    ('CPU,', ('CPU',), True, False, True)
     """
 
     devices: tuple[str, ...]
@@ -306,6 +312,8 @@ class DeviceSet(str):
 
     def __new__(cls, names: str | tuple[str, ...] | list[str]) -> DeviceSet:
         items = names.split(",") if isinstance(names, str) else list(names)
+        if isinstance(names, str) and len(items) == 2 and items[1] == "":
+            items = items[:1]  # "CUDA,": the set of one device
         if not items or not all(isinstance(d, str) and d.strip() for d in items):
             raise ValueError(f"a device set needs one or more device names, got {names!r}")
         devs = tuple(_DeviceRegistry.canonicalize(d.strip()) for d in items)
@@ -317,7 +325,7 @@ class DeviceSet(str):
                 f"devices of different kinds in one set: {devs} ({', '.join(kinds)}); a sharded tensor lives on "
                 "devices of one kind (collectives run within one kind: NCCL on CUDA, the host between CPU devices)"
             )
-        self = super().__new__(cls, ",".join(devs))
+        self = super().__new__(cls, ",".join(devs) + ("," if len(devs) == 1 else ""))
         self.devices = devs
         DeviceSet.made = True
         return self

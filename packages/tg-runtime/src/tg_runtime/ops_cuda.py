@@ -85,6 +85,22 @@ def load_libcuda() -> ctypes.CDLL:
     )
 
 
+def device_count() -> int:
+    """How many CUDA devices the driver sees (0 where there is no driver or no GPU); opens no context.
+
+    >>> device_count() >= 0
+    True
+    """
+    try:
+        lib = load_libcuda()
+    except CUDAError:
+        return 0
+    count = ctypes.c_int()
+    if lib.cuInit(0) != 0 or lib.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return 0
+    return count.value
+
+
 # ---------------------------------------------------------------------------------------------
 # NVRTC
 
