@@ -18,8 +18,10 @@ import pytest
 from tg import Tensor, TinyJit, nn
 from tg.nn.state import get_parameters
 from tg_runtime.device import Buffer, Device, DeviceSet
+from tg_runtime.runner import run_copy
 from tg_tensor.collective import run_collective
 from tg_tensor.jit import JitError
+from tg_tensor.schedule import buffer_of
 from tg_uop import Ops, dtypes
 
 KIND = os.getenv("TG_MULTI_KIND", "CPU")
@@ -315,6 +317,28 @@ def test_jit_refuses_multi_device_io(n: int) -> None:
 
     with pytest.raises(JitError, match="returns a tensor on several devices"):
         g(Tensor.ones(4))
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_copies_between_devices_skip_the_host(n: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    D = devs(n)
+    a = rand(64)
+    x = (Tensor(a, device=D[0]) * 2).realize()  # its kernel may still be running (GPUs): the copy waits for it
+    dest = Buffer(D[-1], 64, dtypes.float32)
+    host_reads: list[Buffer] = []
+    as_bytes = Buffer.as_bytes
+    monkeypatch.setattr(Buffer, "as_bytes", lambda b: host_reads.append(b) or as_bytes(b))
+    run_copy(dest, buffer_of(x.uop.base))  # KIND:0 -> KIND:0 (n=1) or KIND:1: device to device
+    y = Tensor(a, device=D[0]).to(D[-1]).realize() if n > 1 else None  # a COPY item takes the same way
+    assert host_reads == []
+    np.testing.assert_array_equal(np.frombuffer(dest.as_bytes(), np.float32), a * 2)
+    if y is not None:
+        np.testing.assert_array_equal(y.numpy(), a)
+    other = Buffer("PYTHON", 64, dtypes.float32)  # no direct way between these kinds: through host bytes
+    host_reads.clear()
+    run_copy(other, dest)
+    assert host_reads == [dest]
+    np.testing.assert_array_equal(np.frombuffer(other.as_bytes(), np.float32), a * 2)
 
 
 def test_nccl_missing_names_the_wheel(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -44,6 +44,12 @@ class Allocator:
         """Device buffer -> host bytes."""
         self._copyout(dest, src)
 
+    def transfer(self, dest: Any, src: Any, nbytes: int, src_allocator: Allocator) -> bool:
+        """Copy `nbytes` from `src` (memory of `src_allocator`, maybe another device's) straight into `dest`, in
+        order with both devices' work; False where this allocator cannot (the caller copies through host bytes).
+        CPU devices memmove between their arrays; CUDA devices copy device to device (cuMemcpyPeer between GPUs)."""
+        return False
+
     def _alloc(self, nbytes: int) -> Any:
         raise NotImplementedError(f"{type(self).__name__} must implement _alloc")
 

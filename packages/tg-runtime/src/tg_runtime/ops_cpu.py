@@ -62,6 +62,13 @@ class CPUAllocator(Allocator):
     def _copyout(self, dest: memoryview, src: Any) -> None:
         ctypes.memmove((ctypes.c_char * dest.nbytes).from_buffer(dest), src, dest.nbytes)
 
+    def transfer(self, dest: Any, src: Any, nbytes: int, src_allocator: Allocator) -> bool:
+        """CPU:i -> CPU:j is one memmove (both are host memory; CPU kernels run synchronously)."""
+        if not isinstance(src_allocator, CPUAllocator):
+            return False
+        ctypes.memmove(dest, src, nbytes)
+        return True
+
 
 def find_cc() -> str:
     """$CC if set; else clang or gcc, preferring one that can build OpenMP (threads); else cc."""

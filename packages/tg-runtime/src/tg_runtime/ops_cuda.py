@@ -273,6 +273,22 @@ class CUDAAllocator(Allocator):
             self.drv.lib.cuMemcpyHtoDAsync_v2(dest, host, ctypes.c_size_t(src.nbytes), None), "cuMemcpyHtoDAsync"
         )
 
+    def transfer(self, dest: Any, src: Any, nbytes: int, src_allocator: Allocator) -> bool:
+        """CUDA -> CUDA without the host: on one device a device-to-device copy on the default stream (in order
+        with the kernels there); between two devices cuMemcpyPeer, which the driver orders after all earlier work
+        and before all later work of both contexts (no host wait; it stages through the host only where the
+        GPUs have no peer access)."""
+        if not isinstance(src_allocator, CUDAAllocator):
+            return False
+        self.drv.use()
+        size = ctypes.c_size_t(nbytes)
+        if src_allocator.drv.ctx.value == self.drv.ctx.value:
+            self.drv.check(self.drv.lib.cuMemcpyDtoDAsync_v2(dest, src, size, None), "cuMemcpyDtoDAsync")
+        else:
+            other = src_allocator.drv
+            self.drv.check(self.drv.lib.cuMemcpyPeer(dest, self.drv.ctx, src, other.ctx, size), "cuMemcpyPeer")
+        return True
+
     def _copyout(self, dest: memoryview, src: Any) -> None:
         self.drv.synchronize()
         host = (ctypes.c_char * dest.nbytes).from_buffer(dest)

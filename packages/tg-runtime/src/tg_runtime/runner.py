@@ -201,11 +201,14 @@ def clear_runner_cache() -> None:
 
 
 def run_copy(dest: Buffer, src: Buffer) -> None:
-    """Copy one buffer into another of the same size, across devices through the host."""
+    """Copy one buffer into another of the same size: straight from device to device where the destination's
+    allocator can (`Allocator.transfer`: CPU to CPU, CUDA to CUDA), else through host bytes."""
     if dest.nbytes != src.nbytes:
         raise ValueError(f"copy: {src} and {dest} differ in size")
     start_us = TRACE.now_us()
-    dest.copyin(src.as_bytes())
+    direct = src.nbytes > 0 and dest.allocator.transfer(dest.opaque, src.opaque, src.nbytes, src.allocator)
+    if not direct:
+        dest.copyin(src.as_bytes())
     if TRACE.profiling:
         TRACE.event(
             f"copy {src.nbytes} bytes {src.device} -> {dest.device}",
@@ -216,4 +219,5 @@ def run_copy(dest: Buffer, src: Buffer) -> None:
             nbytes=src.nbytes,
         )
     if DEBUG >= 2:
-        print(f"*** {dest.device:7s}      copy {src.nbytes:8d} bytes {src.device} -> {dest.device}")
+        how = "direct" if direct else "via the host"
+        print(f"*** {dest.device:7s}      copy {src.nbytes:8d} bytes {src.device} -> {dest.device} ({how})")
