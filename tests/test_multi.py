@@ -225,6 +225,26 @@ def test_reduce_over_sharded_axis_is_one_allreduce(n: int) -> None:
     assert kinds == [("allreduce", "SUM")]
 
 
+@pytest.mark.parametrize("n", [1, 2])
+def test_reduction_split_again_is_one_reducescatter(n: int) -> None:
+    D = devs(n)
+    a, b, c = rand(4, 6, 2), rand(6, 2), rand(6, 2)
+    x = Tensor(a).shard(D, axis=0)
+    for axis, ref in [(0, b), (1, c)]:  # the sum (replicated) meets a tensor sharded on axis 0, then on axis 1
+        z = Tensor(ref).shard(D, axis=axis)
+        out = x.sum(axis=0) * 2 + z
+        kinds = [it.ast.arg for it in out.schedule() if it.ast.op is Ops.COLLECTIVE]
+        assert kinds == [("reducescatter", "SUM")], f"axis {axis}: {kinds}"
+        assert out.device == D and out.uop.arg == axis
+        np.testing.assert_allclose(out.numpy(), a.sum(axis=0) * 2 + ref, rtol=1e-5, atol=1e-6)
+    s = x.sum(axis=0)  # read whole too: one all-reduce serves both
+    out = s + Tensor(b).shard(D, axis=0)
+    kinds = [it.ast.arg for it in s.schedule(out) if it.ast.op is Ops.COLLECTIVE]
+    assert kinds == [("allreduce", "SUM")]
+    np.testing.assert_allclose(s.numpy(), a.sum(axis=0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out.numpy(), a.sum(axis=0) + b, rtol=1e-5, atol=1e-6)
+
+
 def _mnist_subset(n: int) -> tuple[np.ndarray, np.ndarray]:
     mnist_dir = os.getenv("MNIST_DIR")
     if mnist_dir and os.path.isdir(mnist_dir):

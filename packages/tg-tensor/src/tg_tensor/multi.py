@@ -3,7 +3,9 @@
 Ops on such tensors build ordinary UOps over the whole (global) shape, so shapes, autograd and every
 Tensor method work unchanged. Before scheduling, `lower` rewrites the global graph into one graph per
 device: elementwise ops run shard by shard, a reduction over the sharded axis reduces locally and then
-all-reduces (a COLLECTIVE node), and a movement op that would mix shards all-gathers first. A COPY to
+all-reduces (a COLLECTIVE node), and a movement op that would mix shards all-gathers first. Where such a
+reduction's only use is to be split again along an axis (combined with a tensor sharded there), the local
+results are reduce-scattered instead: each device receives only its slice of the sum. A COPY to
 one device concatenates the shards there. Collectives become schedule items of their own (schedule.py),
 run by collective.py (NCCL on CUDA, the host between other devices).
 
@@ -17,7 +19,9 @@ run by collective.py (NCCL on CUDA, the host between other devices).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from tg_runtime.device import Device, DeviceSet
@@ -38,6 +42,8 @@ class Shards:
     uops: tuple[UOp, ...]
     axis: int | None
     devices: DeviceSet
+    partial: tuple[str, tuple[UOp, ...]] | None = None  # an all-reduce's (op, per-device inputs), while re-splittable
+    resplit: Callable[[int], Shards] | None = field(default=None, compare=False)  # elementwise op of such: split it
 
 
 def device_set(device: Any) -> DeviceSet | None:
@@ -137,8 +143,13 @@ def replicate(u: UOp, devices: DeviceSet) -> UOp:
 # ---- lowering: the global graph -> one graph per device
 
 
-def lower(root: UOp, memo: dict[UOp, UOp | Shards]) -> UOp | Shards:
-    """The per-device form of `root` (its shards, or a single-device UOp when it lives on one device)."""
+def lower(root: UOp, memo: dict[UOp, UOp | Shards], users: Counter[UOp] | None = None) -> UOp | Shards:
+    """The per-device form of `root` (its shards, or a single-device UOp when it lives on one device).
+
+    `users` (how many nodes, roots counted once more, read each node of every graph being lowered together):
+    an all-reduced value with a single user keeps its inputs, so that a later split of it becomes a
+    reduce-scatter (without `users`, every split slices the all-reduced value).
+    """
     for node in root.toposort:  # sources come first
         if node in memo:
             continue
@@ -151,8 +162,23 @@ def lower(root: UOp, memo: dict[UOp, UOp | Shards]) -> UOp | Shards:
             changed = any(s is not o for s, o in zip(srcs, node.src))
             memo[node] = UOp(node.op, node.dtype, tuple(srcs), node.arg) if changed else node  # type: ignore[arg-type]
             continue
-        memo[node] = _lower_node(node, srcs, ds)
+        low = _lower_node(node, srcs, ds)
+        if isinstance(low, Shards) and (low.partial or low.resplit) and (users is None or users[node] != 1):
+            low = replace(low, partial=None, resplit=None)  # read elsewhere too (whole): keep the one all-reduce
+        memo[node] = low
     return memo[root]
+
+
+def count_users(roots: list[UOp]) -> Counter[UOp]:
+    """How many nodes read each node of these graphs (each root counts one more: it is read by its tensor)."""
+    users: Counter[UOp] = Counter(roots)
+    seen: set[UOp] = set()
+    for root in roots:
+        for node in root.toposort:
+            if node not in seen:
+                seen.add(node)
+                users.update(node.src)
+    return users
 
 
 def _lower_node(node: UOp, srcs: list[UOp | Shards], ds: DeviceSet | None) -> UOp | Shards:
@@ -206,14 +232,26 @@ def _lower_elementwise(node: UOp, srcs: list[UOp | Shards], ds: DeviceSet) -> Sh
         other = next(s.devices for s in sharded if s.devices != ds)
         raise ValueError(f"{node.op.name}: operands on different device sets: {ds} and {other}")
     axis = next((s.axis for s in sharded if s.axis is not None), None)
-    srcs = [to_axis(s, axis) if isinstance(s, Shards) else s for s in srcs]
-    return Shards(tuple(_per_device(node, srcs, ds, i) for i in range(len(ds.devices))), axis, ds)
+    moved = [to_axis(s, axis) if isinstance(s, Shards) else s for s in srcs]
+    out = Shards(tuple(_per_device(node, moved, ds, i) for i in range(len(ds.devices))), axis, ds)
+    if axis is None and any(s.partial or s.resplit for s in sharded):  # split later: split the operands instead
+
+        def split_along(a: int) -> Shards:
+            return _lower_elementwise(node, [to_axis(s, a) if isinstance(s, Shards) else s for s in srcs], ds)
+
+        return replace(out, resplit=split_along)
+    return out
 
 
 def to_axis(s: Shards, axis: int | None) -> Shards:
-    """The same value split along another axis (all-gathered first where it is split along a different one)."""
+    """The same value split along another axis (all-gathered first where it is split along a different one;
+    reduce-scattered where it is an all-reduce that nothing else reads whole)."""
     if s.axis == axis:
         return s
+    if s.axis is None and axis is not None and s.partial is not None:
+        return reducescatter(Shards(s.partial[1], None, s.devices), s.partial[0], axis)
+    if s.axis is None and axis is not None and s.resplit is not None:
+        return s.resplit(axis)
     full = allgather(s) if s.axis is not None else s
     if axis is None:
         return full
@@ -241,6 +279,20 @@ def allreduce(s: Shards, op: str) -> Shards:
     return Shards(tuple(o.reshape(shape) for o in outs), None, s.devices)
 
 
+def reducescatter(s: Shards, op: str, axis: int) -> Shards:
+    """Device i gets the i-th slice along `axis` of the elementwise `op` of all (whole-shape) shards."""
+    shape = tuple(s.uops[0].shape or ())
+    n = len(s.devices.devices)
+    perm = (axis, *[i for i in range(len(shape)) if i != axis])  # the axis first: each device's slice is contiguous
+    moved = perm != tuple(range(len(shape)))
+    outs = _collective(
+        "reducescatter", op, [u.permute(perm) if moved else u for u in s.uops], prod(shape) // n, s.devices
+    )
+    local = (int(shape[axis]) // n, *[shape[i] for i in perm[1:]])
+    back = tuple(perm.index(i) for i in range(len(shape)))
+    return Shards(tuple(o.reshape(local).permute(back) if moved else o.reshape(local) for o in outs), axis, s.devices)
+
+
 def allgather(s: Shards) -> Shards:
     """Every device gets the whole tensor (the shards concatenated along the sharded axis)."""
     assert s.axis is not None
@@ -264,14 +316,15 @@ def _lower_reduce(node: UOp, x: Shards) -> Shards:
         return Shards(local, x.axis, x.devices)
     if rop not in REDUCE_NAMES:
         raise NotImplementedError(f"reducing a sharded axis with {rop.name} (all-reduce does SUM, MAX, PROD)")
-    return allreduce(Shards(local, x.axis, x.devices), REDUCE_NAMES[rop])
+    return replace(allreduce(Shards(local, x.axis, x.devices), REDUCE_NAMES[rop]), partial=(REDUCE_NAMES[rop], local))
 
 
 def _lower_movement(node: UOp, x: Shards) -> Shards:
     op, arg, a = node.op, node.arg, x.axis
     n = len(x.devices.devices)
-    if a is None:
-        return Shards(tuple(UOp(op, node.dtype, (u,), arg) for u in x.uops), None, x.devices)
+    if a is None:  # an all-reduce's inputs move along (a movement of the sum is the sum of the moved inputs)
+        part = x.partial and (x.partial[0], tuple(UOp(op, node.dtype, (u,), arg) for u in x.partial[1]))
+        return Shards(tuple(UOp(op, node.dtype, (u,), arg) for u in x.uops), None, x.devices, part or None)
     if op is Ops.PERMUTE:
         return Shards(tuple(u.permute(arg) for u in x.uops), arg.index(a), x.devices)
     if op is Ops.EXPAND:
@@ -345,8 +398,9 @@ def schedule_multi(tensors: list[Tensor]) -> list[Any]:
     memo: dict[UOp, UOp | Shards] = {}
     temps: list[Tensor] = []
     plans: list[tuple[Tensor, Shards | None, int]] = []
+    users = count_users([t.uop for t in tensors])
     for t in tensors:
-        low = lower(t.uop, memo)
+        low = lower(t.uop, memo, users)
         plans.append((t, low if isinstance(low, Shards) else None, len(temps)))
         temps.extend(Tensor(u) for u in (low.uops if isinstance(low, Shards) else (low,)))
     items = temps[0].schedule(*temps[1:])
