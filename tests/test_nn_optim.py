@@ -213,3 +213,25 @@ def test_batchnorm3d_is_tinygrads_name() -> None:
         out = bn(Tensor(x)).numpy()
     mean, var = x.mean((0, 2, 3, 4), keepdims=True), x.var((0, 2, 3, 4), keepdims=True)
     np.testing.assert_allclose(out, (x - mean) / np.sqrt(var + 1e-5), rtol=1e-4, atol=1e-4)
+
+
+def test_adamw_step_with_gradient_rescaled_by_its_norm() -> None:
+    """A norm over 65536 gradients is a split (two-kernel) reduction; the moment's assign, read both by its own
+    root and by the parameter's update, ran twice (m = 0.19 g instead of 0.1 g) before the roots of one schedule
+    shared their split rewrites."""
+    r = np.random.default_rng(0)
+    w0, x = r.standard_normal((512, 128)).astype(np.float32), r.standard_normal((8, 512)).astype(np.float32)
+    w = Tensor(w0)
+    opt = AdamW([w], lr=0.1, weight_decay=0.0)
+    with Tensor.train():
+        opt.zero_grad()
+        (Tensor(x) @ w).square().mean().backward()
+        assert w.grad is not None
+        w.grad = w.grad * (100.0 / ((w.grad * w.grad).sum().sqrt() + 1e-6)).minimum(1.0)
+        opt.step()
+    g = 2.0 / (8 * 128) * x.T @ (x @ w0)
+    g = g * min(100.0 / float(np.sqrt((g.astype(np.float64) ** 2).sum())), 1.0)
+    m, v = 0.1 * g, 0.001 * g * g
+    np.testing.assert_allclose(opt.m[0].numpy(), m, rtol=1e-4, atol=1e-7)
+    np.testing.assert_allclose(opt.v[0].numpy(), v, rtol=1e-4, atol=1e-9)
+    np.testing.assert_allclose(w.numpy(), w0 - 0.1 * (m / 0.1) / (np.sqrt(v / 0.001) + 1e-8), rtol=1e-4, atol=1e-5)

@@ -513,8 +513,9 @@ def _create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UO
     sched = Scheduler()
     realized = sched.r.realized
     becomes: dict[UOp, UOp] = {}
+    rewritten: dict[UOp, UOp] = {}  # by split_reduces, across the roots
     for root in roots:
-        r = split_reduces(sched.r.resolve(root), realized)
+        r = split_reduces(sched.r.resolve(root), realized, rewritten)
         if r.op is Ops.BUFFER or (r.base.op is Ops.BUFFER and all(n.op in GroupOp.Movement for n in _chain(r))):
             becomes[root] = r
             continue

@@ -102,13 +102,19 @@ def split_axis(node: UOp) -> UOp | None:
     return partials.r(node.arg[0], (len(shape) if SPLIT_AXIS_LAST else 0,)).reshape(out)
 
 
-def split_reduces(root: UOp, realized: Mapping[UOp, UOp]) -> UOp:
-    """`root` with every long reduction (not yet realized) replaced by its two-stage form."""
+def split_reduces(root: UOp, realized: Mapping[UOp, UOp], done: dict[UOp, UOp] | None = None) -> UOp:
+    """`root` with every long reduction (not yet realized) replaced by its two-stage form.
+
+    `done` (original -> rewritten node) is shared by the roots of one schedule: a node two roots read (an
+    optimizer state's ASSIGN read by the parameter's update) is rewritten once, so it is scheduled once.
+    """
     nodes = root.toposort
     if not any(u.op is Ops.REDUCE_AXIS and u not in realized and _splits(u) for u in nodes):
         return root
-    done: dict[UOp, UOp] = {}
+    done = {} if done is None else done
     for u in nodes:
+        if u in done:
+            continue
         if u in realized or not u.src:
             done[u] = u
             continue
