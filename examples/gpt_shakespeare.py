@@ -9,11 +9,11 @@ linear warm-up and cosine decay, global gradient-norm clipping, dropout, one jit
 backward and update), a progress line with train/val loss and tokens/s, a safetensors checkpoint at
 the end, then a sample with temperature and top-k.
 
-Settings (environment): STEPS, BS (sequences per step), BLOCK, LAYERS, HEADS, EMBD, DROPOUT, LR,
-WARMUP, CLIP, EVAL_EVERY, EVAL_BATCHES, SEED, CKPT (checkpoint path), SAMPLE (characters to
-generate), TEMP, TOPK, PROMPT, TIME_LIMIT (seconds; stop early and still evaluate, save, sample),
-GPUS (n: data parallel over n devices of the default kind, e.g. `DEV=CUDA GPUS=2`: each batch split over
-them, the parameters replicated, gradients all-reduced by NCCL; BS must split evenly; sampling and the
+Settings (environment): STEPS, BS (sequences per step), BLOCK, LAYERS, HEADS, EMBD, DROPOUT, LR, WARMUP, CLIP,
+EVAL_EVERY, EVAL_BATCHES, LOG_EVERY (steps between progress lines), SEED, CKPT (checkpoint path), SAMPLE
+(characters to generate), TEMP, TOPK, PROMPT, TIME_LIMIT (seconds; stop early and still evaluate, save,
+sample), GPUS (n: data parallel over n devices of the default kind, e.g. `DEV=CUDA GPUS=2`: each batch split
+over them, the parameters replicated, gradients all-reduced by NCCL; BS must split evenly; sampling and the
 checkpoint use the first device), SHARDED=1 (that path on a set of one device too: `GPUS=1 SHARDED=1`).
 """
 
@@ -50,6 +50,7 @@ LR = float(env("LR", 1e-3 if BIG else 2e-3))
 WARMUP = int(env("WARMUP", 100))
 CLIP = float(env("CLIP", 1.0))
 EVAL_EVERY = int(env("EVAL_EVERY", 250))
+LOG_EVERY = int(env("LOG_EVERY", 10))
 EVAL_BATCHES = int(env("EVAL_BATCHES", 20))
 SEED = int(env("SEED", 1337))
 CKPT = str(env("CKPT", "gpt_shakespeare.safetensors"))
@@ -137,7 +138,7 @@ def main() -> None:
         opt.lr.assign(Tensor([lr_at(step)], dtype=dtypes.float32, device=opt.lr.device)).realize()
         x, y = batches(train, rng)
         loss = train_step(Tensor(x, dtype=dtypes.int32), Tensor(y, dtype=dtypes.int32))
-        if step % 10 == 0 or step == STEPS - 1:
+        if step % LOG_EVERY == 0 or step == STEPS - 1:
             train_loss = loss.item()
             now = time.perf_counter()
             tok_s = (step - last_step) * BS * BLOCK / max(now - last_t, 1e-9) if step > last_step else 0.0
