@@ -25,6 +25,16 @@ def test_threefry_matches_the_known_answers(device: str) -> None:
     assert got == [want for _, _, want in KAT]
 
 
+def test_threefry_known_answers_in_a_vectorized_kernel(device: str) -> None:
+    """The answers tiled to 768 counters: a kernel large enough to be upcast, so the CPU runs the rounds' xors,
+    shifts and ors on whole vectors."""
+    n = 768
+    rows = [KAT[i % len(KAT)] for i in range(n)]
+    cols = [Tensor(np.array(v, np.uint32), device=device).uop for v in zip(*(c + k for c, k, _ in rows))]
+    out = threefry2x32((cols[0], cols[1]), (cols[2], cols[3]), (n,), device)
+    assert list(zip(Tensor(out[0]).tolist(), Tensor(out[1]).tolist())) == [want for _, _, want in rows]
+
+
 def test_uniform_statistics() -> None:
     Tensor.manual_seed(3)
     u = Tensor.rand(200_000).numpy()
