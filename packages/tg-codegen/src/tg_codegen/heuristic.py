@@ -2,7 +2,7 @@
 
 - matmul/conv-like (a reduction where some input is broadcast along output axes): a register tile, the
   outer product of a vector axis and a copies axis (see `_tile`), so every load is reused;
-- elementwise: upcast the innermost output axis (straight-line code the C compiler vectorizes);
+- elementwise: upcast the innermost output axis (straight-line code the C compiler vectorizes), unless tiny;
 - reductions: unroll the reduce loop;
 - everything large enough: split the outermost output axis over the device's CPU threads;
 - GPUs: fp16/bf16 matmuls on tensor cores; a long reduction to few outputs is shared by a workgroup that
@@ -136,9 +136,15 @@ def _upcast_unit_stride(k: Kernel) -> None:
             return
 
 
+UPCAST_MIN_WORK = 256  # an elementwise kernel of fewer outputs is not upcast: it runs in well under a microsecond
+
+
 def _upcast_inner(k: Kernel) -> None:
+    """Upcast the innermost output axis of an elementwise kernel, unless it is tiny: there the launch costs more
+    than any loop, and 8 copies of its body only cost codegen and compile time (an Adam or random-init kernel of
+    a 32-float bias is ~150 ops per element: 27 KB of C upcast, 3 KB not)."""
     globals_ = k.axes_of(AxisType.GLOBAL)
-    if globals_:
+    if globals_ and prod(int(s) for s in k.full_shape) >= UPCAST_MIN_WORK:
         k.apply_first([Opt(OptOps.UPCAST, len(globals_) - 1, a) for a in (8, 4, 2)])
 
 
