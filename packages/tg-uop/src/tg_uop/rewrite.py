@@ -197,6 +197,8 @@ class PatternMatcher:
     def __init__(self, patterns: Sequence[tuple[UPat, RewriteFn]], name: str | None = None) -> None:
         self.patterns = list(patterns)
         self.name = name  # the pass name the viewer shows (graph_rewrite's `name` overrides it)
+        # set by `remember_results`: the attribute under which each node keeps its rewritten form
+        self.memo: str | None = None
         self.by_op: dict[Ops, list[tuple[UPat, RewriteFn, bool]]] = {}
         self.any_op: list[tuple[UPat, RewriteFn, bool]] = []
         for pat, fn in self.patterns:
@@ -208,6 +210,16 @@ class PatternMatcher:
             else:
                 for op in pat.op:
                     self.by_op.setdefault(op, list(self.any_op)).append(entry)
+
+    def remember_results(self, attr: str) -> PatternMatcher:
+        """Let each node keep its rewritten form (as `attr`, while it lives), so a later `graph_rewrite` with
+        this matcher and no ctx starts from the nodes it rewrote before instead of walking them again.
+
+        Only for rules that are functions of the node alone (no ctx, no global state): the symbolic rules,
+        whose `simplify()` the lowerer calls on thousands of index expressions that share most of their parts.
+        """
+        self.memo = attr
+        return self
 
     def __add__(self, other: PatternMatcher) -> PatternMatcher:
         return PatternMatcher(self.patterns + other.patterns, self.name or other.name)
@@ -252,6 +264,8 @@ def graph_rewrite(
     costs two flag checks.
     """
     if not TRACE.active and TRACE.passes is None:
+        if pm.memo is not None and ctx is None and not bottom_up:
+            return _Rewriter(pm, ctx, bottom_up).run_remembered(sink, pm.memo)
         return _Rewriter(pm, ctx, bottom_up).run(sink)
     return _traced_rewrite(sink, pm, ctx, bottom_up, name)
 
@@ -324,11 +338,15 @@ def _recorded(label: str, sink: UOp, fn: Callable[[UOp], UOp], log: list[RuleFir
     return out
 
 
+_SAME = object()  # (a remembered result that is the node itself)
+
+
 class _Rewriter:
     def __init__(self, pm: PatternMatcher, ctx: Any, bottom_up: bool) -> None:
         self.pm, self.ctx, self.bottom_up = pm, ctx, bottom_up
         self.rewrite: Callable[[UOp, Any], UOp | None] = pm.rewrite
         self.done: dict[UOp, UOp] = {}
+        self.memo: str | None = None  # (run_remembered)
 
     def _fixed_point(self, node: UOp) -> UOp:
         for _ in range(10_000):
@@ -338,14 +356,29 @@ class _Rewriter:
             node = nxt
         raise RuntimeError(f"graph_rewrite did not converge on {node.op}")
 
+    def run_remembered(self, root: UOp, attr: str) -> UOp:
+        """`run`, taking the results nodes kept from earlier runs, and keeping this run's (a node that rewrites
+        to itself keeps a marker: a reference to itself would be a cycle that outlives it)."""
+        if (hit := root.__dict__.get(attr)) is not None:
+            return root if hit is _SAME else hit
+        self.memo = attr
+        out = self.run(root)
+        for node, result in self.done.items():
+            if attr not in node.__dict__:
+                node.__dict__[attr] = _SAME if result is node else result
+        return out
+
     def run(self, root: UOp) -> UOp:
         # explicit stack: (node, stage, payload); stage 0 = enter, 1 = sources done, 2 = result of a rewrite
         stack: list[tuple[UOp, int, UOp | None]] = [(root, 0, None)]
-        done = self.done
+        done, memo = self.done, self.memo
         while stack:
             node, stage, payload = stack.pop()
             if stage == 0:
                 if node in done:
+                    continue
+                if memo is not None and (hit := node.__dict__.get(memo)) is not None:
+                    done[node] = node if hit is _SAME else hit
                     continue
                 if self.bottom_up:
                     nxt = self._fixed_point(node)

@@ -185,3 +185,4 @@ symbolic = symbolic_simple + PatternMatcher(
         (UPat(Ops.AND, dtype=_B, name="x"), and_chain),
     ]
 )
+symbolic.remember_results("_symbolic")  # (pure rules: simplify() reuses what it simplified before)
