@@ -99,6 +99,71 @@ CASES: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
     ("alu shapes", lambda: M.alu(__import__("tg_uop").Ops.ADD, V), ValueError, "does not broadcast"),
 ]
 
+# Mistakes where tinygrad's own test suite (test_ops.py) expects tinygrad's or PyTorch's exception type. tg's
+# errors are subclasses of both kinds where they differ, so code catching either keeps working.
+PARITY: list[tuple[str, Callable[[], Any], tuple[type[Exception], ...], str]] = [
+    ("clip no bounds", lambda: M.clip(None, None), (RuntimeError, ValueError), "at least one of min_ and max_"),
+    ("div rounding", lambda: V.div(V, rounding_mode="typo"), (RuntimeError, ValueError), "rounding_mode must be"),
+    ("lshift float", lambda: V << 2, (RuntimeError, TypeError), "lshift needs an integer or bool tensor"),
+    ("rshift float", lambda: V >> 1, (RuntimeError, TypeError), "rshift needs an integer or bool tensor"),
+    ("shift by float", lambda: I << 1.0, (RuntimeError, TypeError), "shift amount must be an integer"),
+    ("shift by float tensor", lambda: I >> V, (RuntimeError, TypeError), "shift amount must be an integer"),
+    ("pad mode", lambda: M.pad((1, 0), mode="typo"), (NotImplementedError, ValueError), "mode must be 'constant'"),
+    ("reflect too wide", lambda: M.pad((3, 0), mode="reflect"), (RuntimeError, ValueError), "must be smaller"),
+    ("flip repeated dim", lambda: M.flip((0, 0)), (RuntimeError, ValueError), r"flip: dim repeated in \(0, 0\)"),
+    ("flip same dim twice", lambda: M.flip((1, -1)), (RuntimeError, ValueError), "dim repeated"),
+    ("roll shifts no dims", lambda: M.roll((1, 2)), (RuntimeError, ValueError), "2 shifts need as many dims"),
+    ("roll shifts vs dims", lambda: M.roll(1, (0, 1)), (RuntimeError, ValueError), "1 shifts for 2 dims"),
+    ("gather ndim", lambda: M.gather(0, Tensor([1])), (RuntimeError, ValueError), r"index shape \(1,\)"),
+    (
+        "scatter index > self",
+        lambda: Tensor.zeros(2, 3).scatter(1, Tensor.zeros(3, 2, dtype=dtypes.int32), Tensor.ones(3, 3)),
+        (RuntimeError, ValueError),
+        "does not fit self shape",
+    ),
+    (
+        "scatter index > src",
+        lambda: Tensor.zeros(4, 4).scatter(1, Tensor.zeros(3, 3, dtype=dtypes.int32), Tensor.ones(3, 2)),
+        (RuntimeError, ValueError),
+        r"larger than src shape \(3, 2\)",
+    ),
+    (
+        "scatter src dtype",
+        lambda: M.half().scatter(1, Tensor.zeros(2, 2, dtype=dtypes.int32), M),
+        (RuntimeError, TypeError),
+        "src dtype dtypes.float differs from self dtype dtypes.half",
+    ),
+    (
+        "scatter_reduce src dtype",
+        lambda: M.half().scatter_reduce(0, Tensor.zeros(2, 3, dtype=dtypes.int32), M, "sum"),
+        (RuntimeError, TypeError),
+        "src dtype",
+    ),
+    ("int pow negative", lambda: I**-2, (RuntimeError, ValueError), "negative power -2"),
+    ("sum dtype name", lambda: V.sum(dtype=""), (AttributeError, TypeError), "unknown dtype name ''"),
+    ("prod dtype name", lambda: V.prod(dtype="flaot"), (AttributeError, TypeError), "unknown dtype name 'flaot'"),
+    ("kaiming nested shape", lambda: Tensor.kaiming_uniform((-3, 3), 3), (ValueError, TypeError), "must be ints"),
+    ("linspace bool", lambda: Tensor.linspace(5, 10, 3, dtype="bool"), (ValueError,), "bool dtype"),
+    (
+        "arange overflow",
+        lambda: Tensor.arange(129, dtype=dtypes.int8),
+        (OverflowError,),
+        "values from 0 to 128 do not fit dtypes.int8",
+    ),
+    ("arange overflow down", lambda: Tensor.arange(127, -130, -1, dtype=dtypes.int8), (OverflowError,), "-129"),
+    ("stack list and more", lambda: Tensor.stack([V, V], V), (ValueError,), "either as one list"),
+]
+
+
+@pytest.mark.parametrize("name,call,excs,match", PARITY, ids=[c[0] for c in PARITY])
+def test_parity_exception_types(
+    name: str, call: Callable[[], Any], excs: tuple[type[Exception], ...], match: str
+) -> None:
+    """The error is an instance of every listed type (tinygrad's and tg's former one) and names the value."""
+    with pytest.raises(excs[0], match=match) as e:
+        call()
+    assert all(isinstance(e.value, t) for t in excs), (type(e.value).__mro__, excs)
+
 
 @pytest.mark.parametrize("name,call,exc,match", CASES, ids=[c[0] for c in CASES])
 def test_bad_input(name: str, call: Callable[[], Any], exc: type[Exception], match: str) -> None:

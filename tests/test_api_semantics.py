@@ -143,3 +143,54 @@ def test_assign_mismatches_raise_runtime_errors_as_tinygrad() -> None:
         w.assign(Tensor([1, 2]))
     with pytest.raises(TypeError):  # tg's earlier type still catches it
         w.assign(Tensor([1, 2]))
+
+
+@pytest.mark.parametrize(
+    "pads",
+    [(0, 2, 3, 2), (-1, 2, 2, -1), (3, -3, 0, -3), (3, -5, 1, -5), (0, 0, 0, -5), (4, 4, 0, 4), (-2, -2, 1, 0)],
+)
+@pytest.mark.parametrize("mode", ["reflect", "replicate"])
+def test_pad_reflect_replicate_with_negative_pads(pads: tuple[int, int, int, int], mode: str) -> None:
+    """Negative amounts crop; the mirrored or repeated values count from the input's own edges (PyTorch): numpy's
+    pad of the positive amounts, then the crop."""
+    x = np.arange(25, dtype=np.float32).reshape(1, 1, 5, 5)
+    (l, r, t, b) = pads
+    want = np.pad(
+        x, ((0, 0), (0, 0), (max(t, 0), max(b, 0)), (max(l, 0), max(r, 0))), mode=mode.replace("replicate", "edge")
+    )
+    want = want[:, :, -min(t, 0) : want.shape[2] + min(b, 0), -min(l, 0) : want.shape[3] + min(r, 0)]
+    np.testing.assert_array_equal(Tensor(x).pad(pads, mode=mode).numpy(), want)
+
+
+@pytest.mark.parametrize("op", ["any", "all"])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_any_all_over_empty_axes_keep_the_other_dims(op: str, keepdim: bool) -> None:
+    x = np.ones((1, 0, 3, 0, 5), np.float32)
+    got = getattr(Tensor(x), op)(axis=(1, 3), keepdim=keepdim).numpy()
+    want = getattr(np, op)(x, axis=(1, 3), keepdims=keepdim)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+    assert getattr(Tensor(np.ones((2, 0))), op)(axis=0).shape == (0,)
+
+
+def test_arange_widens_past_the_default_int() -> None:
+    t = Tensor.arange(2**31, 2**31 + 3)
+    assert t.dtype == __import__("tg").dtypes.int64
+    np.testing.assert_array_equal(t.numpy(), np.arange(2**31, 2**31 + 3, dtype=np.int64))
+    np.testing.assert_array_equal(
+        Tensor.arange(127, -129, -1, dtype="int8").numpy(), np.arange(127, -129, -1, dtype=np.int8)
+    )
+
+
+def test_reduce_dtype_by_name() -> None:
+    x = np.array([[1.5, 2.0], [3.0, 4.0]], np.float32)
+    assert Tensor(x).sum(dtype="float64").dtype == __import__("tg").dtypes.float64
+    np.testing.assert_allclose(Tensor(x).prod(axis=1, dtype="float32").numpy(), np.prod(x, axis=1), rtol=1e-6)
+
+
+def test_gradient_of_comparisons_in_a_product_is_the_mask() -> None:
+    x = np.array([-1.5, 0.0, 2.0, -0.5], np.float32)
+    t = Tensor(x, requires_grad=True)
+    (t * (t < 0)).sum().backward()
+    assert t.grad is not None
+    np.testing.assert_array_equal(t.grad.numpy(), (x < 0).astype(np.float32))

@@ -37,6 +37,16 @@ def grad_of(f: Callable[[Tensor], Tensor], x: np.ndarray, device: str | None = N
             lambda t: t.maximum(Tensor(np.zeros_like(X))),
             np.where(X > 0, 1.0, np.where(X == 0, 0.5, 0.0)),
         ),
+        (  # a tie with a constant splits too (torch.maximum(x, zeros)); relu's slope at 0 stays 0
+            "maximum_const_tie",
+            lambda t: t.maximum(0),
+            np.where(X > 0, 1.0, np.where(X == 0, 0.5, 0.0)),
+        ),
+        (
+            "minimum_const_tie",
+            lambda t: t.minimum(0.0),
+            np.where(X < 0, 1.0, np.where(X == 0, 0.5, 0.0)),
+        ),
         (
             "minimum_tie",
             lambda t: t.minimum(Tensor(np.zeros_like(X))),
@@ -113,23 +123,45 @@ def test_saturation_has_no_nan() -> None:
 
 
 def test_pow_zero_base_and_exponent() -> None:
-    b = np.array([0, 0, 0, 0, 2, -2, -2, 2, 0.5], np.float32)
-    e = np.array([0, 1, 2, -1, 0, 3, 2, 0.5, -2], np.float32)
+    b = np.array([0, 0, 0, 0, 2, -2, -2, 2, 0.5, 0, 0, -2], np.float32)
+    e = np.array([0, 1, 2, -1, 0, 3, 2, 0.5, -2, 0.3, -0.3, 0.5], np.float32)
     tb, te = Tensor(b), Tensor(e)
     r = tb**te
     gb, ge = r.sum().gradient(tb, te)
     with np.errstate(all="ignore"):
-        np.testing.assert_allclose(r.numpy(), b.astype(np.float64) ** e, rtol=1e-6)
-        # torch: d/db = e * b**(e-1), 0 where e == 0; d/de = b**e * ln b, 0 where b == 0 and e >= 0
-        want_b = np.where(e == 0, 0.0, e * b.astype(np.float64) ** (e - 1))
-        want_e = np.where(b == 0, 0.0, b.astype(np.float64) ** e * np.log(np.abs(b)))
-    finite = np.isfinite(want_b)  # torch's infinite slopes at 0 ** negative are 0 here (documented)
-    np.testing.assert_allclose(gb.numpy()[finite], want_b[finite], rtol=1e-5)
-    pos = b >= 0  # torch's d/de is NaN for a negative base (log of a negative): here the real |b|**e * ln|b| branch
-    np.testing.assert_allclose(ge.numpy()[pos], want_e[pos], rtol=1e-5)
-    assert not np.isnan(gb.numpy()).any() and not np.isnan(ge.numpy()).any()
+        b64, e64 = b.astype(np.float64), e.astype(np.float64)
+        np.testing.assert_allclose(r.numpy(), b64**e64, rtol=1e-6)
+        # PyTorch's formulas, NaN and inf included: d/db = e * b**(e-1), 0 where e == 0 (inf at 0 ** 0.3,
+        # NaN for a negative base and a fractional exponent); d/de = b**e * ln b, 0 where b == 0 and e >= 0
+        # (NaN for any negative base, -inf at 0 ** -0.3)
+        want_b = np.where(e64 == 0, 0.0, e64 * b64 ** (e64 - 1))
+        want_e = np.where((b64 == 0) & (e64 >= 0), 0.0, b64**e64 * np.log(b64))
+    np.testing.assert_allclose(gb.numpy(), want_b, rtol=1e-5)
+    np.testing.assert_allclose(ge.numpy(), want_e, rtol=1e-5)
     zero = Tensor([0.0])
     assert (zero**0).sum().gradient(zero)[0].tolist() == [0.0]
+
+
+def test_pow_edges_match_pytorch() -> None:
+    """x ** c at infinite and zero bases, (-inf) ** fractional, x ** 0 for any x (numpy's values; the
+    gradients are e * x ** (e - 1), 0 for c == 0, as PyTorch)."""
+    import math
+
+    for c in (-1, 0, 0.3, 1, 2, 2.5, -0.3):
+        x = np.array([-math.inf, 0.0, 1.0, math.inf, -2.0, 0.5], np.float32)
+        t = Tensor(x)
+        got = (t**c).sum().gradient(t)[0].numpy()
+        with np.errstate(all="ignore"):
+            x64 = x.astype(np.float64)
+            want = np.zeros_like(x64) if c == 0 else c * x64 ** (c - 1)
+            np.testing.assert_allclose((t**c).numpy(), x64**c, rtol=1e-6)
+        np.testing.assert_allclose(got, want, rtol=1e-5, err_msg=f"c={c}")
+    v = Tensor([-math.inf, math.inf, 0.0, math.nan]) ** Tensor([0.0, 0.0, 0.0, 0.0])
+    assert v.tolist() == [1.0, 1.0, 1.0, 1.0]
+    assert (Tensor([-math.inf]) ** 0.3).tolist() == [math.inf] and (Tensor([-math.inf]) ** 3.3).tolist() == [math.inf]
+    s = Tensor([0.5, 1.0, 2.0])
+    g = ((-5.5) ** s).sum().gradient(s)[0].numpy()  # log of a negative base: NaN, as PyTorch
+    assert np.isnan(g).all()
 
 
 def test_zero_size_gradients_are_zero_size_zeros() -> None:

@@ -172,9 +172,14 @@ class ActivationMixin:
 
     # ---- activations ----
     def relu(self: Tensor) -> Tensor:
-        """max(x, 0): one MAX (NaN stays NaN); the gradient at 0 is 0 (PyTorch, tinygrad), as MAX against
-        a constant gives a tie to the constant (gradient.py)."""
-        return self.maximum(0)
+        """max(x, 0) (NaN stays NaN); the gradient is 1 for x > 0 and 0 elsewhere, 0 at 0 as in PyTorch and
+        tinygrad (`x.maximum(0)` splits a tie: 0.5 at 0, as torch.maximum).
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([-1.0, 0.0, 2.0]).relu().tolist()
+        [0.0, 0.0, 2.0]
+        """
+        return (self > 0).where(self, self.maximum(0).detach())
 
     def relu6(self: Tensor) -> Tensor:
         """min(max(x, 0), 6); the gradient is 1 strictly inside (0, 6) and 0 at both ends (PyTorch)."""

@@ -186,8 +186,13 @@ class CreationMixin:
             raise ValueError("arange: step must not be zero")
         n = max(0, math.ceil((stop - start) / step))
         is_float = any(isinstance(v, float) for v in (start, stop, step))
+        ends = (start, start + (n - 1) * step) if n else ()
         dt = _dt(dtype) or (dtypes.default_float if is_float else dtypes.default_int)
-        values = np.array([start + i * step for i in range(n)], dtype=np.float64)
+        if dtype is None and not is_float and any(not dtypes.min(dt) <= v <= dtypes.max(dt) for v in ends):
+            dt = dtypes.int64  # an int range past the default int widens, as in tinygrad
+        if dtypes.is_int(dt) and any(not dtypes.min(dt) <= v <= dtypes.max(dt) for v in ends):
+            raise OverflowError(f"arange: values from {start} to {ends[1]} do not fit {dt}")
+        values = np.array([start + i * step for i in range(n)], dtype=np.float64 if is_float else np.int64)
         return cls(values.astype(np_dtype(dt)) if dt != dtypes.bfloat16 else values, device=device, dtype=dt, **kw)
 
     @classmethod
@@ -211,6 +216,8 @@ class CreationMixin:
         if not isinstance(steps, int) or steps < 0:
             raise ValueError(f"linspace: steps must be a non-negative int, got {steps!r}")
         dt = _dt(dtype) or dtypes.default_float
+        if dt == dtypes.bool:
+            raise ValueError("linspace: a bool dtype is not supported (as in PyTorch and tinygrad)")
         values = np.linspace(start, stop, steps, dtype=np.float64)
         return cls(values.astype(np_dtype(dt)) if dt != dtypes.bfloat16 else values, device=device, dtype=dt, **kw)
 

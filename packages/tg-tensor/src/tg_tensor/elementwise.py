@@ -11,10 +11,12 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import TYPE_CHECKING, Any
 
-from tg_tensor.util import broadcast_shape, const_uop, scalar_dtype, to_dtype
+from tg_tensor.gradient import custom_gradient
+from tg_tensor.util import ArgumentError, DTypeError, broadcast_shape, const_uop, scalar_dtype, to_dtype
 from tg_uop import DType, Ops, UOp, dtypes
 from tg_uop.uop import sint
 
@@ -77,8 +79,9 @@ class ElementwiseMixin:
         return self if dtypes.is_float(self.dtype) else self.cast(dtypes.default_float)
 
     def _require_int(self: Tensor, what: str) -> None:
+        """A float tensor raises DTypeError: a RuntimeError as in PyTorch and tinygrad, and a TypeError."""
         if not (dtypes.is_int(self.dtype) or self.dtype == dtypes.bool):
-            raise TypeError(f"{what} needs an integer or bool tensor, got dtype {self.dtype}")
+            raise DTypeError(f"{what} needs an integer or bool tensor, got dtype {self.dtype}")
 
     # ---- arithmetic ----
     def add(self: Tensor, x: TensorLike, reverse: bool = False) -> Tensor:
@@ -111,7 +114,7 @@ class ElementwiseMixin:
         """True division (ints give the default float); rounding_mode "trunc" or "floor" rounds the result."""
         a, b = self._broadcasted(x, reverse)
         if rounding_mode is not None and rounding_mode not in ("trunc", "floor"):
-            raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+            raise ArgumentError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
         if rounding_mode is not None and dtypes.is_int(a.dtype):
             q = type(self)(a.uop.alu(Ops.IDIV, b.uop))
             return q if rounding_mode == "trunc" else q._floor_fix(a, b)
@@ -156,43 +159,24 @@ class ElementwiseMixin:
         return base._float_pow(expo)
 
     def _scalar_pow(self: Tensor, e: float) -> Tensor:
-        """b ** e for a Python exponent: its sign, parity and integrality are known here, so the graph is
-        only exp2(e * log2|b|) with the sign and the zero-base cases (gradients as in `_float_pow`)."""
+        """b ** e for a finite Python float exponent: the value from detached b, PyTorch's gradient."""
         if e == 0:
             return self.ones_like() + self * 0  # 1, also for NaN (numpy); d/db = 0
-        is_zero = self.eq(0)
-        safe = is_zero.where(1.0, self)
-        mag = (safe.abs().log2() * e).exp2()
-        if e.is_integer():
-            signed = (safe < 0).where(-mag, mag) if int(e) % 2 else mag
-        else:  # a negative base gives NaN by itself (log2 of a negative): no NaN constant in the graph
-            signed = (safe.log2() * e).exp2()  # (a NaN constant under a compare is mis-simplified today)
-        at_zero: Tensor | float = self if e == 1 else (0.0 if e > 0 else math.inf)
-        return is_zero.where(at_zero, signed)
+        return custom_gradient(_pow_value(self.detach(), e), (self,), functools.partial(_scalar_pow_grad, e))
 
     def _float_pow(self: Tensor, expo: Tensor) -> Tensor:
-        """b ** e for floats, with PyTorch's gradients at a zero base or exponent (never NaN there).
-
-        Away from b == 0 it is exp2(e * log2|b|) with the sign of an odd integer power. At b == 0 the
-        value is 1, 0 or inf by the sign of e; its gradients are those of torch where they are finite
-        (d/db = 1 for e == 1, 0 for e == 0 or e > 1; d/de = 0), and 0 where torch's are infinite.
+        """b ** e for float tensors: the value as C's pow (and PyTorch) gives it, from detached b and e,
+        with PyTorch's gradients, NaN and inf included: d/db = e * b ** (e - 1) (0 where e == 0),
+        d/de = b ** e * ln(b) (0 where b == 0 and e >= 0); so a negative base with a fractional exponent has
+        a NaN gradient, and 0 ** 0.3 an infinite one, as in PyTorch.
         """
-        is_zero, is_nan = self.eq(0), self.ne(self)
-        special = is_zero | is_nan
-        safe = special.where(1.0, self)  # no log2(0) in the graph: its gradient would be 0 * inf
-        mag = (expo * safe.abs().log2()).exp2()
-        odd = (expo.abs() % 2).eq(1)
-        is_int = expo.eq(expo.trunc())
-        # (no NaN constants: a where with a NaN branch under a compare is mis-simplified by codegen today)
-        nan = (safe.detach().log2() * expo.detach()).exp2()  # NaN exactly where it is picked; no gradient
-        signed = (safe < 0).where(is_int.where(odd.where(-mag, mag), nan), mag)
-        at_zero = (expo > 0).where(expo.eq(1).where(self, 0.0), math.inf)
-        special_value = expo.eq(0).where(1.0, is_zero.where(at_zero, self))
-        return special.where(special_value, signed)
+        return custom_gradient(_pow_value(self.detach(), expo.detach()), (self, expo), _pow_grad)
 
     def _int_pow(self: Tensor, n: int) -> Tensor:
         if n < 0:
-            return self._int_pow(-n).reciprocal() if dtypes.is_float(self.dtype) else self._float()._int_pow(n)
+            if not dtypes.is_float(self.dtype):  # PyTorch and tinygrad refuse (RuntimeError)
+                raise ArgumentError(f"pow: an integer tensor ({self.dtype}) to the negative power {n}; cast to float")
+            return self._int_pow(-n).reciprocal()
         ret: Tensor | None = None
         base = self
         while n:
@@ -262,7 +246,7 @@ class ElementwiseMixin:
     def clip(self: Tensor, min_: TensorLike = None, max_: TensorLike = None) -> Tensor:
         """Limit values to [min_, max_] (either may be None)."""
         if min_ is None and max_ is None:
-            raise ValueError("clip: at least one of min_ and max_ must be given")
+            raise ArgumentError("clip: at least one of min_ and max_ must be given")
         # compare-and-select, not maximum/minimum: at a bound the gradient is 1 (PyTorch, tinygrad), not a tie's 0.5
         ret = self if min_ is None else self._select_bound(min_, lower=True)
         return ret if max_ is None else ret._select_bound(max_, lower=False)
@@ -564,6 +548,12 @@ class ElementwiseMixin:
         self._require_int("bitwise_not")
         return self.logical_not() if self.dtype == dtypes.bool else self._binop(Ops.XOR, -1)
 
+    def _shift(self: Tensor, op: Ops, x: TensorLike, reverse: bool, what: str) -> Tensor:
+        self._require_int(what)
+        if isinstance(x, float) or (isinstance(x, type(self)) and dtypes.is_float(x.dtype)):
+            raise DTypeError(f"{what}: the shift amount must be an integer, got {x!r}")
+        return self._binop(op, x, reverse)
+
     def lshift(self: Tensor, x: TensorLike, reverse: bool = False) -> Tensor:
         """x << other (ints).
 
@@ -571,8 +561,7 @@ class ElementwiseMixin:
         >>> Tensor([1, 3]).lshift(2).tolist()
         [4, 12]
         """
-        self._require_int("lshift")
-        return self._binop(Ops.SHL, x, reverse)
+        return self._shift(Ops.SHL, x, reverse, "lshift")
 
     def rshift(self: Tensor, x: TensorLike, reverse: bool = False) -> Tensor:
         """x >> other (ints).
@@ -581,8 +570,7 @@ class ElementwiseMixin:
         >>> Tensor([4, 12]).rshift(2).tolist()
         [1, 3]
         """
-        self._require_int("rshift")
-        return self._binop(Ops.SHR, x, reverse)
+        return self._shift(Ops.SHR, x, reverse, "rshift")
 
     # ---- operators ----
     def __add__(self: Tensor, x: TensorLike) -> Tensor:
@@ -724,3 +712,35 @@ class ElementwiseMixin:
         [False, True]
         """
         return self.cast(dtypes.bool)
+
+
+def _pow_value(b: Tensor, e: Tensor | float) -> Tensor:
+    """b ** e as C's pow: exp2(e * log2|b|) with the sign of an odd integer power, NaN for a negative finite
+    base and a fractional exponent, 1 for e == 0 (any b), b == 1 (any e) and (-1) ** +-inf."""
+    if isinstance(e, float) and e == 0:
+        return b.ones_like()
+    mag = (b.abs().log2() * e).exp2()  # 0 ** e: exp2(-inf * e) is 0 or inf; inf ** e likewise
+    if isinstance(e, float):
+        if e.is_integer():
+            signed = (b < 0).where(-mag, mag) if int(e) % 2 else mag
+        else:  # a negative finite base gives NaN by itself (log2 of a negative); no NaN constant in the graph
+            signed = (b < 0).where(b.eq(-math.inf).where(mag, (b.log2() * e).exp2()), mag)
+        return b.eq(1).where(1.0, signed)
+    is_int = e.eq(e.trunc())
+    odd = is_int & (e.abs() % 2).eq(1)
+    frac = b.eq(-math.inf).where(mag, (b.log2() * e).exp2())  # NaN from log2 of a negative finite base
+    signed = (b < 0).where(is_int.where(odd.where(-mag, mag), frac), mag)
+    one = e.eq(0) | b.eq(1) | (b.eq(-1) & e.abs().eq(math.inf))
+    return one.where(1.0, signed)
+
+
+def _pow_grad(ret: Tensor, g: Tensor, b: Tensor, e: Tensor) -> tuple[Tensor, Tensor]:
+    """PyTorch's pow_backward_self and pow_backward_exponent (b and e are the broadcast operands)."""
+    bd, ed = b.detach(), e.detach()
+    gb = ed.eq(0).where(0.0, g * ed * _pow_value(bd, ed - 1))
+    ge = (bd.eq(0) & (ed >= 0)).where(0.0, g * ret.detach() * bd.log())
+    return gb, ge
+
+
+def _scalar_pow_grad(e: float, ret: Tensor, g: Tensor, b: Tensor) -> tuple[Tensor]:
+    return (g * e * _pow_value(b.detach(), e - 1),)

@@ -16,6 +16,7 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from tg_tensor.realizer import current
 from tg_uop import Ops, UOp, dtypes
 from tg_uop.helpers import argsort
 
@@ -28,12 +29,8 @@ LN2 = math.log(2)
 
 
 def _max_grad(ret: Tensor, g: Tensor, a: Tensor, b: Tensor) -> Grads:
-    """Ties split the gradient evenly, as in tinygrad and torch.maximum; against a constant (relu's
-    max(x, 0)) a tie goes to the constant, so relu's slope at 0 is 0 as in PyTorch."""
-    if b.uop.base.op is Ops.CONST:
-        return g * (a > b).cast(g.dtype), None
-    if a.uop.base.op is Ops.CONST:
-        return None, g * (b > a).cast(g.dtype)
+    """Ties split the gradient evenly, as in tinygrad and torch.maximum, also against a constant
+    (`x.maximum(0)` has slope 0.5 at 0; relu is not a MAX: its slope at 0 is 0, see Tensor.relu)."""
     share = (a > b).where(1.0, (a == b).where(0.5, 0.0)).cast(g.dtype)
     return g * share, g * (1 - share)
 
@@ -133,11 +130,30 @@ NO_GRAD_OPS = frozenset(
 )
 
 
+def custom_gradient(out: Tensor, inputs: tuple[Tensor, ...], rule: Rule) -> Tensor:
+    """`out`, whose gradient to inputs[i] is rule(out, g, *inputs)[i] (out is computed from detached inputs).
+
+    Used by pow, whose gradients are PyTorch's formulas, NaN and inf included. The registry (node -> inputs,
+    rule) is the Realizer's, weak in the node; a rule must not hold the output.
+
+    >>> from tg_tensor import Tensor
+    >>> x = Tensor([3.0], requires_grad=True)
+    >>> y = custom_gradient(x.detach() * 2, (x,), lambda ret, g, a: (g * 10,))
+    >>> y.sum().gradient(x)[0].tolist()
+    [10.0]
+    """
+    current().custom_grads[out.uop] = (tuple(t.uop for t in inputs), rule)
+    return out
+
+
 def _on_path(root: UOp, targets: set[UOp]) -> set[UOp]:
     """The nodes under `root` from which some target can be reached (differentiable paths only)."""
     reaches: set[UOp] = set()
+    custom_grads = current().custom_grads
     for node in root.toposort:  # sources come first
-        if node in targets or (node.op not in NO_GRAD_OPS and any(s in reaches for s in node.src)):
+        custom = custom_grads.get(node)
+        srcs = node.src if custom is None else custom[0]
+        if node in targets or ((custom or node.op not in NO_GRAD_OPS) and any(s in reaches for s in srcs)):
             reaches.add(node)
     return reaches
 
@@ -146,14 +162,17 @@ def compute_gradient(root: UOp, seed: UOp, targets: list[UOp]) -> dict[UOp, UOp]
     """Gradients of `root` (seeded with `seed`) with respect to each reachable node in `targets`."""
     from tg_tensor.tensor import Tensor  # the rules build Tensors; tensor.py imports this module
 
+    custom_grads = current().custom_grads
     path = _on_path(root, set(targets))
     grads: dict[UOp, Tensor] = {root: Tensor(seed)} if root in path else {}
     for node in reversed(list(root.toposort)):
         g = grads.get(node)
-        if g is None or node.op not in GRAD_RULES or not dtypes.is_float(node.dtype):
+        custom = custom_grads.get(node) if g is not None else None
+        if g is None or (custom is None and node.op not in GRAD_RULES) or not dtypes.is_float(node.dtype):
             continue
-        srcs = [Tensor(s) for s in node.src if s.op is not Ops.DEVICE]
-        for src, sg in zip(node.src, GRAD_RULES[node.op](Tensor(node), g, *srcs)):
+        inputs, rule = custom if custom is not None else (node.src, GRAD_RULES[node.op])
+        srcs = [Tensor(s) for s in inputs if s.op is not Ops.DEVICE]
+        for src, sg in zip(inputs, rule(Tensor(node), g, *srcs)):
             if sg is None or src not in path or not dtypes.is_float(src.dtype):
                 continue
             grads[src] = sg if src not in grads else grads[src] + sg

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from tg_tensor.inplace import view_chain
 from tg_tensor.symbolic import show_size
-from tg_tensor.util import broadcast_shape
+from tg_tensor.util import DTypeError, ShapeError, broadcast_shape
 from tg_uop import Ops, UOp, dtypes
 from tg_uop.helpers import ContextVar
 
@@ -234,7 +234,7 @@ class IndexingMixin:
         """out[i][j] = self[index[i][j]][j] for dim 0 (and likewise for other dims)."""
         d = self._axis(dim)
         if index.ndim != self.ndim or any(index.shape[i] > self.shape[i] for i in range(self.ndim) if i != d):
-            raise ValueError(f"gather: index shape {index.shape} does not fit self shape {self.shape} on dim {d}")
+            raise ShapeError(f"gather: index shape {index.shape} does not fit self shape {self.shape} on dim {d}")
         n = int(self.shape[d])
         check_index(index, 0, n, f"gather on dim {d} of size {n}")
         x = self.shrink(tuple(None if i == d else (0, index.shape[i]) for i in range(self.ndim)))
@@ -248,9 +248,14 @@ class IndexingMixin:
         """Write src[i][j] to out[index[i][j]][j] (dim 0); reduce 'add' or 'multiply' combines instead."""
         d = self._axis(dim)
         if index.ndim != self.ndim or any(index.shape[i] > self.shape[i] for i in range(self.ndim) if i != d):
-            raise ValueError(f"scatter: index shape {index.shape} does not fit self shape {self.shape} on dim {d}")
+            raise ShapeError(f"scatter: index shape {index.shape} does not fit self shape {self.shape} on dim {d}")
         if reduce not in (None, "add", "multiply"):
             raise ValueError(f"scatter: reduce must be None, 'add' or 'multiply', got {reduce!r}")
+        if isinstance(src, type(self)):
+            if src.dtype != self.dtype:  # PyTorch and tinygrad refuse to convert here
+                raise DTypeError(f"scatter: src dtype {src.dtype} differs from self dtype {self.dtype}")
+            if src.ndim != index.ndim or any(i > s for i, s in zip(index.shape, src.shape)):
+                raise ShapeError(f"scatter: index shape {index.shape} is larger than src shape {src.shape}")
         n = int(self.shape[d])
         check_index(index, 0, n, f"scatter on dim {d} of size {n}")
         s = self._to_tensor(src).cast(self.dtype)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tg_tensor.util import ShapeError, normalize_axis, varargs_shape
+from tg_tensor.util import ArgumentError, ModeError, ShapeError, normalize_axis, varargs_shape
 from tg_uop import UOp, dtypes
 from tg_uop.helpers import prod
 from tg_uop.uop import sint
@@ -173,17 +173,22 @@ class MovementMixin:
         >>> Tensor([1, 2]).pad(((1, 2),)).tolist()
         [0, 1, 2, 0, 0]
         """
+        if mode not in ("constant", "reflect", "replicate", "circular"):
+            raise ModeError(f"pad: mode must be 'constant', 'reflect', 'replicate' or 'circular', got {mode!r}")
         pairs = self._pad_pairs(padding)
+        if mode in ("reflect", "replicate"):  # positions count from the input's own edges, as in PyTorch
+            x = self
+            for ax, (b, a) in enumerate(pairs):
+                x = x._pad_mirror(ax, b, a, mode)
+            return x
         shrink = tuple((-min(b, 0), int(s) + min(a, 0)) for (b, a), s in zip(pairs, self.shape))
         x = self.shrink(shrink) if any(b < 0 or a < 0 for b, a in pairs) else self
         pos = tuple((max(b, 0), max(a, 0)) for b, a in pairs)
         if mode == "constant":
             return x._pad_constant(pos, value)
-        if mode in ("reflect", "replicate", "circular"):
-            for ax, (b, a) in enumerate(pos):
-                x = x._pad_edges(ax, b, a, mode)
-            return x
-        raise ValueError(f"pad: mode must be 'constant', 'reflect', 'replicate' or 'circular', got {mode!r}")
+        for ax, (b, a) in enumerate(pos):
+            x = x._pad_circular(ax, b, a)
+        return x
 
     def _pad_constant(self: Tensor, pos: tuple[tuple[int, int], ...], value: float) -> Tensor:
         ret = type(self)(self.uop.pad(pos))
@@ -192,26 +197,49 @@ class MovementMixin:
         inside = type(self)(self.ones_like(dtypes.bool).uop.pad(pos))
         return inside.where(ret, value)
 
-    def _pad_edges(self: Tensor, ax: int, before: int, after: int, mode: str) -> Tensor:
+    def _pad_circular(self: Tensor, ax: int, before: int, after: int) -> Tensor:
         n = int(self.shape[ax])
+        if before > n or after > n:
+            raise ShapeError(f"pad: circular padding ({before}, {after}) is larger than dim {ax} of {self.shape}")
+        if not before and not after:
+            return self
+        parts = [self._slice(ax, n - before, n), self, self._slice(ax, 0, after)]
+        return parts[0].cat(*parts[1:], dim=ax)
+
+    def _pad_mirror(self: Tensor, ax: int, before: int, after: int, mode: str) -> Tensor:
+        """Reflect or replicate padding of dim `ax`; a negative amount crops. Output position j reads input
+        position j - before, mirrored (reflect) or clamped (replicate) at the input's own edges (PyTorch)."""
+        n = int(self.shape[ax])
+        if before == 0 and after == 0:
+            return self
+        out = n + before + after
+        if out < 0:
+            raise ShapeError(f"pad: padding ({before}, {after}) leaves a negative size for dim {ax} of {self.shape}")
         if mode == "reflect" and (before >= n or after >= n):
-            raise ValueError(f"pad: reflect padding ({before}, {after}) must be smaller than dim {ax} of {self.shape}")
-        if mode == "replicate" and n == 0 and (before or after):
-            raise ValueError(f"pad: cannot replicate-pad the empty dim {ax} of {self.shape}")
-        if mode == "circular":
-            if before > n or after > n:
-                raise ValueError(f"pad: circular padding ({before}, {after}) is larger than dim {ax} of {self.shape}")
-            parts = [self._slice(ax, n - before, n), self, self._slice(ax, 0, after)]
-            return parts[0].cat(*parts[1:], dim=ax)
-        parts = []
-        if before:
-            left = self._slice(ax, 1, before + 1).flip(ax) if mode == "reflect" else self._slice(ax, 0, 1)
-            parts.append(left if mode == "reflect" else left._expand_axis(ax, before))
-        parts.append(self)
-        if after:
-            right = self._slice(ax, n - after - 1, n - 1).flip(ax) if mode == "reflect" else self._slice(ax, n - 1, n)
-            parts.append(right if mode == "reflect" else right._expand_axis(ax, after))
-        return parts[0].cat(*parts[1:], dim=ax) if len(parts) > 1 else self
+            raise ShapeError(f"pad: reflect padding ({before}, {after}) must be smaller than dim {ax} of {self.shape}")
+        if mode == "replicate" and n == 0 and out:
+            raise ShapeError(f"pad: cannot replicate-pad the empty dim {ax} of {self.shape}")
+        src = [j - before for j in range(out)]
+        src = [abs(k) if k < 0 else 2 * (n - 1) - k if k >= n else k for k in src] if mode == "reflect" else src
+        src = [min(max(k, 0), n - 1) for k in src]
+        return self._take_runs(ax, src)
+
+    def _take_runs(self: Tensor, ax: int, src: list[int]) -> Tensor:
+        """Dim `ax` rebuilt from the (static) source positions `src`: each run of +1, -1 or equal steps is one
+        slice (flipped or expanded), and the runs are concatenated."""
+        if not src:
+            return self._slice(ax, 0, 0)
+        parts, i = [], 0
+        while i < len(src):
+            j, step = i + 1, (src[i + 1] - src[i] if i + 1 < len(src) else 1)
+            step = step if step in (-1, 0, 1) else 1
+            while j < len(src) and src[j] - src[j - 1] == step:
+                j += 1
+            lo, hi = min(src[i], src[j - 1]), max(src[i], src[j - 1]) + 1
+            piece = self._slice(ax, lo, hi)
+            parts.append(piece.flip(ax) if step == -1 else piece._expand_axis(ax, j - i) if step == 0 else piece)
+            i = j
+        return parts[0].cat(*parts[1:], dim=ax) if len(parts) > 1 else parts[0]
 
     def _expand_axis(self: Tensor, ax: int, times: int) -> Tensor:
         """Expand a size-1 axis `ax` to `times`."""
@@ -237,7 +265,10 @@ class MovementMixin:
         >>> Tensor([1, 2, 3]).flip(0).tolist()
         [3, 2, 1]
         """
-        axes = {self._axis(a) for a in ((axis,) if isinstance(axis, int) else tuple(axis)) + args}
+        listed = [self._axis(a) for a in ((axis,) if isinstance(axis, int) else tuple(axis)) + args]
+        if len(set(listed)) != len(listed):
+            raise ArgumentError(f"flip: dim repeated in {((axis,) if isinstance(axis, int) else tuple(axis)) + args}")
+        axes = set(listed)
         return type(self)(self.uop.flip(tuple(i in axes for i in range(self.ndim))))
 
     # ---- repetition and joining ----
@@ -283,7 +314,9 @@ class MovementMixin:
     def stack(self: Tensor, *others: Tensor, dim: int = 0) -> Tensor:
         """Join tensors along a new dim: `Tensor.stack(a, b)`, `Tensor.stack([a, b])` or `a.stack(b)`."""
         if isinstance(self, (list, tuple)):
-            return self[0].stack(*self[1:], *others, dim=dim)
+            if others:
+                raise ValueError("stack: give the tensors either as one list or as separate arguments, not both")
+            return self[0].stack(*self[1:], dim=dim)
         tensors = (self, *others)
         d = normalize_axis(dim, self.ndim + 1)
         for t in others:
@@ -313,12 +346,14 @@ class MovementMixin:
 
     def roll(self: Tensor, shifts: int | tuple[int, ...], dims: int | tuple[int, ...] | None = None) -> Tensor:
         """Rotate elements along dims (the flattened tensor when dims is None)."""
-        if dims is None:
-            return self.flatten().roll(shifts, 0).reshape(self.shape)
         sh = (shifts,) if isinstance(shifts, int) else tuple(shifts)
+        if dims is None:
+            if len(sh) != 1:
+                raise ArgumentError(f"roll: {len(sh)} shifts need as many dims (dims=None rolls the flattened tensor)")
+            return self.flatten().roll(sh[0], 0).reshape(self.shape)
         ds = (dims,) if isinstance(dims, int) else tuple(dims)
         if len(sh) != len(ds):
-            raise ValueError(f"roll: {len(sh)} shifts for {len(ds)} dims")
+            raise ArgumentError(f"roll: {len(sh)} shifts for {len(ds)} dims")
         x = self
         for s, dim in zip(sh, ds):
             d = x._axis(dim)

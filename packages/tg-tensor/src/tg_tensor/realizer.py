@@ -105,6 +105,8 @@ class Realizer:
         # every live Tensor: the possible readers of an overwritten version; those that asked for gradients
         self.live_tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
         self.grad_tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
+        # node -> (inputs, rule): gradients given by a function instead of the node's op (gradient.custom_gradient)
+        self.custom_grads: weakref.WeakKeyDictionary[UOp, tuple[tuple[UOp, ...], Any]] = weakref.WeakKeyDictionary()
         # tensors re-pointed to another tensor's realized buffer by share_results (an assign must not write it)
         # (by id: a WeakSet compares members with ==, which builds a Tensor)
         self.shared: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()

@@ -17,7 +17,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from tg_tensor.util import resolve_axes, sum_acc_dtype
+from tg_tensor.util import resolve_axes, sum_acc_dtype, to_dtype
 from tg_uop import DType, Ops, dtypes
 from tg_uop.alu import cast_const, exec_alu
 from tg_uop.dtype import ConstType
@@ -82,20 +82,26 @@ class ReduceMixin:
             ret = type(self)(red)
         return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
-    def sum(self: Tensor, axis: Axis = None, keepdim: bool = False, dtype: DType | None = None) -> Tensor:
+    def sum(self: Tensor, axis: Axis = None, keepdim: bool = False, dtype: DType | str | None = None) -> Tensor:
         """Sum over `axis`. Small ints and bools accumulate in int32, halfs in float32 (and come back as half).
 
         >>> from tg_tensor import Tensor
         >>> Tensor([[1.0, 2.0]]).sum(-1, keepdim=True).tolist()
         [[3.0]]
         """
-        acc = dtype or sum_acc_dtype(self.dtype)
+        acc = sum_acc_dtype(self.dtype) if dtype is None else to_dtype(dtype)
         ret = self.cast(acc)._reduce(Ops.ADD, axis, keepdim)
         return ret.cast(self.dtype) if dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16) else ret
 
-    def prod(self: Tensor, axis: Axis = None, keepdim: bool = False, dtype: DType | None = None) -> Tensor:
-        """Product over `axis`."""
-        return self.cast(dtype or sum_acc_dtype(self.dtype))._reduce(Ops.MUL, axis, keepdim)
+    def prod(self: Tensor, axis: Axis = None, keepdim: bool = False, dtype: DType | str | None = None) -> Tensor:
+        """Product over `axis` (ints and bools in int32 at least, floats in float32 at least, or `dtype`).
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([[1, 2], [3, 4]]).prod(axis=1).tolist()
+        [2, 12]
+        """
+        acc = sum_acc_dtype(self.dtype) if dtype is None else to_dtype(dtype)
+        return self.cast(acc)._reduce(Ops.MUL, axis, keepdim)
 
     def max(self: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
         """The largest value over `axis` (all axes when None).
@@ -179,7 +185,9 @@ class ReduceMixin:
         >>> Tensor([[0, 1], [0, 0]]).any(axis=1).tolist()
         [True, False]
         """
-        return self.cast(dtypes.bool)._reduce(Ops.MAX, axis, keepdim) if self.numel() else self._empty_reduce(False)
+        if not self.numel():
+            return self._empty_reduce(axis, keepdim)
+        return self.cast(dtypes.bool)._reduce(Ops.MAX, axis, keepdim)
 
     def all(self: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
         """True where every element along `axis` is nonzero.
@@ -190,8 +198,11 @@ class ReduceMixin:
         """
         return self.logical_not().any(axis, keepdim).logical_not()
 
-    def _empty_reduce(self: Tensor, value: bool) -> Tensor:
-        return type(self).full((), value, dtypes.bool, self.device)
+    def _empty_reduce(self: Tensor, axis: Axis, keepdim: bool) -> Tensor:
+        """any() of a tensor with no elements: False, in the shape the reduction over `axis` has."""
+        axes = resolve_axes(axis if axis is None or isinstance(axis, int) else tuple(axis), self.ndim)
+        shape = tuple(1 if i in axes else s for i, s in enumerate(self.shape) if keepdim or i not in axes)
+        return type(self).full(shape, False, dtypes.bool, self.device)
 
     # ---- arg reductions ----
     def argmax(self: Tensor, axis: int | None = None, keepdim: bool = False) -> Tensor:

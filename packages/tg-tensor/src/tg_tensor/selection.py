@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from tg_tensor.util import normalize_axis, to_dtype
+from tg_tensor.util import DTypeError, normalize_axis, to_dtype
 from tg_uop import ConstType, DType, dtypes
 
 if TYPE_CHECKING:
@@ -142,6 +142,8 @@ class SelectionMixin:
         if not isinstance(src, type(self)):
             raise TypeError(f"scatter_reduce: src must be a Tensor, got {type(src).__name__}")
         d = normalize_axis(dim, self.ndim)
+        if src.dtype != self.dtype:  # PyTorch and tinygrad refuse to convert here
+            raise DTypeError(f"scatter_reduce: src dtype {src.dtype} differs from self dtype {self.dtype}")
         if not (index.ndim == self.ndim == src.ndim):
             raise RuntimeError(
                 f"scatter_reduce: index {index.shape}, self {self.shape} and src {src.shape} need the same ndim"

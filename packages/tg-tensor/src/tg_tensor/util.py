@@ -27,6 +27,23 @@ class DTypeError(RuntimeError, TypeError):
     """An operand of the wrong dtype where tinygrad and PyTorch raise RuntimeError (assign); also a TypeError."""
 
 
+class ArgumentError(RuntimeError, ValueError):
+    """A bad argument value (an unknown rounding mode, clip without bounds, repeated flip dims) where tinygrad
+    and PyTorch raise RuntimeError; also a ValueError, as tg raised before."""
+
+
+class ShapeEntryError(TypeError, ValueError):
+    """A shape entry that is not an int (`Tensor.zeros((2, 3), 4)`): tinygrad raises ValueError; also a TypeError."""
+
+
+class ModeError(NotImplementedError, ValueError):
+    """An unknown mode (`pad(mode="typo")`): tinygrad and PyTorch raise NotImplementedError; also a ValueError."""
+
+
+class DTypeNameError(AttributeError, TypeError):
+    """An unknown dtype name (`x.cast("")`): tinygrad raises AttributeError (a `dtypes` lookup); also a TypeError."""
+
+
 def np_dtype(dt: DType) -> np.dtype[Any]:
     """The numpy dtype matching a tg dtype (bfloat16 has none: callers convert)."""
     import numpy as np
@@ -75,7 +92,7 @@ def varargs_shape(args: tuple[Any, ...]) -> tuple[Any, ...]:
     if len(args) == 1 and isinstance(args[0], (tuple, list)):
         args = tuple(args[0])
     if not all(isinstance(a, (int, UOp)) and not isinstance(a, bool) for a in args):
-        raise TypeError(f"shape entries must be ints, got {args}")
+        raise ShapeEntryError(f"shape entries must be ints, got {args}")
     return tuple(args)
 
 
@@ -83,7 +100,7 @@ def norm_shape(shape: tuple[sint, ...] | int) -> tuple[sint, ...]:
     """A shape tuple from an int or a sequence; negative sizes raise."""
     shp = (shape,) if isinstance(shape, int) else tuple(shape)
     if any(not isinstance(s, (int, UOp)) or isinstance(s, bool) for s in shp):
-        raise TypeError(f"shape entries must be ints, got {shp}")
+        raise ShapeEntryError(f"shape entries must be ints, got {shp}")
     if any(isinstance(s, int) and s < 0 for s in shp):
         raise ValueError(f"negative dimension in shape {shp}")
     return shp
@@ -134,5 +151,5 @@ def to_dtype(dtype: DType | str) -> DType:
         fields = dtypes.fields()
         if dtype in fields:
             return fields[dtype]
-        raise TypeError(f"unknown dtype name {dtype!r}; expected one of {sorted(fields)}")
+        raise DTypeNameError(f"unknown dtype name {dtype!r}; expected one of {sorted(fields)}")
     raise TypeError(f"expected a tg DType or a dtype name, got {dtype!r}")
