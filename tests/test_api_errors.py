@@ -152,6 +152,48 @@ PARITY: list[tuple[str, Callable[[], Any], tuple[type[Exception], ...], str]] = 
     ),
     ("arange overflow down", lambda: Tensor.arange(127, -130, -1, dtype=dtypes.int8), (OverflowError,), "-129"),
     ("stack list and more", lambda: Tensor.stack([V, V], V), (ValueError,), "either as one list"),
+    (
+        "conv kernel too big",
+        lambda: Tensor.ones(1, 1, 6, 7).conv2d(Tensor.ones(6, 1, 3, 3), dilation=3),
+        (RuntimeError, ValueError),
+        r"kernel 3 \(dilation 3\) does not fit an input of size 6",
+    ),
+    (
+        "cross_entropy target shape",
+        lambda: Tensor.ones(4, 10).cross_entropy(Tensor.ones(4, 1)),
+        (RuntimeError, ValueError),
+        r"probabilities of shape \(4, 1\) for logits \(4, 10\): expected \(4, 10\)",
+    ),
+    (
+        "cross_entropy index shape",
+        lambda: Tensor.ones(4, 10).cross_entropy(Tensor([1, 2])),
+        (RuntimeError, ValueError),
+        r"class indices of shape \(2,\) for logits \(4, 10\): expected \(4,\)",
+    ),
+    (
+        "einsum two ellipses",
+        lambda: Tensor.einsum("...ik...,...jk->", Tensor.ones(2, 3, 4), Tensor.ones(2, 3, 4)),
+        (RuntimeError, ValueError),
+        "more than one '...'",
+    ),
+    (
+        "einsum sizes",
+        lambda: Tensor.einsum("ij,jk->ik", Tensor.ones(2, 3), Tensor.ones(4, 5)),
+        (RuntimeError, ValueError),
+        "index 'j' has sizes 3 and 4",
+    ),
+    (
+        "sdpa causal and mask",
+        lambda: Tensor.ones(1, 2, 4).scaled_dot_product_attention(
+            Tensor.ones(1, 2, 4), Tensor.ones(1, 2, 4), attn_mask=Tensor.ones(2, 2), is_causal=True
+        ),
+        (RuntimeError, ValueError),
+        "attn_mask cannot be given with is_causal=True",
+    ),
+    ("one_hot -1", lambda: I.one_hot(-1), (ValueError,), "num_classes must be a non-negative int, got -1"),
+    ("one_hot float", lambda: V.one_hot(3), (RuntimeError, TypeError), "one_hot needs an integer tensor"),
+    ("index out of bounds", lambda: M[1, 3], (IndexError,), r"index 3 is out of bounds for dim 0 of size 3"),
+    ("list index out of bounds", lambda: M[[0, 2]], (IndexError,), r"index 2 is out of bounds for dim 0 of size 2"),
 ]
 
 

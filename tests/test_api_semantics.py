@@ -112,7 +112,7 @@ def test_shape_errors_are_runtime_errors_as_in_tinygrad() -> None:
     assert issubclass(ShapeError, ValueError)  # tg's earlier ValueError still catches them
     with pytest.raises(IndexError):
         Tensor.ones(2, 3).sum(axis=2)
-    with pytest.raises(IndexError, match="out of range"):
+    with pytest.raises(IndexError, match="out of bounds"):
         Tensor([1, 2])[5]
 
 
@@ -194,3 +194,50 @@ def test_gradient_of_comparisons_in_a_product_is_the_mask() -> None:
     (t * (t < 0)).sum().backward()
     assert t.grad is not None
     np.testing.assert_array_equal(t.grad.numpy(), (x < 0).astype(np.float32))
+
+
+def test_tuples_inside_an_index_are_sequences_as_in_numpy() -> None:
+    x = np.arange(2 * 5 * 6, dtype=np.float32).reshape(2, 5, 6)
+    t = Tensor(x)
+    for index in [((0,),), (((0,),),), (0, (1, 1)), ((1, 0), slice(None), (2, 3)), (slice(None), ((0, 1), (2, 3)))]:
+        np.testing.assert_array_equal(t[index].numpy(), x[index], err_msg=str(index))
+    np.testing.assert_array_equal(t[(Tensor([1, 0]), (1, 1))].numpy(), x[(np.array([1, 0]), (1, 1))])
+
+
+def test_bools_among_ints_in_a_list_index_are_ints() -> None:
+    x = np.arange(30, dtype=np.float32).reshape(5, 6)
+    np.testing.assert_array_equal(Tensor(x)[[True, False, 2]].numpy(), x[np.array([True, False, 2])])
+
+
+def _lerp_u8(a: np.ndarray, b: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """tinygrad's uint8 lerp in numpy: 7-bit fixed-point weight, rounded and floored."""
+    wi = (w.astype(np.float32) * 128 + 0.5).astype(np.int64)
+    return (a.astype(np.int64) + np.floor_divide((b.astype(np.int64) - a) * wi + 64, 128)).astype(np.uint8)
+
+
+def test_interpolate_keeps_the_dtype_and_uint8_lerps_in_fixed_point() -> None:
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 255, (1, 2, 9, 7)).astype(np.uint8)
+    out = (4, 5)
+    got = Tensor(x).interpolate(out, mode="linear")
+    assert got.dtype == __import__("tg").dtypes.uint8
+    want = x
+    for ax, n_out in ((3, out[1]), (2, out[0])):  # the last dim first
+        n = x.shape[ax]
+        pos = np.maximum((np.arange(n_out) + 0.5) * (n / n_out) - 0.5, 0)
+        lo = np.minimum(np.floor(pos).astype(int), n - 1)
+        hi = np.minimum(lo + 1, n - 1)
+        shape = [1] * 4
+        shape[ax] = n_out
+        w = (pos - lo).astype(np.float32).reshape(shape)
+        want = _lerp_u8(np.take(want, lo, axis=ax), np.take(want, hi, axis=ax), w)
+    np.testing.assert_array_equal(got.numpy(), want)
+    xi = rng.integers(-50, 50, (1, 1, 6)).astype(np.int32)
+    gi = Tensor(xi).interpolate((4,), mode="linear", align_corners=True)
+    pos = np.arange(4) * (5 / 3)
+    lo = np.minimum(np.floor(pos).astype(int), 5)
+    hi = np.minimum(lo + 1, 5)
+    wf = (pos - lo).astype(np.float32)
+    want_i = (xi[..., lo] * (1 - wf) + xi[..., hi] * wf).astype(np.int32)
+    assert gi.dtype == __import__("tg").dtypes.int32
+    np.testing.assert_array_equal(gi.numpy(), want_i)

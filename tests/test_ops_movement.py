@@ -118,13 +118,13 @@ def test_getitem_tensor_index_and_int_data(device: str) -> None:
 
 def test_getitem_errors(device: str) -> None:
     t = _t(X, device)
-    with pytest.raises(IndexError, match="index 5 is out of range for dim 1 of size 3"):
+    with pytest.raises(IndexError, match="index 5 is out of bounds for dim 1 of size 3"):
         t[:, 5]
     with pytest.raises(IndexError, match="index -3"):
         t[-3]
     with pytest.raises(IndexError, match="too many indices: 4 for a tensor of 3 dims"):
         t[0, 0, 0, 0]
-    with pytest.raises(IndexError, match="index 7 is out of range"):
+    with pytest.raises(IndexError, match="index 7 is out of bounds"):
         t[:, [0, 7]]
     with pytest.raises(TypeError, match="expected int, slice"):
         t["a"]

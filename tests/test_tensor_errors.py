@@ -23,7 +23,7 @@ def test_invalid_axis() -> None:
 
 
 def test_constant_index_out_of_range() -> None:
-    with pytest.raises(IndexError, match=r"index 4 is out of range for dim 0 of size 3 \(shape \(3, 2\)\)"):
+    with pytest.raises(IndexError, match=r"index 4 is out of bounds for dim 0 of size 3 \(shape \(3, 2\)\)"):
         Tensor.ones(3, 2)[4]
 
 

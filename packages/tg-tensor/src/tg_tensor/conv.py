@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from tg_tensor.util import ShapeError
 from tg_uop import DType, dtypes
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ class ConvMixin:
         i = int(self.shape[-1])
         o = (i - d * (k - 1) - 1) // s + 1
         if o <= 0:
-            raise ValueError(f"pool: kernel {k} (dilation {d}) does not fit an input of size {i}")
+            raise ShapeError(f"pool: kernel {k} (dilation {d}) does not fit an input of size {i}")
         lead = self.shape[:-1]
         if d == 1 and s >= k:  # windows do not overlap: a strided reshape is enough
             x = self.pad(((0, 0),) * len(lead) + ((0, max(0, o * s - i)),))._slice(self.ndim - 1, 0, o * s)
@@ -114,12 +115,12 @@ class ConvMixin:
         """
         nd = weight.ndim - 2
         if nd < 1 or self.ndim != weight.ndim:
-            raise ValueError(f"conv2d: input {self.shape} and weight {weight.shape} need the same rank >= 3")
+            raise ShapeError(f"conv2d: input {self.shape} and weight {weight.shape} need the same rank >= 3")
         bs, cin_all = int(self.shape[0]), int(self.shape[1])
         cout, cin = int(weight.shape[0]), int(weight.shape[1])
         kernel = tuple(int(s) for s in weight.shape[2:])
         if groups * cin != cin_all or cout % groups:
-            raise ValueError(
+            raise ShapeError(
                 f"conv2d: input channels {cin_all} (shape {self.shape}) do not match weight {weight.shape} "
                 f"with groups={groups}"
             )
@@ -147,13 +148,13 @@ class ConvMixin:
         """The gradient of conv2d with respect to its input: weight is (Cin, Cout/groups, *kernel)."""
         nd = weight.ndim - 2
         if nd < 1 or self.ndim != weight.ndim:
-            raise ValueError(f"conv_transpose2d: input {self.shape} and weight {weight.shape} need the same rank")
+            raise ShapeError(f"conv_transpose2d: input {self.shape} and weight {weight.shape} need the same rank")
         kernel = tuple(int(s) for s in weight.shape[2:])
         s, d = _tuple(stride, nd, "stride"), _tuple(dilation, nd, "dilation")
         p, op = _tuple(padding, nd, "padding"), _tuple(output_padding, nd, "output_padding")
         cin, rcout = int(weight.shape[0]), int(weight.shape[1])
         if cin % groups or int(self.shape[1]) != cin:
-            raise ValueError(f"conv_transpose2d: input {self.shape} does not match weight {weight.shape}")
+            raise ShapeError(f"conv_transpose2d: input {self.shape} does not match weight {weight.shape}")
         w = weight.reshape(groups, cin // groups, rcout, *kernel).transpose(1, 2)
         w = w.reshape(groups * rcout, cin // groups, *kernel).flip(tuple(range(2, 2 + nd)))
         x = self

@@ -286,7 +286,17 @@ class ElementwiseMixin:
         return type(self)(c.uop.alu(Ops.WHERE, a.uop, b.uop))
 
     def lerp(self: Tensor, end: TensorLike, weight: TensorLike) -> Tensor:
-        """self + (end - self) * weight."""
+        """self + (end - self) * weight. A uint8 tensor with a tensor weight stays uint8, computed in 7-bit fixed
+        point and rounded as tinygrad (and PyTorch's uint8 resize) do: a + floor(((b - a) * w128 + 64) / 128).
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([1.0, 2.0]).lerp(Tensor([3.0, 6.0]), 0.5).tolist()
+        [2.0, 4.0]
+        """
+        if self.dtype == dtypes.uint8 and isinstance(weight, type(self)):
+            w = (weight._float() * 128 + 0.5).cast(dtypes.int32)
+            a, b = self.cast(dtypes.int32), self._to_tensor(end).cast(dtypes.int32)
+            return (a + ((b - a) * w + 64).div(128, rounding_mode="floor")).cast(dtypes.uint8)
         return self.add(self._to_tensor(end).sub(self).mul(weight))
 
     # ---- exp, log, roots ----

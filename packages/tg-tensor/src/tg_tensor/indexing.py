@@ -49,7 +49,7 @@ class IndexingMixin:
 
     def __getitem__(self: Tensor, index: Index) -> Tensor:
         """Basic and advanced indexing as numpy; a bool mask selects elements (see `_mask_to_indices`)."""
-        items = _normalize_index(self._masks_to_indices(index), self.ndim)
+        items = _normalize_index(self._masks_to_indices(_sequences_as_lists(index)), self.ndim)
         x, dims, advanced = self, 0, []  # dims: position in x of the next remaining source dim
         for item in items:
             if item is None:
@@ -103,7 +103,7 @@ class IndexingMixin:
     def _index_int(self: Tensor, dim: int, i: int) -> Tensor:
         n = int(self.shape[dim])
         if not -n <= i < n:
-            raise IndexError(f"index {i} is out of range for dim {dim} of size {n} (shape {self.shape})")
+            raise IndexError(f"index {i} is out of bounds for dim {dim} of size {n} (shape {self.shape})")
         i %= n
         return self._slice(dim, i, i + 1).reshape(self.shape[:dim] + self.shape[dim + 1 :])
 
@@ -148,9 +148,10 @@ class IndexingMixin:
             idx = item
         else:
             flat = _flatten_list(item)
-            bad = [i for i in flat if not isinstance(i, int) or isinstance(i, bool) or not -n <= i < n]
+            # bools next to ints are the ints 0 and 1 (PyTorch); a list of bools only is a mask (_masks_to_indices)
+            bad = [i for i in flat if not isinstance(i, int) or not -n <= i < n]
             if bad:
-                raise IndexError(f"index {bad[0]!r} is out of range for dim {dim} of size {n} (shape {self.shape})")
+                raise IndexError(f"index {bad[0]!r} is out of bounds for dim {dim} of size {n} (shape {self.shape})")
             idx = type(self)(item, device=self.device, dtype=dtypes.int32)
         if not dtypes.is_int(idx.dtype):
             raise IndexError(f"tensor indices must be integers, got dtype {idx.dtype}")
@@ -281,17 +282,20 @@ class IndexingMixin:
         """
         return mask.where(value, self)
 
-    def one_hot(self: Tensor, num_classes: int = -1) -> Tensor:
-        """An int tensor with a trailing axis of size num_classes holding 1 at each index.
+    def one_hot(self: Tensor, num_classes: int | None = None) -> Tensor:
+        """An int tensor with a trailing axis of size num_classes holding 1 at each index. num_classes must be
+        >= 0 (as tinygrad; PyTorch's -1 raises ValueError); None takes max + 1 (reads the indices back).
 
         >>> from tg_tensor import Tensor
         >>> Tensor([0, 2]).one_hot(3).tolist()
         [[1, 0, 0], [0, 0, 1]]
         """
         if not dtypes.is_int(self.dtype):
-            raise TypeError(f"one_hot needs an integer tensor, got dtype {self.dtype}")
-        if num_classes == -1:
-            num_classes = int(self.max().item()) + 1
+            raise DTypeError(f"one_hot needs an integer tensor, got dtype {self.dtype}")
+        if num_classes is None:
+            num_classes = int(self.max().item()) + 1 if self.numel() else 0
+        if not isinstance(num_classes, int) or num_classes < 0:
+            raise ValueError(f"one_hot: num_classes must be a non-negative int, got {num_classes!r}")
         check_index(self, 0, num_classes, f"one_hot with {num_classes} classes")
         classes = type(self).arange(num_classes, device=self.device)
         return (self.unsqueeze(-1) == classes).where(1, 0)
@@ -323,6 +327,18 @@ def _last_hits(hit: Tensor, axis: int) -> Tensor:
 
 def _sum_dtype(dt: Any) -> Any:
     return dt if dtypes.is_float(dt) else None
+
+
+def _sequences_as_lists(index: Index) -> Index:
+    """Tuples inside an index tuple are sequence indices, as lists are (numpy, PyTorch): x[(0, (1, 1))]
+    is x[0, [1, 1]]; the outer tuple alone separates dims."""
+
+    def as_list(it: Any) -> Any:
+        return [as_list(v) for v in it] if isinstance(it, (tuple, list)) else it
+
+    if not isinstance(index, tuple) or not any(isinstance(it, tuple) for it in index):
+        return index
+    return tuple(as_list(it) if isinstance(it, tuple) else it for it in index)
 
 
 def _flatten_list(x: Any) -> list[Any]:

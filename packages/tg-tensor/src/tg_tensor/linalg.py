@@ -87,7 +87,7 @@ class LinalgMixin:
             letters, t = _take_diagonals(letters, t)
             for ch, n in zip(letters, t.shape):
                 if n != 1 and sizes.setdefault(ch, int(n)) not in (1, n):
-                    raise ValueError(f"einsum: index {ch!r} has sizes {sizes[ch]} and {n} in {formula!r}")
+                    raise ShapeError(f"einsum: index {ch!r} has sizes {sizes[ch]} and {n} in {formula!r}")
                 sizes[ch] = max(sizes.get(ch, 1), int(n))
             prepared.append((letters, t))
         order = list(rhs) + sorted(set(sizes) - set(rhs))
@@ -111,10 +111,12 @@ def _expand_ellipsis(formula: str, ndims: list[int]) -> str:
     lhs, arrow, rhs = formula.partition("->")
     inputs = lhs.split(",")
     if len(inputs) != len(ndims):
-        raise ValueError(f"einsum: {formula!r} names {len(inputs)} operands, got {len(ndims)}")
+        raise ShapeError(f"einsum: {formula!r} names {len(inputs)} operands, got {len(ndims)}")
+    if any(part.count("...") > 1 for part in inputs + [rhs]):
+        raise ShapeError(f"einsum: an operand of {formula!r} has more than one '...'")
     counts = [nd - len(part.replace("...", "")) if "..." in part else 0 for part, nd in zip(inputs, ndims)]
     if any(c < 0 for c in counts):
-        raise ValueError(f"einsum: operands of {ndims} dims do not fit {formula!r}")
+        raise ShapeError(f"einsum: operands of {ndims} dims do not fit {formula!r}")
     pool = "".join(ch for ch in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if ch not in formula)[: max(counts)]
     inputs = [p.replace("...", pool[len(pool) - c :] if c else "") for p, c in zip(inputs, counts)]
     if arrow:
@@ -126,33 +128,33 @@ def _expand_ellipsis(formula: str, ndims: list[int]) -> str:
 
 def _parse_einsum(formula: str, n_operands: int) -> tuple[list[str], str]:
     if "." in formula:
-        raise ValueError(f"einsum: a '.' outside '...' in {formula!r}")
+        raise ShapeError(f"einsum: a '.' outside '...' in {formula!r}")
     lhs, _, rhs = formula.partition("->")
     inputs = lhs.split(",")
     if len(inputs) != n_operands:
-        raise ValueError(f"einsum: {formula!r} names {len(inputs)} operands, got {n_operands}")
+        raise ShapeError(f"einsum: {formula!r} names {len(inputs)} operands, got {n_operands}")
     if not all(ch.isalpha() for part in inputs for ch in part) or not all(ch.isalpha() for ch in rhs):
-        raise ValueError(f"einsum: {formula!r} must use letters only")
+        raise ShapeError(f"einsum: {formula!r} must use letters only")
     if "->" not in formula:
         letters = "".join(inputs)
         rhs = "".join(sorted(ch for ch in set(letters) if letters.count(ch) == 1))
     missing = set(rhs) - set("".join(inputs))
     if missing or len(set(rhs)) != len(rhs):
-        raise ValueError(f"einsum: output {rhs!r} of {formula!r} repeats letters or uses unknown ones {missing}")
+        raise ShapeError(f"einsum: output {rhs!r} of {formula!r} repeats letters or uses unknown ones {missing}")
     return inputs, rhs
 
 
 def _take_diagonals(letters: str, t: Tensor) -> tuple[str, Tensor]:
     """Fold repeated letters of one operand into a single axis (its diagonal)."""
     if len(letters) != t.ndim:
-        raise ValueError(f"einsum: operand of shape {t.shape} has {t.ndim} dims but its letters are {letters!r}")
+        raise ShapeError(f"einsum: operand of shape {t.shape} has {t.ndim} dims but its letters are {letters!r}")
     while len(set(letters)) != len(letters):
         ch = next(c for c in letters if letters.count(c) > 1)
         a = letters.index(ch)
         b = letters.index(ch, a + 1)
         n = int(t.shape[a])
         if t.shape[b] != n:
-            raise ValueError(f"einsum: repeated index {ch!r} has sizes {n} and {t.shape[b]}")
+            raise ShapeError(f"einsum: repeated index {ch!r} has sizes {n} and {t.shape[b]}")
         ar = type(t).arange(n, device=t.device)
         shape_a = tuple(n if i == a else 1 for i in range(t.ndim))
         shape_b = tuple(n if i == b else 1 for i in range(t.ndim))

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from tg_tensor.conv import ConvMixin
 from tg_tensor.rng import RandomState, to_unit_float
+from tg_tensor.util import ArgumentError, ShapeError
 from tg_uop import dtypes
 
 if TYPE_CHECKING:
@@ -112,6 +113,8 @@ class NNMixin(ConvMixin):
                 raise ValueError(f"scaled_dot_product_attention: {msg}")
             key, value = key.repeat_interleave(heads // kv, -3), value.repeat_interleave(heads // kv, -3)
         scores = self @ key.transpose(-2, -1) / math.sqrt(int(self.shape[-1]))
+        if is_causal and attn_mask is not None:
+            raise ArgumentError("scaled_dot_product_attention: attn_mask cannot be given with is_causal=True")
         if is_causal:
             causal = type(self).ones(int(self.shape[-2]), int(key.shape[-2]), dtype=dtypes.bool, device=self.device)
             scores = causal.tril().where(scores, -math.inf)
@@ -120,16 +123,22 @@ class NNMixin(ConvMixin):
         return scores.softmax(-1).dropout(dropout_p) @ value
 
     def interpolate(self: Tensor, size: tuple[int, ...], mode: str = "linear", align_corners: bool = False) -> Tensor:
-        """Resize the last len(size) dims ("nearest", "nearest-exact" or "linear", one dim at a time)."""
+        """Resize the last len(size) dims ("nearest", "nearest-exact" or "linear", one dim at a time); the result
+        has the input's dtype (ints computed in float and cast back; uint8 lerps in fixed point, as tinygrad).
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor([[0.0, 2.0]]).interpolate((3,), align_corners=True).tolist()
+        [[0.0, 1.0, 2.0]]
+        """
         if mode not in ("nearest", "nearest-exact", "linear"):
             raise ValueError(f"interpolate: mode must be 'nearest', 'nearest-exact' or 'linear', got {mode!r}")
         if len(size) > self.ndim:
             raise ValueError(f"interpolate: size {size} has more dims than the input shape {self.shape}")
         x = self
-        for j, out in enumerate(size):
+        for j, out in reversed(list(enumerate(size))):  # the last dim first, as tinygrad (uint8 rounds per dim)
             ax = self.ndim - len(size) + j
             x = x._resize_axis(ax, int(out), mode, align_corners)
-        return x
+        return x if x.dtype == self.dtype else x.cast(self.dtype)
 
     def _resize_axis(self: Tensor, ax: int, out: int, mode: str, align_corners: bool) -> Tensor:
         import numpy as np
@@ -147,6 +156,10 @@ class NNMixin(ConvMixin):
         lo = np.minimum(np.floor(pos).astype(int), n - 1)
         hi = np.minimum(lo + 1, n - 1)
         w = (pos - lo).astype(np.float32).reshape((out,) + (1,) * (self.ndim - ax - 1))
+        if self.dtype == dtypes.uint8:  # fixed-point lerp, uint8 in and out (tinygrad's, PyTorch's rounding)
+            lo_u8 = self[(slice(None),) * ax + (lo.tolist(),)]
+            hi_u8 = self[(slice(None),) * ax + (hi.tolist(),)]
+            return lo_u8.lerp(hi_u8, type(self)(w, device=self.device)._broadcast_to(lo_u8.shape))
         x = self._float()
         x_lo = x[(slice(None),) * ax + (lo.tolist(),)]
         x_hi = x[(slice(None),) * ax + (hi.tolist(),)]
@@ -160,6 +173,10 @@ class NNMixin(ConvMixin):
             raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
         classes = int(self.shape[1]) if self.ndim > 1 else int(self.shape[0])
         cls_axis = 1 if self.ndim > 1 else 0
+        want = self.shape if Y.ndim == self.ndim else self.shape[:cls_axis] + self.shape[cls_axis + 1 :]
+        if Y.shape != want:
+            kind = "probabilities" if Y.ndim == self.ndim else "class indices"
+            raise ShapeError(f"cross_entropy: {kind} of shape {Y.shape} for logits {self.shape}: expected {want}")
         if Y.ndim < self.ndim:
             Y = Y.one_hot(classes).cast(self._float().dtype)
             Y = Y.permute((0, Y.ndim - 1, *range(1, Y.ndim - 1))) if Y.ndim > 2 else Y
