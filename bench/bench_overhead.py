@@ -11,6 +11,9 @@ Figures (one JSON line each, {"bench", "impl", "value", "unit", "params"}):
   cache, `warm` in a second process sharing the first one's cache
 - jit_replay: a TinyJit of KERNELS tiny kernels replayed, us per kernel (torch: one eager op)
 
+`ROWS=tiny_realize,jit_replay` runs only those rows (import, tiny_realize, jit_replay, mnist_first_step), for
+iterating; report figures from a full run.
+
 Run: `uv run python bench/bench_overhead.py`. torch and tinygrad are never dependencies: to compare, run it
 with an interpreter that has them and tg's sources on the path, e.g.
 `PYTHONPATH=$(ls -d packages/*/src | paste -sd:) /work/venv-peers/bin/python bench/bench_overhead.py`.
@@ -33,6 +36,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 KERNELS = int(os.getenv("KERNELS", "50"))
 IMPORT_RUNS = int(os.getenv("IMPORT_RUNS", "7"))
 REALIZES = int(os.getenv("REALIZES", "500"))
+# ROWS=tiny_realize,jit_replay runs only those figures (while iterating); the figures to report come from a full run
+ROWS = {r for r in os.getenv("ROWS", "").split(",") if r}
 
 
 def emit(bench: str, impl: str, value: float, unit: str, **params: Any) -> None:
@@ -286,11 +291,15 @@ def peer(fn: Callable[[], None]) -> None:
 
 def main() -> None:
     os.environ.setdefault("DEV", "CPU")  # tinygrad would pick an OpenCL CPU driver first; tg's default here
-    bench_import()
-    tiny_realize_tg()
-    peer(tiny_realize_peers)
-    bench_jit_replay()
-    bench_first_step()
+    for row, fns in (
+        ("import", (bench_import,)),
+        ("tiny_realize", (tiny_realize_tg, lambda: peer(tiny_realize_peers))),
+        ("jit_replay", (bench_jit_replay,)),
+        ("mnist_first_step", (bench_first_step,)),
+    ):
+        if not ROWS or row in ROWS:
+            for fn in fns:
+                fn()
 
 
 if __name__ == "__main__":

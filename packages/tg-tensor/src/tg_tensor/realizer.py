@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from tg_runtime.device import Buffer
 from tg_runtime.runner import compile_all, get_runner, run_copy
 from tg_tensor.collective import run_collective
+from tg_tensor.live import LiveTensors
 from tg_tensor.symbolic import unbind_ast
 from tg_uop import Ops, UOp
 from tg_uop.helpers import DEBUG, GlobalCounters, LRUCache, getenv
@@ -102,8 +103,9 @@ class Realizer:
         # items handed out by schedule() that have not run yet, oldest first (and their ids)
         self.pending: deque[ScheduleItem] = deque()
         self._queued: set[int] = set()
-        # every live Tensor: the possible readers of an overwritten version; those that asked for gradients
-        self.live_tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
+        # every live Tensor (the possible readers of an overwritten version), indexed by its node; those that
+        # asked for gradients
+        self.live_tensors = LiveTensors()
         self.grad_tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
         # node -> (inputs, rule): gradients given by a function instead of the node's op (gradient.custom_gradient)
         self.custom_grads: weakref.WeakKeyDictionary[UOp, tuple[tuple[UOp, ...], Any]] = weakref.WeakKeyDictionary()
@@ -205,20 +207,17 @@ class Realizer:
         """
         # (not CONTIGUOUS: `Tensor.zeros(3).contiguous()` asks for a buffer of its own, to assign into)
         done = {
-            id(old): t
-            for old, t in zip(before, tensors)
-            if old.op not in (Ops.ASSIGN, Ops.CONTIGUOUS) and old is not t.uop
+            old: t for old, t in zip(before, tensors) if old.op not in (Ops.ASSIGN, Ops.CONTIGUOUS) and old is not t.uop
         }
         if not done:
             return
         scheduled = {id(t) for t in tensors}
-        refs = list(self.live_tensors.data)  # type: ignore[attr-defined]  # (the weakrefs: cheaper than the set)
-        for ref in refs:  # O(live tensors) per realize, as tinygrad's walk of all tensors
-            other = ref()
-            if other is not None and (t := done.get(id(other.uop))) is not None and id(other) not in scheduled:
-                other._lazy = t._lazy if t._lazy is not None else other._lazy
-                other.uop = t.uop
-                self.shared[id(other)] = other
+        for old, t in done.items():  # only the holders of a computed node are visited (not every live tensor)
+            for other in self.live_tensors.holders(old):
+                if id(other) not in scheduled:
+                    other._lazy = t._lazy if t._lazy is not None else other._lazy
+                    other.uop = t.uop
+                    self.shared[id(other)] = other
 
     def unqueue(self, item: ScheduleItem | None = None) -> None:
         """Take `item` (every item when None) off the queue without running it."""

@@ -142,7 +142,7 @@ class Tensor(
 
     no_grad: ClassVar[bool] = False
 
-    __slots__ = ("uop", "_requires_grad", "grad", "_lazy", "__weakref__")
+    __slots__ = ("_uop", "_live", "_requires_grad", "grad", "_lazy", "__weakref__")
 
     def __init__(
         self,
@@ -156,11 +156,12 @@ class Tensor(
         self._requires_grad: bool | None = None
         self.grad: Tensor | None = None
         self._lazy: UOp | None = None  # the graph this tensor had before it was realized (for autograd)
-        self.uop: UOp = self._make_uop(data, dtype, dev)
-        if self.uop.device is None:
+        uop = self._uop = self._make_uop(data, dtype, dev)
+        if uop.device is None:
             raise ValueError("Tensor: the data has no device")
-        self.requires_grad = requires_grad
-        current().live_tensors.add(self)
+        self._live = current().live_tensors.add(self, uop)  # (filed under its node: see `uop`'s setter)
+        if requires_grad is not None:
+            self.requires_grad = requires_grad
 
     @staticmethod
     def _make_uop(data: TensorLike, dtype: DType | None, dev: str) -> UOp:
@@ -192,6 +193,16 @@ class Tensor(
         raise TypeError(f"Tensor: cannot build a tensor from {type(data).__name__}")
 
     # ---- properties ----
+    @property
+    def uop(self) -> UOp:
+        """The node this tensor stands for: a lazy graph, or a view of its realized buffer."""
+        return self._uop
+
+    @uop.setter
+    def uop(self, node: UOp) -> None:
+        self._uop = node
+        self._live.owner.moved(self._live, node)  # the live-tensor index follows the tensor
+
     @property
     def requires_grad(self) -> bool | None:
         """True: backward() fills `.grad`. None (the default): only if an optimizer asks. False: never."""
