@@ -54,3 +54,88 @@ def test_dead_tensors_leave_the_live_index() -> None:
         assert r.live_tensors.holders(node) == []
         assert sum(1 for _ in r.live_tensors) == len(r.live_tensors)
     assert current() is not r
+
+
+def _f32(*shape: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def test_cached_schedules_bind_each_graphs_own_buffers(device: str) -> None:
+    xs = [_f32(4, seed=i) for i in range(4)]
+    outs = [(Tensor(x, device=device) * 2.5 - 1).realize() for x in xs]  # one structure: cached after the first
+    for x, out in zip(xs, outs):  # every result kept its own buffer (no replay wrote an earlier output)
+        np.testing.assert_allclose(out.numpy(), x * 2.5 - 1, rtol=1e-6)
+
+
+def test_constants_dtypes_shapes_and_devices_are_part_of_the_structure(device: str) -> None:
+    x = _f32(4)
+    t = Tensor(x, device=device)
+    for c in (2.5, 3.5, 0.0, -0.0, float("inf")):
+        with np.errstate(all="ignore"):
+            np.testing.assert_equal((1 / (t * c)).numpy(), (1 / (x * np.float32(c))).astype(np.float32))
+    ints = np.arange(4, dtype=np.int32)
+    np.testing.assert_equal((Tensor(ints, device=device) * 3).numpy(), ints * 3)
+    np.testing.assert_allclose((Tensor(x.reshape(2, 2), device=device) * 3).numpy(), x.reshape(2, 2) * 3, rtol=1e-6)
+    y = _f32(5, seed=3)
+    np.testing.assert_allclose((Tensor(y, device=device) * 3).numpy(), y * 3, rtol=1e-6)
+    if device != "PYTHON":
+        np.testing.assert_allclose((Tensor(x, device="PYTHON") * 3).numpy(), x * 3, rtol=1e-6)
+
+
+def test_which_leaf_goes_where_is_part_of_the_structure(device: str) -> None:
+    a, b, c = (_f32(4, seed=s) for s in range(3))
+    ta, tb, tc = (Tensor(v, device=device) for v in (a, b, c))
+    cases = [
+        (lambda: (ta - tb) * (ta - tc), (a - b) * (a - c)),
+        (lambda: (ta - tb) * (tc - ta), (a - b) * (c - a)),
+        (lambda: (tb - ta) * (ta - tc), (b - a) * (a - c)),
+        (lambda: (ta - ta) * (tb - tc), (a - a) * (b - c)),
+        (lambda: (ta - tb) * (ta - tb), (a - b) * (a - b)),
+    ]
+    for _ in range(2):  # the second round replays every schedule
+        for build, want in cases:
+            np.testing.assert_allclose(build().numpy(), want, rtol=1e-5)
+
+
+def test_views_of_realized_buffers_in_a_cached_structure(device: str) -> None:
+    for seed in range(3):
+        x = _f32(4, 6, seed=seed)
+        t = Tensor(x, device=device).realize()
+        got = (t.permute(1, 0)[1:4].reshape(3, 2, 2) + t[0:2].reshape(3, 2, 2).flip(0)).numpy()
+        np.testing.assert_allclose(got, x.T[1:4].reshape(3, 2, 2) + x[0:2].reshape(3, 2, 2)[::-1], rtol=1e-6)
+
+
+def test_a_replayed_structure_reads_the_values_after_an_assign(device: str) -> None:
+    w = Tensor(np.array([1.0, 2.0, 3.0], np.float32), device=device).realize()
+    before = w * 2  # built before the write: keeps the old values
+    np.testing.assert_equal((w * 2).numpy(), [2.0, 4.0, 6.0])  # caches `w * 2`'s structure
+    w.assign(Tensor(np.array([10.0, 20.0, 30.0], np.float32), device=device)).realize()
+    np.testing.assert_equal((w * 2).numpy(), [20.0, 40.0, 60.0])  # the same structure, the new version
+    np.testing.assert_equal(before.numpy(), [2.0, 4.0, 6.0])
+    w += 1
+    np.testing.assert_equal((w * 2).numpy(), [22.0, 42.0, 62.0])
+
+
+def test_a_node_realized_after_its_structure_was_cached_is_read_from_its_buffer() -> None:
+    t = Tensor(_f32(4)).realize()
+    m = t * 2
+    lazy = m.uop
+    first = (Tensor(lazy) + 1).realize()  # caches the structure `t * 2 + 1`: one kernel from t
+    m.realize()
+    items = (Tensor(lazy) + 1).schedule()  # m's node is realized now: the kernel loads m's buffer
+    assert len(items) == 1 and any(b is current().buffers[m.uop.base] for b in items[0].bufs)
+    current().run(items)
+    np.testing.assert_allclose(first.numpy(), t.numpy() * 2 + 1, rtol=1e-6)
+
+
+def test_a_cached_structure_never_revives_a_buffer_a_failed_realize_left_unwritten() -> None:
+    bad = Tensor(_f32(4)).realize()
+    current().failed[bad.uop.base] = "a test marks it failed"
+    try:
+        (Tensor(_f32(4, seed=1)) * 3).realize()  # the structure is cached with a healthy buffer
+        import pytest
+
+        with pytest.raises(RuntimeError, match="never computed"):
+            (bad * 3).realize()
+    finally:
+        del current().failed[bad.uop.base]

@@ -198,6 +198,10 @@ class DeviceGraph(Protocol):
     def update(self, i: int, bufs: list[Any], vals: tuple[int, ...] | None = None) -> None: ...
 
 
+# plain device names seen -> their canonical names (canonicalize is called for every Buffer and launch)
+_CANONICAL: dict[str, str] = {}
+
+
 class _DeviceRegistry:
     """`Device["CPU"]` opens (once) and returns a device; `Device.DEFAULT` is the default device's name."""
 
@@ -217,13 +221,18 @@ class _DeviceRegistry:
     @staticmethod
     def canonicalize(name: str | tuple[str, ...] | list[str]) -> str:
         """The canonical name: `cpu` -> `CPU`, `CUDA:0` -> `CUDA`; several devices give a DeviceSet."""
+        if type(name) is str and (known := _CANONICAL.get(name)) is not None:  # (every Buffer and launch asks)
+            return known
         if isinstance(name, (tuple, list)) or (isinstance(name, str) and "," in name):
             return DeviceSet(name)
         if not isinstance(name, str) or not name:
             raise ValueError(f"device name must be a non-empty string, got {name!r}")
         base, _, idx = name.partition(":")
         base = base.upper()
-        return base if idx in ("", "0") else f"{base}:{idx}"
+        out = base if idx in ("", "0") else f"{base}:{idx}"
+        if type(name) is str and len(_CANONICAL) < 4096:
+            _CANONICAL[name] = out
+        return out
 
     def register(self, name: str, factory: Callable[[str], Compiled]) -> None:
         """Add a device without editing tg: `factory(name)` builds its Compiled object."""
@@ -233,6 +242,8 @@ class _DeviceRegistry:
         return sorted(set(self._builtin) | set(self._factories) | set(_entry_point_devices()))
 
     def __getitem__(self, name: str) -> Compiled:
+        if (dev := self._opened.get(name)) is not None:  # (a canonical name of an open device: the usual case)
+            return dev
         key = self.canonicalize(name)
         if isinstance(key, DeviceSet):
             names = ", ".join(key.devices)

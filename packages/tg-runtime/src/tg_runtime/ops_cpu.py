@@ -313,10 +313,14 @@ class CPUProgram:
         vals: tuple[int, ...] = (),
         wait: bool = False,
     ) -> float | None:
-        args = [ctypes.cast(b, ctypes.c_void_p) for b in bufs] + [ctypes.c_int(v) for v in vals]
+        # (a ctypes array is passed as a pointer to its first byte: no cast per buffer)
+        args = (*bufs, *[ctypes.c_int(v) for v in vals]) if vals else bufs
+        if not wait:
+            self.fxn(*args)
+            return None
         st = time.perf_counter()
         self.fxn(*args)
-        return time.perf_counter() - st if wait else None
+        return time.perf_counter() - st
 
     def bind(
         self,

@@ -53,6 +53,11 @@ class ElementwiseMixin:
         return type(self)(other, device=self.device)
 
     def _broadcasted(self: Tensor, other: TensorLike, reverse: bool = False) -> tuple[Tensor, Tensor]:
+        if type(other) in (float, int, bool) and scalar_dtype(self.dtype, other) == self.dtype:  # (`t * 2.5`)
+            shape = self.shape  # the constant, viewed at self's shape: one tensor built, not three
+            c = const_uop(other, self.dtype, self.device)
+            y = type(self)(c.reshape((1,) * len(shape)).expand(shape) if shape else c)
+            return (y, self) if reverse else (self, y)
         x, y = self, self._to_tensor(other)
         _same_device(x, y)
         if x.dtype != y.dtype:

@@ -81,6 +81,14 @@ class ScheduleItem:
         self.ast, found = unbind_ast(self.ast, self.var_vals)  # the AST never holds a value: one kernel per value
         self.var_vals.update(found)
 
+    @classmethod
+    def replayed(cls, ast: UOp, bufs: list[Buffer], var_vals: dict[UOp, int]) -> ScheduleItem:
+        """An item of a cached schedule: `ast` was unbound when it was first scheduled (no walk of it again)."""
+        item = cls.__new__(cls)
+        item.ast, item.bufs, item.outputs, item.writes, item.also_writes = ast, bufs, 1, None, ()
+        item.reads, item.in_place, item.consts, item.var_vals = (), False, (), var_vals
+        return item
+
 
 class StaleReadError(RuntimeError):
     """A graph reads a tensor version that an in-place assign has overwritten."""

@@ -17,16 +17,18 @@ Each of these is discovered while building the kernel; the offending node is the
 from __future__ import annotations
 
 import itertools
+import weakref
 from dataclasses import dataclass, field
 
 from tg_runtime.device import Buffer
 from tg_shape import ShapeTracker
 from tg_tensor.lift_consts import lift_changing_consts
-from tg_tensor.realizer import ScheduleItem, current
+from tg_tensor.realizer import Realizer, ScheduleItem, current
 from tg_tensor.split_reduce import compares_with_arange, split_reduces
 from tg_tensor.symbolic import max_size
 from tg_uop import GroupOp, Ops, UOp, dtypes
 from tg_uop.helpers import prod
+from tg_uop.structure import merge_leaves, structure
 from tg_uop.uop import arg_key
 
 Movement = tuple[tuple[Ops, object], ...]
@@ -398,7 +400,10 @@ INPUT, OUTPUT, FIXED = 0, 1, 2  # (the recipes are cached by graph structure in 
 
 def _structure(roots: list[UOp]) -> tuple[tuple[object, ...], list[UOp]]:
     """A key of the graph's structure (buffers by position) and its leaf BUFFER nodes, after realized nodes."""
-    resolve = current().resolve
+    rz = current()
+    if (fast := _lazy_structure(rz, roots)) is not None:
+        return fast
+    resolve = rz.resolve
     ids: dict[UOp, int] = {}
     leaves: list[UOp] = []
     leaf_of: dict[UOp, int] = {}
@@ -425,6 +430,26 @@ def _structure(roots: list[UOp]) -> tuple[tuple[object, ...], list[UOp]]:
                 stack.extend((s, False) for s in r.src if s not in ids)
         key.append(("ROOT", ids[root]))
     return tuple(key), leaves
+
+
+def _lazy_structure(rz: Realizer, roots: list[UOp]) -> tuple[tuple[object, ...], list[UOp]] | None:
+    """The structure key from per-node memos (tg_uop.structure), when no node of the graph was realized before
+    (a realized node would be a leaf: then None, and the graph is walked). Only new nodes cost work."""
+    realized = rz.realized.data  # type: ignore[attr-defined]  # (the weakref-keyed dict: no method call per node)
+    sids: list[int] = []
+    leaves: list[UOp] = []
+    index: dict[UOp, int] = {}
+    maps: list[tuple[int, ...]] = []
+    for root in roots:
+        if realized and any(weakref.ref(n) in realized for n in root.toposort):
+            return None
+        sid, root_leaves = structure(root)
+        sids.append(sid)
+        maps.append(merge_leaves(root_leaves, leaves, index))
+    if rz.failed or rz.stale:
+        for leaf in leaves:
+            check_not_stale(leaf)
+    return ("LAZY", tuple(sids), tuple(maps)), leaves
 
 
 def _record(items: list[ScheduleItem], leaves: list[UOp], becomes: list[UOp]) -> _Recipe | None:
@@ -467,7 +492,7 @@ def _replay(recipe: _Recipe, leaves: list[UOp]) -> tuple[list[ScheduleItem], lis
     new = [UOp.new_buffer(dev, size, dt) for dev, size, dt in recipe.outs]  # type: ignore[arg-type]
     pick = ([buffer_of(leaf) for leaf in leaves], [buffer_of(b) for b in new], recipe.fixed)
     items = [
-        ScheduleItem(ast, [pick[kind][i] for kind, i in refs], var_vals=dict(vals)) for ast, refs, vals in recipe.items
+        ScheduleItem.replayed(ast, [pick[kind][i] for kind, i in refs], dict(vals)) for ast, refs, vals in recipe.items
     ]
     return items, [new[i].reshape(shape) for i, shape in recipe.roots]
 

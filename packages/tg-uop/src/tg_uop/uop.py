@@ -10,13 +10,12 @@ True
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 import struct
 import weakref
-from collections.abc import Iterator, Mapping
-from typing import Any, ClassVar
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, ClassVar, Generic, TypeVar, overload
 
 from tg_uop.alu import PYTHON_ALU, bitcast_const, cast_const, exec_alu
 from tg_uop.bounds import bounds
@@ -27,6 +26,7 @@ from tg_uop.shapes import uop_shape
 
 __all__ = ["PYTHON_ALU", "UOp", "arg_key", "bitcast_const", "cast_const", "exec_alu", "pretty", "sint"]
 
+_T = TypeVar("_T")
 sint = int | Any  # an int or a symbolic UOp (Any keeps mypy from demanding casts everywhere)
 
 
@@ -41,6 +41,29 @@ def arg_key(arg: Any) -> Any:
     if isinstance(arg, tuple):
         return tuple(arg_key(a) for a in arg)
     return (type(arg), arg)
+
+
+class cached(Generic[_T]):  # noqa: N801  (spelled like the decorator it replaces)
+    """functools.cached_property without its lock (3.11 takes an RLock on every first access, a large share of
+    building a small graph): the value is computed once and stored in the node's __dict__, where later reads
+    find it without calling this descriptor. A race computes it twice, to the same value."""
+
+    def __init__(self, fn: Callable[[Any], _T]) -> None:
+        self.fn, self.name = fn, fn.__name__
+        self.__doc__ = fn.__doc__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> cached[_T]: ...
+    @overload
+    def __get__(self, obj: object, owner: type | None = None) -> _T: ...
+    def __get__(self, obj: object, owner: type | None = None) -> _T | cached[_T]:
+        if obj is None:
+            return self
+        value = obj.__dict__[self.name] = self.fn(obj)
+        return value
 
 
 class Toposort(Mapping["UOp", None]):
@@ -141,7 +164,7 @@ class UOp(metaclass=UOpMetaClass):
         """Every node reachable from this one, sources before users (an ordered set); this node last."""
         return Toposort(self._ancestors, self)
 
-    @functools.cached_property
+    @cached
     def _ancestors(self) -> dict[UOp, None]:
         """toposort without this node. Cached without it: a cache holding the node itself would be a reference
         cycle, so a dead graph (and the buffers its BUFFER nodes own) would live until the cyclic GC ran."""
@@ -353,7 +376,7 @@ class UOp(metaclass=UOpMetaClass):
         return UOp(Ops.GEP, self.dtype.scalar().vec(len(idx)), (self,), idx)
 
     # ---- range analysis ----
-    @functools.cached_property
+    @cached
     def _min_max(self) -> tuple[ConstType, ConstType]:
         return bounds(self)
 
@@ -399,7 +422,7 @@ class UOp(metaclass=UOpMetaClass):
         """A fresh, distinct BUFFER node of `size` elements on `device`."""
         return UOp(Ops.BUFFER, dtype, (UOp(Ops.DEVICE, arg=device),), (next(_buffer_ids), size))
 
-    @functools.cached_property
+    @cached
     def shape(self) -> tuple[sint, ...] | None:
         """The shape of a tensor-level or kernel-level node (None where shapes do not apply)."""
         return uop_shape(self)
@@ -410,7 +433,7 @@ class UOp(metaclass=UOpMetaClass):
             raise TypeError(f"{self.op} has no shape")
         return prod(self.shape)
 
-    @functools.cached_property
+    @cached
     def device(self) -> str | None:
         """The device a tensor-level node lives on."""
         if self.op is Ops.DEVICE:

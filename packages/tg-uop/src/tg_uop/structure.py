@@ -1,0 +1,79 @@
+"""The structure of a graph up to which buffers it reads: one small int per shape of graph, memoized per node.
+
+Two graphs have one structure id when they differ only in their BUFFER leaves, read them in the same pattern
+(the same buffer reached twice is one leaf, so `a * a` and `a * b` differ), and agree on everything else:
+ops, dtypes, args (-0.0 apart from 0.0, NaN equal to NaN) and each leaf's dtype, size and device. A cache
+keyed by the id (the scheduler's, say) binds a new graph's buffers by position: `structure(node)[1]`.
+
+Nodes are immutable and hash-consed, so the result is cached on the node: a graph built on nodes seen before
+costs only its new nodes. Ids are never reused (a full table is dropped, and then only costs misses).
+
+>>> from tg_uop import UOp, Ops, dtypes
+>>> a, b = (UOp.new_buffer("CPU", 4, dtypes.float) for _ in range(2))
+>>> structure(a + b)[0] == structure(b + a)[0], structure(a + b)[0] == structure(a + a)[0]
+(True, False)
+>>> structure(a + b)[1] == (a, b)
+True
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from tg_uop.ops import Ops
+from tg_uop.uop import UOp, arg_key
+
+_ids: dict[tuple[object, ...], int] = {}  # structure key -> id (the interning table)
+_counter = itertools.count()
+IDS_MAX = 1 << 17
+_ATTR = "_structure"  # where a node keeps its (id, leaves) in its __dict__
+
+
+def structure(node: UOp) -> tuple[int, tuple[UOp, ...]]:
+    """(structure id, the BUFFER leaves in order of first use) of the graph under `node`."""
+    if node.op is Ops.BUFFER:
+        return _leaf(node)
+    if (hit := node.__dict__.get(_ATTR)) is not None:
+        return hit  # type: ignore[no-any-return]
+    stack = [node]
+    while stack:  # children first, without recursion (graphs may be deep)
+        n = stack[-1]
+        if _ATTR in n.__dict__:
+            stack.pop()
+            continue
+        todo = [s for s in n.src if s.op is not Ops.BUFFER and _ATTR not in s.__dict__]
+        if todo:
+            stack.extend(todo)
+            continue
+        stack.pop()
+        parts = [_leaf(s) if s.op is Ops.BUFFER else s.__dict__[_ATTR] for s in n.src]
+        leaves: list[UOp] = []
+        index: dict[UOp, int] = {}
+        maps = tuple(merge_leaves(sub, leaves, index) for _, sub in parts)
+        key = (n.op, n.dtype, arg_key(n.arg), tuple(sid for sid, _ in parts), maps)
+        n.__dict__[_ATTR] = (_intern(key), tuple(leaves))  # (a pure function of the immutable node)
+    return node.__dict__[_ATTR]  # type: ignore[no-any-return]
+
+
+def merge_leaves(sub: tuple[UOp, ...], leaves: list[UOp], index: dict[UOp, int]) -> tuple[int, ...]:
+    """Append the new ones of `sub` to `leaves` (`index` maps each leaf to its position); each one's position."""
+    out = []
+    for leaf in sub:
+        if (i := index.get(leaf)) is None:
+            i = index[leaf] = len(leaves)
+            leaves.append(leaf)
+        out.append(i)
+    return tuple(out)
+
+
+def _leaf(buf: UOp) -> tuple[int, tuple[UOp, ...]]:
+    # (never cached on the node: the cached value would hold the node itself, a cycle only the GC frees)
+    return _intern(("BUF", buf.dtype, buf.arg[1], buf.src[0].arg if buf.src else None)), (buf,)
+
+
+def _intern(key: tuple[object, ...]) -> int:
+    if (sid := _ids.get(key)) is None:
+        if len(_ids) >= IDS_MAX:
+            _ids.clear()
+        sid = _ids[key] = next(_counter)
+    return sid
