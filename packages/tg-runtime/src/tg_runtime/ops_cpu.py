@@ -313,8 +313,9 @@ class CPUProgram:
         vals: tuple[int, ...] = (),
         wait: bool = False,
     ) -> float | None:
-        # (a ctypes array is passed as a pointer to its first byte: no cast per buffer)
-        args = (*bufs, *[ctypes.c_int(v) for v in vals]) if vals else bufs
+        # a ctypes array (the allocator's buffers) is passed as a pointer to its first byte, without a cast
+        args: list[Any] = [b if isinstance(b, ctypes.Array) else ctypes.cast(b, ctypes.c_void_p) for b in bufs]
+        args += [ctypes.c_int(v) for v in vals]
         if not wait:
             self.fxn(*args)
             return None

@@ -59,6 +59,8 @@ class ElementwiseMixin:
             y = type(self)(c.reshape((1,) * len(shape)).expand(shape) if shape else c)
             return (y, self) if reverse else (self, y)
         x, y = self, self._to_tensor(other)
+        if x.uop.shape == y.uop.shape and x.dtype == y.dtype and x.device == y.device:
+            return (y, x) if reverse else (x, y)  # (nothing to broadcast or cast)
         _same_device(x, y)
         if x.dtype != y.dtype:
             out = dtypes.least_upper(x.dtype, y.dtype)

@@ -100,7 +100,13 @@ class UOpMetaClass(type):
 
     def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
         t = type(arg)
-        key = (op, dtype, src, (t, arg) if t is int or t is str or t is bool or arg is None else arg_key(arg))
+        if t is int or t is str or t is bool or arg is None:
+            akey: Any = (t, arg)
+        elif t is tuple and all(type(a) is int for a in arg):  # a shape or an axis order: the common tuple
+            akey = (tuple, arg)  # (ints compare as themselves; no other arg_key starts with `tuple`)
+        else:
+            akey = arg_key(arg)
+        key = (op, dtype, src, akey)
         ref = UOpMetaClass.ucache.get(key)
         if ref is not None and (live := ref()) is not None:
             return live
