@@ -51,22 +51,26 @@ class CompiledRunner:
         return [b.opaque for b in bufs]
 
     def __call__(self, bufs: list[Buffer], var_vals: dict[UOp, int] | None = None, wait: bool = False) -> float | None:
-        vals = tuple((var_vals or {})[v] for v in self.spec.vars)
+        spec, profiling, debug = self.spec, TRACE.profiling, DEBUG.value >= 2
+        vals = tuple((var_vals or {})[v] for v in spec.vars) if spec.vars else ()
         opaque = self.launch_args(bufs)
-        timed = wait or DEBUG >= 2 or TRACE.profiling
-        start_us = TRACE.now_us() if TRACE.profiling else 0.0
+        start_us = TRACE.now_us() if profiling else 0.0
         et = self.program(
-            *opaque, global_size=self.spec.global_size, local_size=self.spec.local_size, vals=vals, wait=timed
+            *opaque,
+            global_size=spec.global_size,
+            local_size=spec.local_size,
+            vals=vals,
+            wait=wait or debug or profiling,
         )
-        if TRACE.profiling:
+        if profiling:
             self._record_launch(start_us, et or 0.0)
         GlobalCounters.kernel_count += 1
-        GlobalCounters.global_ops += self.spec.estimated_ops
-        GlobalCounters.global_mem += self.spec.estimated_mem
+        GlobalCounters.global_ops += spec.estimated_ops
+        GlobalCounters.global_mem += spec.estimated_mem
         if et is not None:
             GlobalCounters.time_sum_s += et
-        if DEBUG >= 2:
-            print(debug_line(self.spec, bufs, et or 0.0))
+        if debug:
+            print(debug_line(spec, bufs, et or 0.0))
         return et
 
     def _record_launch(self, start_us: float, et: float) -> None:

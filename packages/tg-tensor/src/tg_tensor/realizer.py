@@ -33,6 +33,7 @@ buffers are registered in the one they were made in).
 
 from __future__ import annotations
 
+import functools
 import time
 import weakref
 from collections import deque
@@ -48,7 +49,7 @@ from tg_tensor.live import LiveTensors
 from tg_tensor.symbolic import unbind_ast
 from tg_uop import Ops, UOp
 from tg_uop.helpers import DEBUG, GlobalCounters, LRUCache, getenv
-from tg_uop.trace import TRACE
+from tg_uop.trace import GRAPH, TRACE
 from tg_uop.uop import sint
 
 if TYPE_CHECKING:
@@ -169,19 +170,16 @@ class Realizer:
         A tensor that is only a reshape of a lazy node realizes that node (so `x.mean()` and the
         mean inside `x.std()` share one kernel).
         """
-        from tg_tensor import multi
-        from tg_tensor.inplace import protect_old_values
-        from tg_tensor.ordering import order_items
-        from tg_tensor.schedule import create_schedule
-        from tg_tensor.visibility import on_schedule
-
-        if multi.needs_lowering(list(tensors)):  # some live on several devices: every device's graph is scheduled
-            return multi.schedule_multi(list(tensors))  # (it schedules the per-device graphs through here)
+        steps = _steps()
+        if steps.needs_lowering(list(tensors)):  # some live on several devices: every device's graph is scheduled
+            return steps.schedule_multi(list(tensors))  # (it schedules the per-device graphs through here)
         roots = [_strip_reshapes(t.uop) for t in tensors]
         start_us = TRACE.now_us()
-        items, becomes = create_schedule([r for r, _ in roots])  # create
-        on_schedule([t.uop for t in tensors], [it.ast for it in items], start_us)
+        items, becomes = steps.create_schedule([r for r, _ in roots])  # create
+        if TRACE.active or TRACE.profiling or GRAPH.value:
+            steps.on_schedule([t.uop for t in tensors], [it.ast for it in items], start_us)
         self._point_at_results(tensors, roots, becomes)
+        protect_old_values, order_items = steps.protect_old_values, steps.order_items
         items, finish = protect_old_values(items)  # protect
         items = order_items(items)  # order
         finish()
@@ -195,16 +193,18 @@ class Realizer:
         from tg_tensor.util import is_contiguous_buffer
 
         grad_nodes: set[UOp] = set()
-        if not type(tensors[0]).no_grad:
+        if not type(tensors[0]).no_grad and self.grad_tensors:
             for g in list(self.grad_tensors):
                 grad_nodes.update(n for n in (g.uop, g._lazy) if n is not None)
         before = [t.uop for t in tensors]
         for t, (root, shape) in zip(tensors, roots):
             # keep the pre-realize graph only where autograd may still need it: it keeps every
             # intermediate buffer of that graph alive (and so out of TinyJit's memory planner)
-            if root.op is not Ops.ASSIGN and not is_contiguous_buffer(t.uop) and _reads_any(t.uop, grad_nodes):
-                t._lazy = t.uop
-            t.uop = becomes[root].reshape(shape)
+            if grad_nodes and root.op is not Ops.ASSIGN and not is_contiguous_buffer(t.uop):
+                if _reads_any(t.uop, grad_nodes):
+                    t._lazy = t.uop
+            result = becomes[root]
+            t.uop = result if result.shape == shape else result.reshape(shape)
         self._share_results(tensors, before)
 
     def _share_results(self, tensors: Sequence[Tensor], before: list[UOp]) -> None:
@@ -252,7 +252,10 @@ class Realizer:
         """
         st = time.perf_counter()
         kernels = 0
-        compile_all([(it.bufs[0].device, it.ast) for it in items if it.ast.op is Ops.SINK and not writes_nothing(it)])
+        if len(items) > 1:  # (one kernel: nothing to compile in parallel)
+            compile_all(
+                [(it.bufs[0].device, it.ast) for it in items if it.ast.op is Ops.SINK and not writes_nothing(it)]
+            )
         ran: set[int] = set()
         for i, item in enumerate(items):
             if id(item) in ran:
@@ -280,7 +283,8 @@ class Realizer:
             for observe in self.item_observers:
                 observe(item)
             for b in item.bufs:
-                b.ensure_allocated()
+                if not b.is_allocated():
+                    b.ensure_allocated()
             if item.ast.op is Ops.COPY:
                 run_copy(item.bufs[0], item.bufs[1])
                 return 0
@@ -329,6 +333,26 @@ def _strip_reshapes(u: UOp) -> tuple[UOp, tuple[sint, ...]]:
 def _reads_any(graph: UOp, nodes: set[UOp]) -> bool:
     """Does `graph` contain one of `nodes`?"""
     return bool(nodes) and any(n in nodes for n in graph.toposort)
+
+
+class _Steps:
+    """The stages of `Realizer.schedule`, from modules that import this one (found once, not per realize)."""
+
+    def __init__(self) -> None:
+        from tg_tensor import multi
+        from tg_tensor.inplace import protect_old_values
+        from tg_tensor.ordering import order_items
+        from tg_tensor.schedule import create_schedule
+        from tg_tensor.visibility import on_schedule
+
+        self.needs_lowering, self.schedule_multi = multi.needs_lowering, multi.schedule_multi
+        self.protect_old_values, self.order_items = protect_old_values, order_items
+        self.create_schedule, self.on_schedule = create_schedule, on_schedule
+
+
+@functools.cache
+def _steps() -> _Steps:
+    return _Steps()
 
 
 _CURRENT = Realizer()  # the Realizer every Tensor uses (swapped only by `fresh`)

@@ -489,12 +489,23 @@ def _record(items: list[ScheduleItem], leaves: list[UOp], becomes: list[UOp]) ->
 
 
 def _replay(recipe: _Recipe, leaves: list[UOp]) -> tuple[list[ScheduleItem], list[UOp]]:
+    rz = current()
+    known = rz.buffers.data  # type: ignore[attr-defined]  # (weakref -> Buffer: no method call per leaf)
+    inputs = [b if (b := known.get(weakref.ref(leaf))) is not None else buffer_of(leaf) for leaf in leaves]
     new = [UOp.new_buffer(dev, size, dt) for dev, size, dt in recipe.outs]  # type: ignore[arg-type]
-    pick = ([buffer_of(leaf) for leaf in leaves], [buffer_of(b) for b in new], recipe.fixed)
+    outputs = [Buffer(dev, size, dt) for dev, size, dt in recipe.outs]  # type: ignore[arg-type]
+    for node, buf in zip(new, outputs):
+        rz.buffers[node] = buf
+    pick = (inputs, outputs, recipe.fixed)
     items = [
         ScheduleItem.replayed(ast, [pick[kind][i] for kind, i in refs], dict(vals)) for ast, refs, vals in recipe.items
     ]
-    return items, [new[i].reshape(shape) for i, shape in recipe.roots]
+    # (the shapes were checked when the recipe was recorded: the views are built without checking them again)
+    views = [
+        new[i] if shape == (new[i].arg[1],) else UOp(Ops.RESHAPE, new[i].dtype, (new[i],), shape)
+        for i, shape in recipe.roots
+    ]
+    return items, views
 
 
 def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:

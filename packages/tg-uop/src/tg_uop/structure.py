@@ -46,13 +46,26 @@ def structure(node: UOp) -> tuple[int, tuple[UOp, ...]]:
             stack.extend(todo)
             continue
         stack.pop()
-        parts = [_leaf(s) if s.op is Ops.BUFFER else s.__dict__[_ATTR] for s in n.src]
-        leaves: list[UOp] = []
-        index: dict[UOp, int] = {}
-        maps = tuple(merge_leaves(sub, leaves, index) for _, sub in parts)
-        key = (n.op, n.dtype, arg_key(n.arg), tuple(sid for sid, _ in parts), maps)
-        n.__dict__[_ATTR] = (_intern(key), tuple(leaves))  # (a pure function of the immutable node)
+        n.__dict__[_ATTR] = _combine(n)  # (a pure function of the immutable node)
     return node.__dict__[_ATTR]  # type: ignore[no-any-return]
+
+
+def _combine(n: UOp) -> tuple[int, tuple[UOp, ...]]:
+    """The structure of `n` from its sources' (computed before)."""
+    arg = n.arg
+    t = type(arg)
+    akey = (t, arg) if t is int or arg is None or (t is tuple and all(type(a) is int for a in arg)) else arg_key(arg)
+    if len(n.src) == 1:  # a movement or unary op: the source's leaves, in the source's order
+        src = n.src[0]
+        sid, leaves = _leaf(src) if src.op is Ops.BUFFER else src.__dict__[_ATTR]
+        return _intern((n.op, n.dtype, akey, sid)), leaves
+    parts = [_leaf(s) if s.op is Ops.BUFFER else s.__dict__[_ATTR] for s in n.src]
+    if all(not sub for _, sub in parts):  # no buffer below (constants, aranges)
+        return _intern((n.op, n.dtype, akey, tuple(sid for sid, _ in parts))), ()
+    out: list[UOp] = []
+    index: dict[UOp, int] = {}
+    maps = tuple(merge_leaves(sub, out, index) for _, sub in parts)
+    return _intern((n.op, n.dtype, akey, tuple(sid for sid, _ in parts), maps)), tuple(out)
 
 
 def merge_leaves(sub: tuple[UOp, ...], leaves: list[UOp], index: dict[UOp, int]) -> tuple[int, ...]:
