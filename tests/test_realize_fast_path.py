@@ -139,3 +139,22 @@ def test_a_cached_structure_never_revives_a_buffer_a_failed_realize_left_unwritt
             (bad * 3).realize()
     finally:
         del current().failed[bad.uop.base]
+
+
+def test_pickled_and_copied_tensors_join_the_live_index() -> None:
+    import copy
+    import pickle
+
+    with fresh() as r:
+        t = Tensor(np.array([1.0, 2.0], np.float32)).realize()
+        lazy = t * 3
+        for other in (pickle.loads(pickle.dumps(lazy)), copy.copy(lazy)):
+            assert other.uop is lazy.uop and other is not lazy
+            assert sum(1 for x in r.live_tensors.holders(lazy.uop) if x is other) == 1
+        again = copy.copy(lazy)
+        lazy.realize()  # every holder of the node now stands for its buffer
+        assert again.uop is lazy.uop
+        np.testing.assert_equal(again.numpy(), np.array([3.0, 6.0], np.float32))
+        again.uop = (t * 5).uop  # the copy moves alone: the original keeps its own entry
+        assert any(x is lazy for x in r.live_tensors.holders(lazy.uop))
+        assert not any(x is again for x in r.live_tensors.holders(lazy.uop))

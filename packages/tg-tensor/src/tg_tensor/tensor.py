@@ -203,6 +203,15 @@ class Tensor(
         self._uop = node
         self._live.owner.moved(self._live, node)  # the live-tensor index follows the tensor
 
+    def __getstate__(self) -> dict[str, Any]:
+        # (pickle and copy.copy: the live-index entry is this object's own, never copied)
+        return {"uop": self._uop, "_requires_grad": self._requires_grad, "grad": self.grad, "_lazy": self._lazy}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._requires_grad, self.grad, self._lazy = state["_requires_grad"], state["grad"], state["_lazy"]
+        self._uop = state["uop"]
+        self._live = current().live_tensors.add(self, self._uop)
+
     @property
     def requires_grad(self) -> bool | None:
         """True: backward() fills `.grad`. None (the default): only if an optimizer asks. False: never."""
