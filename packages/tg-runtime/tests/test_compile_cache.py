@@ -201,3 +201,26 @@ def test_joined_helpers_of_one_name_and_different_bodies_do_not_compile_together
     c = ClangCompiler(args=("-O1",))
     assert [_call(n, lib) for n, lib in zip("ab", c.compile_many(srcs))] == [1.0, 2.0]
     assert c.invocations == 3  # the batch, then each alone
+
+
+def test_assembler_rejecting_native_code_falls_back_to_the_generic_target(cache: Path, tmp_path: Path) -> None:
+    """A compiler newer than its assembler (gcc 13, older binutils: "unsupported masking for `vmovsh'" on an
+    AVX512-FP16 CPU) fails on -march=native code: the kernel is built for the generic target, with one warning."""
+    wrapper = tmp_path / "bin" / "oldas-cc"
+    wrapper.parent.mkdir()
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        'for a in "$@"; do if [ "$a" = -march=native ]; then\n'
+        "  echo \"/tmp/cc.s: Assembler messages:\" >&2; echo \"/tmp/cc.s:17: Error: unsupported masking for "
+        "\\`vmovsh'\" >&2; exit 1\nfi; done\n"
+        f'exec {CC} "$@"\n'
+    )
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    _clear_compiler_facts()
+    cc = ClangCompiler(cc=str(wrapper), args=("-O1", "-march=native"))
+    with pytest.warns(RuntimeWarning, match="assembler rejected -march=native"):
+        assert run(cc.compile(SRC % "2.5f")) == 2.5
+    # other compile errors still raise, naming the compiler's message
+    with pytest.raises(ops_cpu.CompileError, match="failed to compile"):
+        cc.compile("void k(float* restrict out) { out[0] = undefined_name; }\n")
+    _clear_compiler_facts()

@@ -18,6 +18,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import warnings
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -214,12 +215,30 @@ class ClangCompiler(Compiler):
             out = os.path.join(tmp, "kernel.so")
             cmd = [self.cc, "-shared", "-fPIC", *self.args, "-x", "c", "-", "-o", out, "-lm"]
             proc = subprocess.run(cmd, input=src.encode(), capture_output=True)
+            if proc.returncode != 0 and b"Assembler messages" in proc.stderr and "-march=native" in cmd:
+                # a compiler newer than its assembler emits instructions of this CPU that the assembler cannot
+                # encode (gcc 13 with an older binutils: "unsupported masking for `vmovsh'" for AVX512-FP16):
+                # build this kernel for the generic target instead of failing
+                _warn_once(
+                    f"{self.cc}: the assembler rejected -march=native code; kernels it rejects are built without it",
+                )
+                generic = [a for a in cmd if a != "-march=native"]
+                proc = subprocess.run(generic, input=src.encode(), capture_output=True)
             if proc.returncode != 0:
                 raise CompileError(
                     f"{self.cc} failed to compile the kernel:\n{proc.stderr.decode()}\n--- source ---\n{src}"
                 )
             with open(out, "rb") as f:
                 return f.read()
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(msg: str) -> None:
+    if msg not in _warned:
+        _warned.add(msg)
+        warnings.warn(msg, RuntimeWarning, stacklevel=3)
 
 
 _FUNCTION = re.compile(r"^(?:[A-Za-z_]\w*[\s*]+)+?([A-Za-z_]\w*)\s*\(", re.M)
