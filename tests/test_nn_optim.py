@@ -33,6 +33,15 @@ def _run_tg(make: Callable[[list[Tensor]], Optimizer], steps: int, device: str) 
     return w.numpy()
 
 
+def _cube_steps(opt: Optimizer, w: Tensor, steps: int) -> None:
+    """`steps` optimizer steps on the loss sum(w**3) (gradient 3*w**2, which the numpy references write out)."""
+    for _ in range(steps):
+        with Tensor.train():
+            opt.zero_grad()
+            (w * w * w).sum().backward()
+            opt.step()
+
+
 def _sgd_ref(steps: int, lr: float, momentum: float = 0.0, wd: float = 0.0, nesterov: bool = False) -> np.ndarray:
     w, b = W0.astype(np.float64), np.zeros(4)
     for _ in range(steps):
@@ -151,12 +160,9 @@ def test_lars_against_numpy(classic: bool, nesterov: bool) -> None:
     lr, mom, wd, tcoef = 0.1, 0.9, 1e-2, 0.02
     w = Tensor(w0.copy(), requires_grad=True)
     opt = LARS([w], lr=lr, momentum=mom, weight_decay=wd, nesterov=nesterov, classic=classic, tcoef=tcoef)
+    _cube_steps(opt, w, 3)
     ref, b = w0.astype(np.float64), np.zeros_like(w0, dtype=np.float64)
     for _ in range(3):
-        with Tensor.train():
-            opt.zero_grad()
-            (w * w * w).sum().backward()
-            opt.step()
         g = 3 * ref * ref
         r1, r2 = np.sqrt((ref * ref).sum()), np.sqrt((g * g).sum())
         r = tcoef * r1 / (r2 + wd * r1)
@@ -192,12 +198,9 @@ def test_muon_against_numpy(device: str, shape: tuple[int, ...], nesterov: bool)
     lr, mom, wd, steps, coefs = 0.05, 0.9, 0.1, 5, (3.4445, -4.775, 2.0315)
     w = Tensor(w0.copy(), device=device, requires_grad=True)
     opt = Muon([w], lr=lr, momentum=mom, weight_decay=wd, nesterov=nesterov)
+    _cube_steps(opt, w, 3)
     ref, b = w0.astype(np.float64), np.zeros(shape)
     for _ in range(3):
-        with Tensor.train():
-            opt.zero_grad()
-            (w * w * w).sum().backward()
-            opt.step()
         g = 3 * ref * ref
         b = mom * b + g
         u = g + mom * b if nesterov else b

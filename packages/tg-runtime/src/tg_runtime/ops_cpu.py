@@ -219,8 +219,11 @@ class ClangCompiler(Compiler):
                 # a compiler newer than its assembler emits instructions of this CPU that the assembler cannot
                 # encode (gcc 13 with an older binutils: "unsupported masking for `vmovsh'" for AVX512-FP16):
                 # build this kernel for the generic target instead of failing
-                _warn_once(
+                # (the warnings module's default filter shows it once: one line of code warns)
+                warnings.warn(
                     f"{self.cc}: the assembler rejected -march=native code; kernels it rejects are built without it",
+                    RuntimeWarning,
+                    stacklevel=2,
                 )
                 generic = [a for a in cmd if a != "-march=native"]
                 proc = subprocess.run(generic, input=src.encode(), capture_output=True)
@@ -230,15 +233,6 @@ class ClangCompiler(Compiler):
                 )
             with open(out, "rb") as f:
                 return f.read()
-
-
-_warned: set[str] = set()
-
-
-def _warn_once(msg: str) -> None:
-    if msg not in _warned:
-        _warned.add(msg)
-        warnings.warn(msg, RuntimeWarning, stacklevel=3)
 
 
 _FUNCTION = re.compile(r"^(?:[A-Za-z_]\w*[\s*]+)+?([A-Za-z_]\w*)\s*\(", re.M)
