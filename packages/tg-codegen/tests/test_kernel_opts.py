@@ -61,6 +61,24 @@ def test_upcast_renders_vector_loads_on_cpu() -> None:
     assert "tg_float8" in src and "*((tg_float8*)(data2+" in src and "*((tg_float8*)(data0+" in src
 
 
+def _row_copy(gated: bool) -> UOp:
+    """out[r, c] = table[r, c + 1] (8 rows of 16): a plain copy; `gated` reads through a mask on the rows."""
+    mask = ((0, 6), (0, 16)) if gated else None
+    st = ShapeTracker((View.create((8, 16), (17, 1), 1, mask),))
+    load = UOp(Ops.LOAD, F32, (UOp(Ops.DEFINE_GLOBAL, F32.ptr(), (), 1), UOp(Ops.VIEW, dtypes.void, (), st)))
+    out = UOp(Ops.VIEW, dtypes.void, (), ShapeTracker((View.create((8, 16)),)))
+    store = UOp(Ops.STORE, dtypes.void, (UOp(Ops.DEFINE_GLOBAL, F32.ptr(), (), 0), out, load))
+    return UOp(Ops.SINK, dtypes.void, (store,))
+
+
+@pytest.mark.parametrize("gated", [False, True])
+def test_upcast_copy_renders_one_vector_load_per_store(gated: bool) -> None:
+    # a stored value that is a load packs into a wide load (one gate for all lanes), so the copy is vector code
+    src = get_program(_row_copy(gated), ClangRenderer(), opts=[Opt(OptOps.UPCAST, 1, 8)]).src
+    assert src.count("*((tg_float8*)(data1+") == 1 and src.count("*((tg_float8*)(data0+") == 1
+    assert ("?*((tg_float8*)(data1+" in src) == gated
+
+
 def test_thread_renders_an_openmp_loop() -> None:
     src = get_program(_matmul(), ClangRenderer(threads=2), opts=[Opt(OptOps.THREAD, 0, 2)]).src
     assert "#pragma omp parallel for" in src

@@ -60,7 +60,9 @@ class _Packer:
         """Stores for one group of lanes: one wide store, or one per lane of a packed value."""
         first = lanes[0]
         values = tuple(u.src[1] for u in lanes)
-        if _vec(values[0].dtype, len(lanes)) is None or not _all_vec(values, len(lanes)):
+        # (a loaded value's sources are an address and a gate, never vectors: a copy packs into a wide load)
+        loads = all(v.op is Ops.LOAD for v in values)
+        if _vec(values[0].dtype, len(lanes)) is None or not (loads or _all_vec(values, len(lanes))):
             return list(lanes)
         val = self.pack(values)
         if val.op is Ops.VECTORIZE:
