@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from tg_tensor.inplace import view_chain
 from tg_tensor.symbolic import show_size
+from tg_tensor.take_rows import take_rows
 from tg_tensor.util import DTypeError, ShapeError, broadcast_shape
 from tg_uop import Ops, UOp, dtypes
 from tg_uop.helpers import ContextVar
@@ -49,6 +50,8 @@ class IndexingMixin:
 
     def __getitem__(self: Tensor, index: Index) -> Tensor:
         """Basic and advanced indexing as numpy; a bool mask selects elements (see `_mask_to_indices`)."""
+        if hasattr(index, "uop") and (rows := take_rows(self, index)) is not None:
+            return rows  # x[idx]: the same graph as below, built without the Tensor steps (take_rows.py)
         items = _normalize_index(self._masks_to_indices(_sequences_as_lists(index)), self.ndim)
         x, dims, advanced = self, 0, []  # dims: position in x of the next remaining source dim
         for item in items:
