@@ -23,7 +23,7 @@ from tg_codegen.heuristic import hand_coded_optimizations  # noqa: E402
 from tg_codegen.kernel import Kernel  # noqa: E402
 from tg_codegen.opt import Opt, OptOps  # noqa: E402
 
-L, U, R = OptOps.LOCAL, OptOps.UPCAST, OptOps.UNROLL
+L, U, R, S = OptOps.LOCAL, OptOps.UPCAST, OptOps.UNROLL, OptOps.STAGE
 # globals: 0 batch, 1 (group, size 1), 2 cout, 3 out y, 4 out x; reduces: 0 cin, 1 ky, 2 kx
 CANDIDATES = [
     [(L, 4, 8), (L, 2, 4), (U, 2, 4), (U, 3, 2)],
@@ -37,6 +37,12 @@ CANDIDATES = [
     [(L, 4, 8), (L, 3, 8), (L, 2, 4), (U, 2, 16)],
     [(L, 4, 8), (L, 3, 8), (U, 2, 16), (U, 0, 2)],
     [(L, 4, 8), (L, 3, 4), (U, 2, 16)],
+    # the input and weight tiles staged in shared memory (STAGE)
+    [(L, 4, 8), (L, 2, 16), (U, 2, 4), (U, 3, 2), (R, 2, 3), (S, None, 0)],
+    [(L, 4, 8), (L, 2, 8), (U, 2, 8), (U, 3, 4), (R, 2, 3), (S, None, 0)],
+    [(L, 4, 8), (L, 2, 8), (U, 2, 8), (U, 3, 4), (R, 0, 4), (S, None, 0)],
+    [(L, 4, 8), (L, 2, 8), (U, 2, 8), (U, 3, 4), (R, 2, 3), (R, 0, 2), (S, None, 0)],
+    [(L, 4, 8), (L, 3, 2), (L, 2, 8), (U, 2, 8), (U, 3, 4), (R, 2, 3), (S, None, 0)],
 ]
 
 
@@ -53,7 +59,7 @@ def main() -> None:
     (item,) = items  # one kernel: the conv
     renderer = Device["CUDA"].renderer
     default = hand_coded_optimizations(Kernel(item.ast, renderer))
-    lists = [default] + [[Opt(op, ax, amt) for op, ax, amt in c] for c in CANDIDATES]
+    lists = [default, default + [Opt(S)]] + [[Opt(op, ax, amt) for op, ax, amt in c] for c in CANDIDATES]
     for opts in lists:
         if (runner := compiled(item, opts)) is None:
             continue

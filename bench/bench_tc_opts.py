@@ -19,12 +19,12 @@ os.environ.setdefault("DEV", "CUDA")
 
 from cuda_timing import best_seconds, compiled, scheduled  # noqa: E402
 
-from tg import Device, Tensor  # noqa: E402
+from tg import Context, Device, Tensor  # noqa: E402
 from tg_codegen.heuristic import hand_coded_optimizations  # noqa: E402
 from tg_codegen.kernel import Kernel  # noqa: E402
 from tg_codegen.opt import Opt, OptOps  # noqa: E402
 
-TC, L, U, R = OptOps.TC, OptOps.LOCAL, OptOps.UPCAST, OptOps.UNROLL
+TC, L, U, R, S = OptOps.TC, OptOps.LOCAL, OptOps.UPCAST, OptOps.UNROLL, OptOps.STAGE
 CANDIDATES = [
     [(L, 0, 2), (L, 1, 2), (U, 0, 4), (U, 1, 8), (R, 0, 4)],
     [(L, 0, 2), (L, 1, 2), (U, 0, 4), (U, 1, 4), (R, 0, 2)],
@@ -36,6 +36,13 @@ CANDIDATES = [
     [(L, 0, 4), (L, 1, 4), (U, 0, 2), (U, 1, 8), (R, 0, 2)],
     [(L, 0, 2), (L, 1, 2), (U, 0, 8), (U, 1, 8), (R, 0, 2)],
     [(L, 0, 2), (L, 1, 2), (U, 0, 2), (U, 1, 4), (R, 0, 2)],
+    # the operand tiles staged in shared memory (STAGE), fragments read from there
+    [(L, 0, 2), (L, 1, 2), (U, 0, 4), (U, 1, 8), (R, 0, 2), (S, None, 0)],
+    [(L, 0, 2), (L, 1, 2), (U, 0, 4), (U, 1, 8), (R, 0, 4), (S, None, 0)],
+    [(L, 0, 2), (L, 1, 4), (U, 0, 4), (U, 1, 4), (R, 0, 2), (S, None, 0)],
+    [(L, 0, 4), (L, 1, 2), (U, 0, 2), (U, 1, 8), (R, 0, 2), (S, None, 0)],
+    [(L, 0, 2), (L, 1, 2), (U, 0, 2), (U, 1, 8), (R, 0, 4), (S, None, 0)],
+    [(L, 0, 4), (L, 1, 4), (U, 0, 2), (U, 1, 4), (R, 0, 4), (S, None, 0)],
 ]
 
 
@@ -48,6 +55,17 @@ FP32_CANDIDATES = [
     [(L, 0, 8), (L, 1, 16), (U, 0, 8), (U, 1, 8)],
     [(L, 0, 16), (L, 1, 16), (U, 0, 4), (U, 1, 8), (R, 0, 2)],
     [(L, 1, 256), (U, 0, 8), (U, 1, 4)],
+    # operand tiles staged in shared memory (STAGE), the K loop unrolled over the tile
+    [(L, 0, 16), (L, 1, 16), (U, 0, 8), (U, 1, 8), (R, 0, 8), (S, None, 0)],
+    [(L, 0, 16), (L, 1, 16), (U, 0, 8), (U, 1, 8), (R, 0, 16), (S, None, 0)],
+    [(L, 0, 16), (L, 1, 16), (U, 0, 8), (U, 1, 8), (R, 0, 4), (S, None, 0)],
+    [(L, 0, 16), (L, 1, 16), (U, 0, 4), (U, 1, 8), (R, 0, 8), (S, None, 0)],
+    [(L, 0, 16), (L, 1, 16), (U, 0, 8), (U, 1, 4), (R, 0, 8), (S, None, 0)],
+    [(L, 0, 8), (L, 1, 16), (U, 0, 8), (U, 1, 8), (R, 0, 8), (S, None, 0)],
+    [(L, 1, 16), (L, 0, 16), (U, 0, 8), (U, 1, 8), (R, 0, 8), (S, None, 0)],
+    [(L, 0, 32), (L, 1, 8), (U, 0, 4), (U, 1, 8), (R, 0, 8), (S, None, 0)],
+    [(L, 0, 8), (L, 1, 32), (U, 0, 8), (U, 1, 4), (R, 0, 8), (S, None, 0)],
+    [(L, 0, 16), (L, 1, 8), (U, 0, 8), (U, 1, 8), (R, 0, 8), (S, None, 0)],
 ]
 
 
@@ -55,10 +73,13 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=4096)
     parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--dtype", choices=("fp16", "fp32"), default="fp16")
+    parser.add_argument("--dtype", choices=("fp16", "fp32", "tf32"), default="fp16")
+    parser.add_argument("--stage-only", action="store_true", help="only the default and the lists with STAGE")
     args = parser.parse_args()
     npdt = np.float16 if args.dtype == "fp16" else np.float32
     import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False  # the reference in full fp32 (tf32: tg's error is TF32's)
 
     n = args.n
     rng = np.random.default_rng(0)
@@ -68,15 +89,20 @@ def main() -> None:
     items = scheduled(a.matmul(b))
     *_, item = items
     renderer = Device["CUDA"].renderer
-    default = hand_coded_optimizations(Kernel(item.ast, renderer))
+    with Context(ALLOW_TF32=int(args.dtype == "tf32")):
+        default = hand_coded_optimizations(Kernel(item.ast, renderer))
     lists = [(default, 0)] + [(default, mb) for mb in (1, 2, 3)]  # 2nd: min blocks per SM for __launch_bounds__
-    if args.dtype == "fp16":
+    if args.dtype in ("fp16", "tf32"):
         lists += [([Opt(TC, 0, 0)] + [Opt(op, ax, amt) for op, ax, amt in c], 0) for c in CANDIDATES]
     else:
         lists += [([Opt(op, ax, amt) for op, ax, amt in c], 0) for c in FP32_CANDIDATES]
+    if args.stage_only:
+        lists = lists[:1] + [(opts, mb) for opts, mb in lists if Opt(S) in opts]
     for opts, min_blocks in lists:
         renderer.min_blocks_per_sm = min_blocks  # type: ignore[attr-defined]
-        if (runner := compiled(item, opts)) is None:
+        with Context(ALLOW_TF32=int(args.dtype == "tf32")):
+            runner = compiled(item, opts)
+        if runner is None:
             continue
         best = best_seconds(functools.partial(runner, item.bufs), args.reps)
         out = np.frombuffer(item.bufs[0].as_bytes(), dtype=npdt).reshape(n, n).astype(np.float32)

@@ -88,6 +88,8 @@ TC_OPTS = {
         Opt(OptOps.UPCAST, 0, 2),
         Opt(OptOps.UPCAST, 1, 2),
     ],
+    # fragments read from operand tiles in shared memory (STAGE)
+    "tc_staged": [Opt(OptOps.TC, 0, 0), Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.LOCAL, 1, 2), Opt(OptOps.STAGE)],
 }
 
 
@@ -127,3 +129,32 @@ def test_wide_loads_of_every_dtype_compile(dt: DType) -> None:
         assert f"*((tg_{dt.name.replace(' ', '_')}x" in spec.src, spec.src
     assert COMPILER is not None
     assert COMPILER.compile(spec.src)[:4] == b"\x7fELF"
+
+
+STAGE_CASES = {
+    # the heuristic's staged tile for a big fp32 matmul (stage.py)
+    "matmul_heuristic": (lambda: _matmul_ast(dtypes.float32, 2048, 256, 2048), None),
+    # a small one with a masked (padded) operand and a tile the threads do not divide
+    "matmul_masked": (
+        lambda: _matmul_ast(dtypes.float32, 60, 24, 30),
+        [Opt(OptOps.PADTO, 1, 4), Opt(OptOps.LOCAL, 0, 4), Opt(OptOps.LOCAL, 1, 8), Opt(OptOps.UNROLL, 0, 3)],
+    ),
+    "matmul_half_inputs": (
+        lambda: _matmul_ast(dtypes.float16, 64, 64, 64),
+        [Opt(OptOps.LOCAL, 0, 8), Opt(OptOps.LOCAL, 1, 8), Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UNROLL, 0, 8)],
+    ),
+}
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("case", sorted(STAGE_CASES))
+def test_staged_tiles_compile(arch: str, case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Operand tiles in shared memory (STAGE): the kernel declares them, syncs twice per step and compiles."""
+    make, opts = STAGE_CASES[case]
+    monkeypatch.setenv("TC", "0")  # fp16 inputs would take the tensor cores first
+    spec = get_program(make(), CUDARenderer(arch), opts=None if opts is None else opts + [Opt(OptOps.STAGE)])
+    assert OptOps.STAGE in [o.op for o in spec.applied_opts], spec.applied_opts
+    assert "__shared__ __align__(16)" in spec.src and spec.src.count("__syncthreads();") == 2
+    assert NVRTCCompiler(arch).compile(spec.src)[:4] == b"\x7fELF"
+

@@ -66,6 +66,8 @@ OPTS = {
         Opt(OptOps.UNROLL, 0, 2),
     ],
 }
+# the same with the operand tiles staged in shared memory (STAGE: the lanes share the copy; fragments read there)
+OPTS["warps_tiles_staged"] = OPTS["warps_tiles"] + [Opt(OptOps.STAGE)]
 
 
 @pytest.mark.parametrize("dt", sorted(DTYPES))

@@ -68,9 +68,15 @@ def test_gpu_conv_gets_a_small_workgroup_and_a_cout_tile() -> None:
 
 
 def test_gpu_matmul_keeps_the_wide_workgroup_and_8x4_tile() -> None:
-    opts = hand_coded_optimizations(Kernel(_matmul(4096), CUDARenderer()))
+    """Up to 1024 (64 blocks of 128 x 128: too few for the staged tile), the register tile of 8x4 per thread."""
+    opts = hand_coded_optimizations(Kernel(_matmul(1024), CUDARenderer()))
     threads = 1
     for o in opts:
         threads *= o.arg if o.op is OptOps.LOCAL and o.arg is not None else 1
     assert threads == 256
-    assert sorted(o.arg or 0 for o in _upcasts(opts)) == [4, 8]
+    assert sorted(o.arg or 0 for o in _upcasts(opts)) == [4, 8] and Opt(OptOps.STAGE) not in opts
+
+
+def test_big_gpu_matmul_stages_its_tiles_in_shared_memory() -> None:
+    opts = hand_coded_optimizations(Kernel(_matmul(4096), CUDARenderer()))
+    assert Opt(OptOps.STAGE) in opts and sorted(o.arg or 0 for o in _upcasts(opts)) == [8, 8]

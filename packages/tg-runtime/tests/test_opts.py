@@ -135,6 +135,14 @@ LOCAL_COMBOS = [
     [Opt(OptOps.UNROLL, 0, 2), Opt(OptOps.GROUP, 0, 2)],
     [Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.UNROLL, 0, 2), Opt(OptOps.GROUP, 0, 2), Opt(OptOps.UNROLL, 0, 2)],
     [Opt(OptOps.UNROLL, 0, 2), Opt(OptOps.GROUPTOP, 0, 2), Opt(OptOps.UPCAST, 0, 2)],
+    # STAGE: the reduction's shared operand tiles copied to shared memory once per step of the reduce loop
+    [Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.STAGE)],
+    [Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.LOCAL, 1, 2), Opt(OptOps.UNROLL, 0, 2), Opt(OptOps.STAGE)],
+    [Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.LOCAL, 1, 4), Opt(OptOps.UNROLL, 0, 3), Opt(OptOps.STAGE)],  # 8 threads
+    [Opt(OptOps.LOCAL, 1, 2), Opt(OptOps.STAGE), Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.UPCAST, 0, 2)],
+    [Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.LOCAL, 1, 2), Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UPCAST, 1, 2),
+     Opt(OptOps.UNROLL, 0, 0), Opt(OptOps.STAGE)],  # fmt: skip
+    [Opt(OptOps.PADTO, 1, 3), Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.UNROLL, 0, 2), Opt(OptOps.STAGE)],  # masked B
 ]
 
 
@@ -171,6 +179,32 @@ def test_local_opts_match_noopt_on_cl(opts: list[Opt]) -> None:
     test_opts_match_noopt("CL", opts)
 
 
+def test_stage_refusals() -> None:
+    """STAGE needs a workgroup, does not combine with GROUP, and is refused past the shared-memory limit."""
+    from tg_codegen.kernel import Kernel
+    from tg_codegen.limits import LaunchLimits
+    from tg_codegen.renderer.opencl import OpenCLRenderer
+    from tg_codegen.stage import stage_bytes
+
+    ast = matmul(16, 32, 16)[0]
+    with pytest.raises(KernelOptError, match="LOCAL"):
+        Kernel(ast, OpenCLRenderer()).apply_opts([Opt(OptOps.STAGE)])
+    with pytest.raises(KernelOptError, match="GROUP"):
+        Kernel(ast, OpenCLRenderer()).apply_opts([Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.GROUP, 0, 2), Opt(OptOps.STAGE)])
+    with pytest.raises(KernelOptError, match="STAGE"):
+        Kernel(ast, OpenCLRenderer()).apply_opts([Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.STAGE), Opt(OptOps.GROUP, 0, 2)])
+    with pytest.raises(KernelOptError, match="no load"):  # a row sum: no load is shared by the threads
+        Kernel(reduce_sum(8, 8)[0], OpenCLRenderer()).apply_opts([Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.STAGE)])
+    renderer = OpenCLRenderer()
+    renderer.limits = LaunchLimits(shared_bytes=256)
+    opts = [Opt(OptOps.LOCAL, 0, 4), Opt(OptOps.LOCAL, 1, 4), Opt(OptOps.UNROLL, 0, 8), Opt(OptOps.STAGE)]
+    k = Kernel(ast, renderer).apply_opts(opts)
+    assert k.staged and stage_bytes(k) == 256  # 4 rows x 8 of A and 8 x 4 columns of B: the limit, not past it
+    with pytest.raises(KernelOptError, match="shared memory per block; the device's limit is 256"):
+        k.apply_opt(Opt(OptOps.UPCAST, 0, 2))  # 8 rows of A: 384 bytes
+    assert not any(o.op is OptOps.UPCAST for o in k.applied_opts)
+
+
 def test_nolocals_blocks_locals() -> None:
     if "CL" not in DEVICES:
         pytest.skip("no CL device here")
@@ -178,7 +212,7 @@ def test_nolocals_blocks_locals() -> None:
         run(matmul(4, 4, 4), "CL", [Opt(OptOps.NOLOCALS), Opt(OptOps.LOCAL, 0, 2)])
 
 
-@pytest.mark.parametrize("opt", LOCAL_OPTS + [Opt(OptOps.TC, 0, 0)], ids=lambda o: o.op.name)
+@pytest.mark.parametrize("opt", LOCAL_OPTS + [Opt(OptOps.TC, 0, 0), Opt(OptOps.STAGE)], ids=lambda o: o.op.name)
 def test_local_opts_need_a_device_with_locals(opt: Opt) -> None:
     for device in ("PYTHON", "CPU"):
         with pytest.raises(KernelOptError, match="local|tensor cores"):
@@ -278,7 +312,7 @@ GPU_FUZZ_CASES = 1000 if os.getenv("FUZZ", "0") not in ("", "0") else 40
 
 
 def test_fuzz_gpu_opts_within_tight_limits(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Random LOCAL/GROUP/UPCAST/UNROLL sequences on CL under tiny launch limits: every accepted sequence launches
+    """Random LOCAL/GROUP/UPCAST/UNROLL/STAGE sequences on CL under tiny launch limits: every accepted sequence launches
     within them and matches numpy; refused ones raise KernelOptError naming a limit."""
     if "CL" not in DEVICES:
         pytest.skip("no CL device here")
@@ -293,7 +327,8 @@ def test_fuzz_gpu_opts_within_tight_limits(monkeypatch: pytest.MonkeyPatch) -> N
         case = _random_case(rng)
         k = Kernel(case[0], Device["CL"].renderer)
         # locals come before upcasts and unrolls; a GROUP may also follow UNROLLs
-        for actions, most in ((GPU_LOCALS, 4), (GPU_UNROLLS, 1), (GPU_GROUPS, 1), (GPU_AFTER, 2)):
+        steps = ((GPU_LOCALS, 4), (GPU_UNROLLS, 1), (GPU_GROUPS, 1), (GPU_AFTER, 2), ([Opt(OptOps.STAGE)], 1))
+        for actions, most in steps:
             for _ in range(rng.randint(0, most)):
                 try:
                     k.apply_opt(rng.choice(actions))
@@ -304,6 +339,29 @@ def test_fuzz_gpu_opts_within_tight_limits(monkeypatch: pytest.MonkeyPatch) -> N
         assert int(np.prod(local)) <= 8 and all(s <= m for s, m in zip(local, tight.block)), (spec.name, local)
         np.testing.assert_allclose(run(case, "CL", list(k.applied_opts)), case[2], rtol=1e-4, atol=1e-5)
     assert refused > 0, "the tight limits should refuse some opts"
+
+
+def test_fuzz_stage_on_cl() -> None:
+    """Random LOCAL/UNROLL/UPCAST sequences ending in STAGE on random matmuls and convs, on CL against numpy."""
+    if "CL" not in DEVICES:
+        pytest.skip("no CL device here")
+    from tg_codegen.kernel import Kernel
+
+    rng = random.Random(7)
+    np.random.seed(7)
+    staged = 0
+    for _ in range(GPU_FUZZ_CASES):
+        case = _random_case(rng)
+        k = Kernel(case[0], Device["CL"].renderer)
+        for actions, most in ((GPU_LOCALS[:12], 2), (GPU_UNROLLS, 1), (GPU_AFTER, 2), ([Opt(OptOps.STAGE)], 1)):
+            for _ in range(rng.randint(1, most)):
+                try:
+                    k.apply_opt(rng.choice(actions))
+                except KernelOptError:
+                    pass
+        staged += k.staged
+        np.testing.assert_allclose(run(case, "CL", list(k.applied_opts)), case[2], rtol=1e-4, atol=1e-5)
+    assert staged >= GPU_FUZZ_CASES // 8, f"only {staged} of {GPU_FUZZ_CASES} kernels were staged"
 
 
 @pytest.mark.parametrize("rows", [1, 16, 512])

@@ -17,6 +17,7 @@ from __future__ import annotations
 from tg_codegen.axes import AxisType
 from tg_codegen.kernel import Kernel
 from tg_codegen.opt import KernelOptError, Opt, OptOps
+from tg_codegen.stage import staged_matmul
 from tg_codegen.tensorcore import tc_optimizations
 from tg_uop import Ops
 from tg_uop.helpers import ContextVar, prod
@@ -188,6 +189,8 @@ def _gpu(k: Kernel) -> None:
     budget = GPU_WORKGROUP // max(1, prod(int(k.full_shape[a]) for a in k.axes_of(AxisType.GROUP)))
     if not (k.reduceops and not k.axes_of(AxisType.GROUP) and _broadcast_axes(k)):
         _gpu_locals(k, budget)
+        return
+    if staged_matmul(k, _broadcast_axes(k)):  # a big plain matmul: operand tiles in shared memory (stage.py)
         return
     tiled = k.copy()
     for opt in _gpu_tile(k, budget):

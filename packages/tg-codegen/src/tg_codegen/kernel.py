@@ -18,6 +18,7 @@ from tg_codegen.gather import fold_gathers
 from tg_codegen.limits import assign_dims, check_resources, check_threads
 from tg_codegen.opt import KernelOptError, Opt, OptOps
 from tg_codegen.renderer import Renderer
+from tg_codegen.stage import apply_stage, stage_bytes
 from tg_shape import ShapeTracker
 from tg_uop import GroupOp, Ops, UOp, map_graph
 from tg_uop.helpers import prod, to_function_name
@@ -60,6 +61,7 @@ class Kernel:
         )
         self.applied_opts: list[Opt] = []
         self.dont_use_locals = False
+        self.staged = False  # STAGE applied: shared operand tiles go through shared memory (stage.py)
 
     # ---- shape plumbing ----
     @property
@@ -177,9 +179,9 @@ class Kernel:
         threads = int(prod(local))
         accumulators = int(prod(int(self.full_shape[a]) for a in self.axes_of(AxisType.UPCAST)))
         words = sum(-(-r.dtype.itemsize // 4) for r in self.reduceops)
-        shared = 0
+        shared = stage_bytes(self)
         if self.axes_of(AxisType.GROUP):  # one partial per thread and upcast value for each reduction (lowerer.py)
-            shared = sum(r.dtype.itemsize for r in self.reduceops) * accumulators * threads
+            shared += sum(r.dtype.itemsize for r in self.reduceops) * accumulators * threads
         check_resources(lim, threads, shared, accumulators * words)
 
     def _pick(self, opt: Opt, *types: AxisType) -> int:
@@ -348,6 +350,8 @@ def _group(k: Kernel, opt: Opt) -> None:
         raise KernelOptError(f"{opt}: only one GROUP per kernel")
     if k.axes_of(AxisType.TCK):
         raise KernelOptError(f"{opt}: GROUP does not combine with tensor cores (TC)")
+    if k.staged:
+        raise KernelOptError(f"{opt}: GROUP does not combine with STAGE")
     axis = k._pick(opt, AxisType.REDUCE)
     k._split(axis, k._amount(axis, opt.arg), AxisType.GROUP, inner=opt.op is OptOps.GROUP)
 
@@ -428,4 +432,5 @@ _HANDLERS: dict[OptOps, Callable[[Kernel, Opt], None]] = {
     OptOps.SWAP: _swap,
     OptOps.PADTO: _padto,
     OptOps.TC: _tc,
+    OptOps.STAGE: apply_stage,
 }

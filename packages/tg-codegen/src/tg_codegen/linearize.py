@@ -33,6 +33,12 @@ class _Level:
     post: list[UOp] = field(default_factory=list)
 
 
+def acc_slot(dtype: DType) -> UOp:
+    """Where a REDUCE's value reads its own accumulator: `REDUCE(acc_slot + p0 + p1, r)` updates acc to
+    acc + p0 + p1 in that order (the lowerer's chain of products for register tiles) instead of acc + (p0 + p1)."""
+    return UOp(Ops.NOOP, dtype, (), "acc")
+
+
 def _accumulator(ctx: list[int], u: UOp) -> UOp:
     """A REDUCE (its sources already expanded) as an ASSIGN into a fresh accumulator, numbered in order."""
     n = ctx[0]
@@ -42,6 +48,11 @@ def _accumulator(ctx: list[int], u: UOp) -> UOp:
     upd = acc.alu(u.arg, val) if u.arg is not Ops.MAX else acc.maximum(val)
     if u.arg is Ops.ADD and val.op is Ops.WMMA:
         upd = _accumulate_into(val, acc)
+    slot = acc_slot(u.dtype.scalar())
+    if u.dtype.count > 1:  # the value was packed lane by lane into vectors (vectorize.py)
+        slot = UOp(Ops.VECTORIZE, u.dtype, (slot,) * u.dtype.count)
+    if slot in val.toposort:
+        upd = val.substitute({slot: acc})
     return UOp(Ops.ASSIGN, u.dtype, (acc, upd, *rngs))
 
 

@@ -16,6 +16,8 @@ import itertools
 from tg_codegen.axes import AxisType, RangeKind
 from tg_codegen.gpudims import special_indexes
 from tg_codegen.kernel import Kernel
+from tg_codegen.linearize import acc_slot
+from tg_codegen.stage import Stager
 from tg_codegen.vectorize import VECTOR_WIDTHS, pack_stores
 from tg_codegen.wide_index import index_dtype
 from tg_shape import ShapeTracker
@@ -51,6 +53,7 @@ class Lowerer:
         self.memo: dict[tuple[UOp, tuple[UOp, ...]], UOp] = {}
         self.indexed: dict[tuple[ShapeTracker, tuple[UOp, ...]], tuple[UOp, UOp]] = {}
         self.n_locals = 0
+        self.stager = Stager(self) if k.staged else None
 
     def _index_dtype(self) -> DType:
         """int32 index maths, or int64 when this kernel's sizes can pass 2^31 (wide_index.py)."""
@@ -133,6 +136,8 @@ class Lowerer:
             gates = _gate(valid) + self._group_gate() + self.in_bounds
             gate = (functools.reduce(lambda a, b: a & b, gates),) if gates else ()
             ret = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, buf.dtype, (buf, index)), val) + gate)
+        elif op is Ops.LOAD and self.stager is not None and (staged := self.stager.read(u, idxs)) is not None:
+            ret = staged
         elif op is Ops.LOAD:
             buf, view = u.src[:2]
             index, valid = self._indexed(view.arg, idxs)
@@ -196,6 +201,9 @@ class Lowerer:
         rngs = tuple(
             self.loop[a] for a in self.k.axes_of(AxisType.REDUCE, AxisType.GROUP) if self.loop[a].op is Ops.RANGE
         )
+        if self.stager is not None and rngs and alu_op is Ops.ADD:
+            # a register tile has many accumulators: acc + p0 + p1 + ... (a chain of FMAs) beats a tree of products
+            val = functools.reduce(lambda a, b: a + b, parts, acc_slot(u.dtype))
         if not rngs and alu_op is Ops.ADD and dtypes.is_float(val.dtype):
             # fully unrolled: no accumulator, but a sum still starts from +0.0 as a loop's does (and numpy's):
             # -0.0 + -0.0 is -0.0, their sum is 0.0

@@ -4,7 +4,7 @@ Axis numbering (`Opt.axis`) depends on the op:
   UPCAST, LOCAL, THREAD, SWAP  -> the n-th output (global) loop axis
   UNROLL, GROUP, GROUPTOP      -> the n-th reduce loop axis
   PADTO                        -> the n-th loop axis, outputs first then reduces
-  NOLOCALS                     -> no axis (None)
+  NOLOCALS, STAGE              -> no axis (None)
 `arg` is the split amount (0 means the whole axis for UPCAST/UNROLL), the other axis for SWAP.
 
 >>> Opt(OptOps.UPCAST, 0, 4)
@@ -30,6 +30,7 @@ class OptOps(Enum):
     PADTO = auto()  # pad an axis up to a multiple of arg (loads and stores are masked)
     SWAP = auto()  # swap two output axes (loop order)
     THREAD = auto()  # split an output axis over CPU threads
+    STAGE = auto()  # stage the reduction's shared operand tiles in shared memory (stage.py)
 
     def __repr__(self) -> str:
         return f"OptOps.{self.name}"

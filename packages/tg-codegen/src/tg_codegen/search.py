@@ -55,6 +55,8 @@ def actions(renderer: Renderer) -> list[Opt]:
         ret += [Opt(OptOps.LOCAL, a, n) for a in range(3) for n in (2, 4, 8, 16, 32)]
         ret += [Opt(op, a, n) for op in (OptOps.GROUP, OptOps.GROUPTOP) for a in range(2) for n in (8, 16, 32)]
         ret += [Opt(OptOps.NOLOCALS)]
+    if renderer.has_local and renderer.has_shared:
+        ret += [Opt(OptOps.STAGE)]
     if renderer.tensor_cores:
         ret += [Opt(OptOps.TC, a, 0) for a in range(2)]
     return ret

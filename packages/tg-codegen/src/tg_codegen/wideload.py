@@ -46,6 +46,12 @@ def _aligned(base: tuple[UOp, ...], width: int) -> bool:
     return rem.op is Ops.CONST and rem.arg == 0
 
 
+def _aligned_buffer(buf: UOp) -> bool:
+    """Device allocations are 256-byte aligned, STAGE's shared tiles (stage.py) 16-byte (the renderer declares
+    them so); other shared arrays maybe not."""
+    return buf.op is Ops.DEFINE_GLOBAL or (buf.op is Ops.DEFINE_LOCAL and str(buf.arg).startswith("stage"))
+
+
 def widen_loads(sink: UOp) -> UOp:
     """Scalar LOADs at neighbouring addresses (same buffer, base and gate) become one wide LOAD (of at most
     16 bytes) whose lanes they read (GEP); the first address of each wide load is a multiple of its width.
@@ -58,7 +64,7 @@ def _widen_loads(sink: UOp) -> UOp:
     for u in sink.toposort:
         if u.op is Ops.LOAD and _widenable(u.dtype) and u.src[0].op is Ops.INDEX:
             buf, idx = u.src[0].src[:2]
-            if buf.op is not Ops.DEFINE_GLOBAL:  # device allocations are 256-byte aligned; shared arrays maybe not
+            if not _aligned_buffer(buf):
                 continue
             base, off = _base_offset(idx)
             groups[(buf, base, u.src[1:])][off] = u

@@ -1,0 +1,80 @@
+"""STAGE (stage.py): operand tiles in shared memory. Rendering and refusals here; numbers on CL in tg-runtime's
+test_opts.py, NVRTC compiles in tests/test_cuda_compile.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from tg_codegen import Kernel, KernelOptError, Opt, OptOps, get_program
+from tg_codegen.heuristic import hand_coded_optimizations
+from tg_codegen.renderer.cuda import CUDARenderer
+from tg_codegen.stage import stage_bytes, staged_loads, tile_of
+from tg_shape import ShapeTracker, View
+from tg_uop import DType, Ops, UOp, dtypes
+
+
+def _view(shape: tuple[int, ...], strides: tuple[int, ...] | None = None) -> UOp:
+    return UOp(Ops.VIEW, dtypes.void, (), ShapeTracker((View.create(shape, strides),)))
+
+
+def matmul_ast(n: int, k: int, m: int, dt: DType = dtypes.float32) -> UOp:
+    """C[n, m] = sum_k A[n, k] * B[k, m] as a kernel AST over (n, m, k)."""
+    a = UOp(Ops.LOAD, dt, (UOp(Ops.DEFINE_GLOBAL, dt.ptr(), (), 1), _view((n, m, k), (k, 0, 1))))
+    b = UOp(Ops.LOAD, dt, (UOp(Ops.DEFINE_GLOBAL, dt.ptr(), (), 2), _view((n, m, k), (0, 1, m))))
+    red = UOp(Ops.REDUCE_AXIS, dtypes.float32, ((a * b).cast(dtypes.float32),), (Ops.ADD, (2,)))
+    store = UOp(Ops.STORE, dtypes.void, (UOp(Ops.DEFINE_GLOBAL, dtypes.float32.ptr(), (), 0), _view((n, m, 1)), red))
+    return UOp(Ops.SINK, dtypes.void, (store,))
+
+
+STAGED = [Opt(OptOps.LOCAL, 0, 16), Opt(OptOps.LOCAL, 1, 16), Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 8)]
+STAGED += [Opt(OptOps.UNROLL, 0, 16), Opt(OptOps.STAGE)]
+
+
+def test_heuristic_stages_a_big_fp32_matmul() -> None:
+    spec = get_program(matmul_ast(2048, 2048, 2048), CUDARenderer("sm_90"))
+    assert list(spec.applied_opts) == STAGED
+    assert tuple(spec.local_size or ()) == (16, 16) and tuple(spec.global_size or ()) == (16, 16)
+    # two 128 x 16 tiles of 4 bytes, 16-byte aligned so a thread reads its 8 values as two float4
+    assert "__shared__ __align__(16) float stage0[2048];" in spec.src and "stage1[2048];" in spec.src
+    assert spec.src.count("__syncthreads();") == 2
+    assert "*((tg_floatx4*)(stage0+" in spec.src and "*((tg_floatx4*)(stage1+" in spec.src
+
+
+def test_heuristic_keeps_small_matmuls_unstaged() -> None:
+    # 4 x 4 blocks of 128 x 128 would leave most of an H100's 132 SMs idle
+    opts = hand_coded_optimizations(Kernel(matmul_ast(512, 512, 512), CUDARenderer("sm_90")))
+    assert opts and OptOps.STAGE not in [o.op for o in opts]
+
+
+def test_tiles_and_bytes() -> None:
+    k = Kernel(matmul_ast(256, 64, 256), CUDARenderer("sm_90")).apply_opts(STAGED)
+    a, b = staged_loads(k)
+    ta, tb = tile_of(k, a), tile_of(k, b)
+    assert ta.size == tb.size == 128 * 16 and stage_bytes(k) == 2 * 128 * 16 * 4
+    # stored k outermost, then the 16 threads, then a thread's 8 rows (contiguous: wide reads)
+    assert [k.axis_types[x] for x in ta.axes] == ["unroll", "local", "upcast"] and ta.strides == (128, 8, 1)
+    # copied with A's stride-1 axis (k) fastest, B's (its columns) fastest: neighbouring threads, neighbouring bytes
+    assert k.axis_types[ta.copy_order[-1]] == "unroll" and k.axis_types[tb.copy_order[-1]] == "local"
+
+
+def test_tensor_core_fragments_from_the_tiles() -> None:
+    """With TC, the warp's 32 lanes share the copy and the MMA fragments are read from the tiles."""
+    opts = [Opt(OptOps.TC, 0, 0), Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.LOCAL, 1, 2), Opt(OptOps.STAGE)]
+    spec = get_program(matmul_ast(64, 64, 64, dtypes.float16), CUDARenderer("sm_90"), opts=opts)
+    assert "mma.sync.aligned.m16n8k16" in spec.src and "__shared__ __align__(16) half stage0[512];" in spec.src
+    assert "(stage0+" in spec.src and "(stage1+" in spec.src
+
+
+def test_refused_without_shared_memory() -> None:
+    with pytest.raises(KernelOptError, match="shared"):
+        Kernel(matmul_ast(64, 64, 64)).apply_opts([Opt(OptOps.STAGE)])  # the generic renderer: no locals
+
+
+def test_past_the_shared_memory_limit() -> None:
+    """128 x 64 tiles of A and B in fp32 are 64 KiB: past the 48 KiB of static shared memory per block."""
+    opts = [Opt(OptOps.LOCAL, 0, 32), Opt(OptOps.LOCAL, 1, 32), Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 4)]
+    opts += [Opt(OptOps.UNROLL, 0, 64)]
+    k = Kernel(matmul_ast(256, 256, 256), CUDARenderer("sm_90"))
+    with pytest.raises(KernelOptError, match="65536 bytes of shared memory per block; the device's limit is 49152"):
+        k.apply_opts(opts + [Opt(OptOps.STAGE)])
+    assert not k.staged and len(k.applied_opts) == len(opts)  # refused: the kernel is as before

@@ -1,0 +1,75 @@
+"""STAGE (operand tiles in shared memory) end to end on CL (PoCL): real kernels from the Tensor API, against numpy."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from tg import Device, Tensor
+from tg_codegen import Kernel, Opt, OptOps, get_program
+from tg_codegen.axes import AxisType
+from tg_runtime import CompiledRunner
+from tg_tensor.realizer import current
+
+
+@pytest.fixture(params=["CL", "CUDA"])
+def cl(request: pytest.FixtureRequest) -> str:
+    """A device with workgroups and shared memory: CL (PoCL here and in CI), CUDA on the GPU machine."""
+    try:
+        Device[request.param]
+    except Exception as e:
+        pytest.skip(f"no {request.param} device here: {e}")
+    return str(request.param)
+
+
+def _run_last_kernel(t: Tensor, opts: Callable[[Kernel], list[Opt]]) -> np.ndarray:
+    """`t`'s (one) kernel compiled with `opts(kernel)` + STAGE and launched; the result as numpy."""
+    items = t.schedule()
+    for item in items:
+        current().unqueue(item)
+    item = items[-1]
+    k = Kernel(item.ast, Device[t.device].renderer)
+    k.apply_opts(opts(k) + [Opt(OptOps.STAGE)])
+    assert k.staged
+    for buf in item.bufs:
+        buf.ensure_allocated()
+    CompiledRunner(get_program(item.ast, Device[t.device].renderer, opts=k.applied_opts))(item.bufs)
+    return np.frombuffer(item.bufs[0].as_bytes(), np.float32)
+
+
+def test_padded_conv(cl: str) -> None:
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal((2, 4, 9, 9)).astype(np.float32), rng.standard_normal((8, 4, 3, 3)).astype(np.float32)
+    out = Tensor(x, device=cl).realize().conv2d(Tensor(w, device=cl).realize(), padding=1)
+
+    def opts(k: Kernel) -> list[Opt]:  # 4 output channels x 3 output columns per workgroup
+        last = len(k.axes_of(AxisType.GLOBAL)) - 1
+        return [Opt(OptOps.LOCAL, 2, 4), Opt(OptOps.LOCAL, last, 3), Opt(OptOps.UNROLL, 0, 2)]
+
+    got = _run_last_kernel(out, opts)
+    want = np.zeros((2, 8, 9, 9), np.float32)
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    for i in range(3):
+        for j in range(3):
+            want += np.einsum("nchw,oc->nohw", xp[:, :, i : i + 9, j : j + 9], w[:, :, i, j])
+    np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4)
+
+
+def test_heuristic_tile_of_a_matmul(cl: str) -> None:
+    """The fp32 matmul tile the GPU heuristics stage (16x16 threads, 8x8 each, K by 16), at 256 x 64 x 256."""
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((256, 64)).astype(np.float32), rng.standard_normal((64, 256)).astype(np.float32)
+    out = Tensor(a, device=cl).realize() @ Tensor(b, device=cl).realize()
+    opts = [Opt(OptOps.LOCAL, 0, 16), Opt(OptOps.LOCAL, 1, 16), Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 8)]
+    got = _run_last_kernel(out, lambda _: opts + [Opt(OptOps.UNROLL, 0, 16)])
+    np.testing.assert_allclose(got.reshape(256, 256), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_matmul_of_a_transposed_view(cl: str) -> None:
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal((40, 24)).astype(np.float32), rng.standard_normal((32, 24)).astype(np.float32)
+    out = Tensor(a, device=cl).realize() @ Tensor(b, device=cl).realize().T
+    opts = [Opt(OptOps.LOCAL, 0, 4), Opt(OptOps.LOCAL, 1, 8), Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UNROLL, 0, 4)]
+    np.testing.assert_allclose(_run_last_kernel(out, lambda _: opts).reshape(40, 32), a @ b.T, rtol=1e-4, atol=1e-4)
