@@ -20,7 +20,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 
-from tg_nn.util import own_buffer
+from tg_nn.util import own_buffer, own_buffers
 from tg_tensor import Tensor
 from tg_uop import Ops, dtypes
 
@@ -30,8 +30,9 @@ def _state(t: Tensor) -> Tensor:
     return own_buffer(t, requires_grad=False)
 
 
-def _state_like(t: Tensor, value: float = 0.0) -> Tensor:
-    return _state(t.full_like(value))  # (on several devices: split as t is)
+def _states_like(ts: list[Tensor], value: float = 0.0) -> list[Tensor]:
+    """One state tensor per tensor of `ts`, filled with `value`, realized together (compiled in one batch)."""
+    return own_buffers([t.full_like(value) for t in ts], requires_grad=False)  # (several devices: split as t is)
 
 
 def _once(g: Tensor) -> Tensor:
@@ -143,7 +144,7 @@ class SGD(Optimizer):
         if nesterov and momentum == 0:
             raise ValueError("SGD: nesterov needs a momentum > 0")
         self.momentum, self.weight_decay, self.nesterov = momentum, weight_decay, nesterov
-        self.b = [_state_like(p) for p in self.params] if momentum else []
+        self.b = _states_like(self.params) if momentum else []
 
     def _updates(self, grads: list[Tensor]) -> list[Tensor]:
         out = []
@@ -195,7 +196,7 @@ class LARS(Optimizer):
             classic,
             tcoef,
         )
-        self.b = [_state_like(p) for p in self.params] if momentum else []
+        self.b = _states_like(self.params) if momentum else []
 
     def _ratio(self, p: Tensor, g: Tensor) -> Tensor | float:
         if self.tcoef == 0:
@@ -270,10 +271,9 @@ class LAMB(Optimizer):
             raise ValueError(f"{type(self).__name__}: betas must be in [0, 1), got b1={b1}, b2={b2}")
         self.b1, self.b2, self.eps, self.weight_decay, self.adam = b1, b2, eps, weight_decay, adam
         device = self.params[0].device
-        self.b1_t = _state(Tensor.ones(1, device=device))
-        self.b2_t = _state(Tensor.ones(1, device=device))
-        self.m = [_state_like(p) for p in self.params]
-        self.v = [_state_like(p) for p in self.params]
+        ones = Tensor.ones(1, device=device)
+        self.b1_t, self.b2_t, *mv = own_buffers([ones, ones, *(p.full_like(0.0) for p in self.params * 2)], False)
+        self.m, self.v = mv[: len(self.params)], mv[len(self.params) :]
 
     def _updates(self, grads: list[Tensor]) -> list[Tensor]:
         self.b1_t.assign(self.b1_t * self.b1)

@@ -170,7 +170,7 @@ def compile_all(kernels: list[tuple[str, UOp]]) -> None:
         if batch is None:
             open_batches.append(batch := [])
         batch.append((key, spec))
-        if len(batch) >= size:
+        if len(batch) >= size and sum(len(other.src) for _, other in batch) >= MIN_BATCH_SOURCE:
             open_batches.remove(batch)
             submit(batch)
     for batch in open_batches:
@@ -179,6 +179,11 @@ def compile_all(kernels: list[tuple[str, UOp]]) -> None:
         if job.exception() is None:  # a kernel that fails to compile raises where it runs, in order
             for key, spec in done:
                 _runner_cache[key] = CompiledRunner(spec)  # (the binary is in the compile cache now)
+
+
+# a batch is built once it has `batch_size` kernels and this much C: below it the compiler's start (~30 ms of
+# CPU here) costs more than a second process gains (an optimizer's zero fills: 6 kernels of ~300 bytes)
+MIN_BATCH_SOURCE = 4096
 
 
 def _has_name(batch: list[tuple[tuple[str, UOp, int], ProgramSpec]], spec: ProgramSpec) -> bool:
