@@ -103,3 +103,28 @@ def test_kernels_of_a_schedule_build_in_few_compiler_runs(tmp_path: Path) -> Non
         for got, exp in zip(run["outs"], want):
             np.testing.assert_allclose(np.array(got, np.float32), exp, rtol=1e-6)
     assert 1 <= runs[0]["kernel_runs"] < 6 and runs[1]["kernel_runs"] == 0
+
+
+def test_kernels_of_one_name_share_a_compiler_run(tmp_path: Path) -> None:
+    """Four small elementwise kernels over one shape (one function name, E_3_4) build in one compiler run (the
+    clashing functions are renamed in the batch), each computes its own maths, and a second process builds
+    nothing: the renaming is the same there, so its sources hit the cache."""
+    import numpy as np
+
+    env = {**os.environ, "CACHEDB": str(tmp_path / "cache.db"), "DEV": "CPU", "CACHELEVEL": "1"}
+    child = SCHEDULE_CHILD.replace(
+        "outs = [a + 1.25, a * 3.5, (a - 2.75).sum(axis=0), a.exp2(), (a * a).max(axis=1), a.relu() + 0.5]",
+        "outs = [a + 1.25, a * 3.5, a.exp2(), a.relu() + 0.5]",
+    )
+    a = np.arange(12, dtype=np.float32).reshape(3, 4) - 5.5
+    want = [a + 1.25, a * 3.5, np.exp2(a), np.maximum(a, 0) + 0.5]
+    runs = []
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, env=env)
+        assert out.returncode == 0, out.stderr[-2000:]
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    for run in runs:
+        assert run["kernels"] == 4
+        for got, exp in zip(run["outs"], want):
+            np.testing.assert_allclose(np.array(got, np.float32), exp, rtol=1e-6)
+    assert runs[0]["kernel_runs"] == 1 and runs[1]["kernel_runs"] == 0

@@ -5,7 +5,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -165,11 +167,12 @@ def compile_all(kernels: list[tuple[str, UOp]]) -> None:
         if not Device[key[0]].compiler.batches:
             submit([(key, spec)])
             continue
-        # a batch builds one shared object: two functions of one name go to different batches
-        batch = next((b for b in open_batches if b[0][0][0] == key[0] and not _has_name(b, spec)), None)
+        batch = next((b for b in open_batches if b[0][0][0] == key[0]), None)
         if batch is None:
             open_batches.append(batch := [])
-        batch.append((key, spec))
+        # a batch builds one shared object: a second function of one name (the same loops over other maths: an
+        # Adam update per parameter shape) is renamed rather than sent to a compiler run of its own
+        batch.append((key, _unique_name(batch, spec)))
         if len(batch) >= size and sum(len(other.src) for _, other in batch) >= MIN_BATCH_SOURCE:
             open_batches.remove(batch)
             submit(batch)
@@ -186,8 +189,22 @@ def compile_all(kernels: list[tuple[str, UOp]]) -> None:
 MIN_BATCH_SOURCE = 4096
 
 
-def _has_name(batch: list[tuple[tuple[str, UOp, int], ProgramSpec]], spec: ProgramSpec) -> bool:
-    return any(other.function_name == spec.function_name for _, other in batch)
+def _unique_name(batch: list[tuple[tuple[str, UOp, int], ProgramSpec]], spec: ProgramSpec) -> ProgramSpec:
+    """`spec`, or a copy whose function is renamed NAME_1, NAME_2, ... when the batch has a function of its name.
+
+    The kernels of one schedule are batched in one order, so a second process renames alike and hits the
+    compile cache (the renamed source is the key)."""
+    taken = {other.function_name for _, other in batch}
+    if spec.function_name not in taken:
+        return spec
+    n = 1
+    while f"{spec.function_name}_{n}" in taken:
+        n += 1
+    new = f"{spec.function_name}_{n}"
+    src, found = re.subn(rf"\b{re.escape(spec.function_name)}\(", f"{new}(", spec.src, count=1)
+    if not found:
+        raise RuntimeError(f"compile_all: no function {spec.function_name} in the source of {spec.name}")
+    return dataclasses.replace(spec, function_name=new, src=src)
 
 
 def batch_size(kernels: int, workers: int) -> int:
