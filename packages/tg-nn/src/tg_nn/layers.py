@@ -15,8 +15,9 @@ and TinyJit recordings all see (and update) the same memory.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
-from tg_nn.util import own_buffer
+from tg_nn.util import own_buffer, own_buffers
 from tg_tensor import Tensor
 from tg_uop import dtypes
 from tg_uop.helpers import prod
@@ -37,9 +38,19 @@ def _tuple(name: str, v: IntOrTuple, n: int) -> tuple[int, ...]:
     return ret
 
 
-def _uniform_bias(n: int, fan_in: int) -> Tensor:
-    bound = 1 / math.sqrt(fan_in)
-    return own_buffer(Tensor.uniform(n, low=-bound, high=bound))
+def _weight_and_bias(
+    draw_weight: Callable[[], Tensor], n: int, fan_in: int, bias: bool
+) -> tuple[Tensor, Tensor | None]:
+    """The weight and (when asked) a bias uniform in +-1/sqrt(fan_in), drawn in this order and realized in one
+    schedule, so a new process compiles their kernels side by side."""
+
+    def draw_bias() -> Tensor:
+        bound = 1 / math.sqrt(fan_in)
+        return Tensor.uniform(n, low=-bound, high=bound)
+
+    makers = (draw_weight, draw_bias) if bias else (draw_weight,)
+    params = own_buffers(make() for make in makers)  # (a generator: no lazy draw stays alive)
+    return params[0], params[1] if bias else None
 
 
 class Linear:
@@ -48,8 +59,9 @@ class Linear:
     def __init__(self, in_features: int, out_features: int, bias: bool = True) -> None:
         _positive("Linear", in_features=in_features, out_features=out_features)
         self.in_features, self.out_features = in_features, out_features
-        self.weight = own_buffer(Tensor.kaiming_uniform(out_features, in_features, a=math.sqrt(5)))
-        self.bias = _uniform_bias(out_features, in_features) if bias else None
+        self.weight, self.bias = _weight_and_bias(
+            lambda: Tensor.kaiming_uniform(out_features, in_features, a=math.sqrt(5)), out_features, in_features, bias
+        )
 
     def __call__(self, x: Tensor) -> Tensor:
         if not x.shape or x.shape[-1] != self.in_features:
@@ -80,11 +92,11 @@ class Conv2d:
             raise ValueError(f"Conv: groups={groups} must divide in_channels={in_channels} and out={out_channels}")
         self.kernel_size = _tuple("Conv", kernel_size, dims) if isinstance(kernel_size, int) else tuple(kernel_size)
         self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
-        self.weight = own_buffer(
-            Tensor.kaiming_uniform(out_channels, in_channels // groups, *self.kernel_size, a=math.sqrt(5))
-        )
+        shape = (out_channels, in_channels // groups, *self.kernel_size)
         fan_in = in_channels // groups * prod(self.kernel_size)
-        self.bias = _uniform_bias(out_channels, fan_in) if bias else None
+        self.weight, self.bias = _weight_and_bias(
+            lambda: Tensor.kaiming_uniform(*shape, a=math.sqrt(5)), out_channels, fan_in, bias
+        )
 
     def __call__(self, x: Tensor) -> Tensor:
         return x.conv2d(self.weight, self.bias, self.groups, self.stride, self.dilation, self.padding)
@@ -122,11 +134,11 @@ class ConvTranspose2d(Conv2d):
     ) -> None:
         super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias, dims)
         self.output_padding = output_padding
-        self.weight = own_buffer(
-            Tensor.kaiming_uniform(in_channels, out_channels // groups, *self.kernel_size, a=math.sqrt(5))
-        )
+        shape = (in_channels, out_channels // groups, *self.kernel_size)
         fan_in = out_channels // groups * prod(self.kernel_size)
-        self.bias = _uniform_bias(out_channels, fan_in) if bias else None
+        self.weight, self.bias = _weight_and_bias(
+            lambda: Tensor.kaiming_uniform(*shape, a=math.sqrt(5)), out_channels, fan_in, bias
+        )
 
     def __call__(self, x: Tensor) -> Tensor:
         if isinstance(self.padding, str):

@@ -1,6 +1,8 @@
 """Helpers shared by the layers and optimizers.
 
->>> from tg_tensor import Tensor
+>>> from collections.abc import Iterable
+
+from tg_tensor import Tensor
 >>> a, b = own_buffer(Tensor.zeros(2)), own_buffer(Tensor.zeros(2))
 >>> _ = a.assign(a + 1).realize()
 >>> a.tolist(), b.tolist()
@@ -8,6 +10,8 @@
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from tg_tensor import Tensor
 
@@ -21,19 +25,27 @@ def own_buffer(t: Tensor, requires_grad: bool | None = None) -> Tensor:
     return own_buffers([t], requires_grad)[0]
 
 
-def own_buffers(ts: list[Tensor], requires_grad: bool | None = None) -> list[Tensor]:
+def own_buffers(ts: Iterable[Tensor], requires_grad: bool | None = None) -> list[Tensor]:
     """`own_buffer` of each tensor, realized together: one schedule, so the kernels that a new process has to
-    compile (a layer's weight and bias, an optimizer's state) are built in one batch instead of one by one.
+    compile (a layer's weight and bias, an optimizer's state) are built side by side instead of one by one.
+
+    Give a generator when the tensors are random draws (`own_buffers(f() for f in makers)`): nothing then keeps
+    a lazy draw alive, which would make the schedule save the random counter it read before the next draw
+    moves it on.
 
     >>> w, b = own_buffers([Tensor.ones(2, 2), Tensor.zeros(2)])
     >>> w.tolist(), b.tolist()
     ([[1.0, 1.0], [1.0, 1.0]], [0.0, 0.0])
     """
-    rets = [t.empty_like() for t in ts]  # (on several devices: split as t is)
-    for ret, t in zip(rets, ts):
-        ret.assign(t.detach())
+    rets = [_assigned_copy(t) for t in ts]
     if rets:
         Tensor.realize(*rets)
     for ret in rets:
         ret.requires_grad = requires_grad
     return rets
+
+
+def _assigned_copy(t: Tensor) -> Tensor:
+    ret = t.empty_like()  # (on several devices: split as t is)
+    ret.assign(t.detach())
+    return ret
