@@ -158,3 +158,56 @@ def test_pickled_and_copied_tensors_join_the_live_index() -> None:
         again.uop = (t * 5).uop  # the copy moves alone: the original keeps its own entry
         assert any(x is lazy for x in r.live_tensors.holders(lazy.uop))
         assert not any(x is again for x in r.live_tensors.holders(lazy.uop))
+
+
+def test_scalar_operands_from_the_view_cache_are_never_stale(device: str) -> None:
+    """`t * c` takes the view of `c` from a small cache keyed by value, its type and sign, dtype, device, shape:
+    every change of one of them must give the new value (checked against numpy, each case twice: the second
+    time from the cache)."""
+    x = _f32(4) + 2  # (positive: 1 / (x * -0.0) is -inf)
+    ints = np.array([3, -7, 0, 2**30], np.int32)
+    bools = np.array([True, False, True, False])
+    t, ti, tb = Tensor(x, device=device), Tensor(ints, device=device), Tensor(bools, device=device)
+    with np.errstate(all="ignore"):
+        cases = [
+            (lambda: 1 / (t * 0.0), 1 / (x * np.float32(0.0))),
+            (lambda: 1 / (t * -0.0), 1 / (x * np.float32(-0.0))),  # -0.0 == 0.0 in Python: the sign is in the key
+            (lambda: t * 2.5, x * np.float32(2.5)),
+            (lambda: t * 3.5, x * np.float32(3.5)),
+            (lambda: t * float("nan"), x * np.float32(np.nan)),
+            (lambda: 2.5 - t, np.float32(2.5) - x),
+            (lambda: t - 2.5, x - np.float32(2.5)),
+            (lambda: t * 2, x * np.float32(2)),
+            (lambda: t.reshape(2, 2) * 2.5, x.reshape(2, 2) * np.float32(2.5)),  # another shape
+            (lambda: t.half() * 0.1, x.astype(np.float16) * np.float16(0.1)),  # another dtype: 0.1 rounds otherwise
+            (lambda: ti * 3, ints * 3),
+            (lambda: ti * True, ints * 1),  # True == 1 in Python: the type is in the key
+            (lambda: ti + 1, ints + 1),
+            (lambda: ti * 2.5, (ints * 2.5).astype(np.float32)),  # widens to float: no cached view
+            (lambda: tb + True, bools | True),
+            (lambda: tb * True, bools & True),
+            (lambda: tb * 1, bools.astype(np.int32)),  # an int with a bool tensor widens
+        ]
+        for _ in range(2):
+            for build, want in cases:
+                got = build().numpy()
+                assert got.dtype == want.dtype, (got.dtype, want.dtype)
+                np.testing.assert_allclose(got, want, rtol=1e-3 if want.dtype == np.float16 else 1e-6)
+    if device != "PYTHON":  # another device: its own view
+        np.testing.assert_allclose((Tensor(x, device="PYTHON") * 2.5).numpy(), x * np.float32(2.5), rtol=1e-6)
+
+
+def test_the_scalar_view_cache_stays_small_and_right() -> None:
+    from tg_tensor.elementwise import SCALAR_VIEWS_MAX
+
+    with fresh() as r:
+        x = _f32(3)
+        t = Tensor(x)
+        for i in range(SCALAR_VIEWS_MAX + 40):
+            c = float(i) / 7
+            if i % 50 == 0:
+                np.testing.assert_allclose((t * c).numpy(), x * np.float32(c), rtol=1e-6)
+            else:
+                t * c
+            assert len(r.scalar_views) <= SCALAR_VIEWS_MAX
+        np.testing.assert_allclose((t * (1 / 7)).numpy(), x * np.float32(1 / 7), rtol=1e-6)

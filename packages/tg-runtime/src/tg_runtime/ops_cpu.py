@@ -327,8 +327,10 @@ class CPUProgram:
         wait: bool = False,
     ) -> float | None:
         # a ctypes array (the allocator's buffers) is passed as a pointer to its first byte, without a cast
-        args: list[Any] = [b if isinstance(b, ctypes.Array) else ctypes.cast(b, ctypes.c_void_p) for b in bufs]
-        args += [ctypes.c_int(v) for v in vals]
+        args: Any = bufs
+        if vals or not all(isinstance(b, ctypes.Array) for b in bufs):
+            args = [b if isinstance(b, ctypes.Array) else ctypes.cast(b, ctypes.c_void_p) for b in bufs]
+            args += [ctypes.c_int(v) for v in vals]
         if not wait:
             self.fxn(*args)
             return None

@@ -50,7 +50,8 @@ class CompiledRunner:
         """The device handles to pass, one per buffer parameter; KernelParamError (naming the kernel) when
         `bufs` do not match the parameters one for one. Every launch path goes through here."""
         self.spec.check_buffers([b.dtype for b in bufs])
-        return [b.opaque for b in bufs]
+        handles = [b._opaque for b in bufs]  # (allocated buffers, the usual case: no property call per buffer)
+        return handles if None not in handles else [b.opaque for b in bufs]
 
     def __call__(self, bufs: list[Buffer], var_vals: dict[UOp, int] | None = None, wait: bool = False) -> float | None:
         spec, profiling, debug = self.spec, TRACE.profiling, DEBUG.value >= 2

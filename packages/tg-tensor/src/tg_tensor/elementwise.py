@@ -16,8 +16,9 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from tg_tensor.gradient import custom_gradient
+from tg_tensor.realizer import current
 from tg_tensor.util import ArgumentError, DTypeError, broadcast_shape, const_uop, scalar_dtype, to_dtype
-from tg_uop import DType, Ops, UOp, dtypes
+from tg_uop import ConstType, DType, Ops, UOp, dtypes
 from tg_uop.uop import sint
 
 if TYPE_CHECKING:
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 
 TensorLike = Any
 INV_LN2 = 1 / math.log(2)
+SCALAR_VIEWS_MAX = 256  # cached constant views (`_scalar_view`): the cache is emptied when it reaches this
 LN2 = math.log(2)
 
 
@@ -52,11 +54,38 @@ class ElementwiseMixin:
             return type(self)(other, device=self.device, dtype=scalar_dtype(self.dtype, 0))
         return type(self)(other, device=self.device)
 
+    def _scalar_view(self: Tensor, value: ConstType) -> UOp | None:
+        """A Python scalar that keeps this tensor's dtype, as a constant viewed at its shape (`t * 2.5`); None when
+        it must widen the dtype. The view nodes are kept in a small cache, so a loop of `t * 2.5` over new tensors
+        builds none of them again (nor their structure ids). The key has the value's type and, for a float,
+        its sign (-0.0 == 0.0 in Python, not as a constant); a NaN never equals itself, so it only misses."""
+        u = self._uop
+        dtype, dev, shape = u.dtype, u.device, u.shape
+        if type(dev) is not str or shape is None or scalar_dtype(dtype, value) != dtype:  # (DeviceSet: a str subclass)
+            return None
+        sign = math.copysign(1.0, value) if type(value) is float else 0.0
+        key = (value, type(value), sign, dtype, dev, shape)
+        views = current().scalar_views
+        if (hit := views.get(key)) is not None:
+            return hit
+        c = const_uop(value, dtype, dev)
+        view = c.reshape((1,) * len(shape)).expand(shape) if shape else c
+        if len(views) >= SCALAR_VIEWS_MAX:
+            views.clear()
+        views[key] = view
+        return view
+
+    def _operands(self: Tensor, other: TensorLike, reverse: bool = False) -> tuple[UOp, UOp]:
+        """The nodes of a binary op's operands, broadcast and promoted (as `_broadcasted`); a Python scalar that
+        keeps this tensor's dtype needs no Tensor of its own."""
+        if type(other) in (float, int, bool) and (view := self._scalar_view(other)) is not None:
+            return (view, self._uop) if reverse else (self._uop, view)
+        x, y = self._broadcasted(other, reverse)
+        return x.uop, y.uop
+
     def _broadcasted(self: Tensor, other: TensorLike, reverse: bool = False) -> tuple[Tensor, Tensor]:
-        if type(other) in (float, int, bool) and scalar_dtype(self.dtype, other) == self.dtype:  # (`t * 2.5`)
-            shape = self.shape  # the constant, viewed at self's shape: one tensor built, not three
-            c = const_uop(other, self.dtype, self.device)
-            y = type(self)(c.reshape((1,) * len(shape)).expand(shape) if shape else c)
+        if type(other) in (float, int, bool) and (view := self._scalar_view(other)) is not None:  # (`t * 2.5`)
+            y = type(self)(view)  # the constant, viewed at self's shape: one tensor built, not three
             return (y, self) if reverse else (self, y)
         x, y = self, self._to_tensor(other)
         if x.uop.shape == y.uop.shape and x.dtype == y.dtype and x.device == y.device:
@@ -76,8 +105,8 @@ class ElementwiseMixin:
         return type(self)(self.uop.reshape(padded).expand(shape))
 
     def _binop(self: Tensor, op: Ops, other: TensorLike, reverse: bool = False) -> Tensor:
-        x, y = self._broadcasted(other, reverse)
-        return type(self)(x.uop.alu(op, y.uop))
+        x, y = self._operands(other, reverse)
+        return type(self)(x.alu(op, y))
 
     def _unop(self: Tensor, op: Ops) -> Tensor:
         return type(self)(self.uop.alu(op))
@@ -93,10 +122,8 @@ class ElementwiseMixin:
     # ---- arithmetic ----
     def add(self: Tensor, x: TensorLike, reverse: bool = False) -> Tensor:
         """self + x (bools add as logical or)."""
-        a, b = self._broadcasted(x, reverse)
-        if a.dtype == dtypes.bool:
-            return type(self)(a.uop.alu(Ops.OR, b.uop))
-        return type(self)(a.uop.alu(Ops.ADD, b.uop))
+        a, b = self._operands(x, reverse)
+        return type(self)(a.alu(Ops.OR if a.dtype == dtypes.bool else Ops.ADD, b))
 
     def sub(self: Tensor, x: TensorLike, reverse: bool = False) -> Tensor:
         """x - other (broadcast); `reverse` computes other - x.
@@ -105,17 +132,15 @@ class ElementwiseMixin:
         >>> Tensor([5, 7]).sub(2).tolist()
         [3, 5]
         """
-        a, b = self._broadcasted(x, reverse)
+        a, b = self._operands(x, reverse)
         if a.dtype == dtypes.bool:
             raise TypeError("sub: subtracting bool tensors is not supported; use logical_xor")
-        return type(self)(a.uop.alu(Ops.SUB, b.uop))
+        return type(self)(a.alu(Ops.SUB, b))
 
     def mul(self: Tensor, x: TensorLike, reverse: bool = False) -> Tensor:
         """self * x (bools multiply as logical and)."""
-        a, b = self._broadcasted(x, reverse)
-        if a.dtype == dtypes.bool:
-            return type(self)(a.uop.alu(Ops.AND, b.uop))
-        return type(self)(a.uop.alu(Ops.MUL, b.uop))
+        a, b = self._operands(x, reverse)
+        return type(self)(a.alu(Ops.AND if a.dtype == dtypes.bool else Ops.MUL, b))
 
     def div(self: Tensor, x: TensorLike, reverse: bool = False, rounding_mode: str | None = None) -> Tensor:
         """True division (ints give the default float); rounding_mode "trunc" or "floor" rounds the result."""

@@ -4,9 +4,9 @@ A realize re-points the other live tensors that stood for a node it computed (af
 `A = t * 4; B = t * 4; A.realize()`, B stands for A's buffer too). Finding them by walking every live
 tensor costs O(live tensors) per realize; this index finds them in O(holders of that node).
 
-Each registered tensor has one `_Entry` (a weak reference that remembers the node it is filed under);
-`Tensor.uop`'s setter calls `moved` so the index follows the tensor, and a dead tensor leaves the
-index through the reference's callback.
+Each registered tensor has one plain weak reference (its `ref`, kept on the tensor with the index as
+`Tensor._live`); the index remembers the node each reference is filed under. `Tensor.uop`'s setter calls
+`moved` so the index follows the tensor, and a dead tensor leaves the index through the reference's callback.
 
 >>> from tg_tensor import Tensor
 >>> from tg_tensor.realizer import fresh
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tg_uop import UOp
 
@@ -29,52 +29,49 @@ if TYPE_CHECKING:
     from tg_tensor.tensor import Tensor
 
 
-class _Entry(weakref.ref["Tensor"]):
-    """A weak reference to a Tensor and the node it is filed under in its LiveTensors."""
-
-    __slots__ = ("node", "owner")
-
-    def __new__(cls, t: Tensor, owner: LiveTensors, node: UOp) -> _Entry:
-        return super().__new__(cls, t, owner._gone)
-
-    def __init__(self, t: Tensor, owner: LiveTensors, node: UOp) -> None:
-        super().__init__(t, owner._gone)  # type: ignore[call-arg]  # (typeshed gives ref no __init__; it has one)
-        self.node, self.owner = node, owner
-
-
 class LiveTensors:
     """Every live Tensor of one Realizer, found by its node (`holders`) or all at once (iteration)."""
 
     def __init__(self) -> None:
-        self._by_node: dict[UOp, dict[int, _Entry]] = {}
-        self._count = 0
+        self._by_node: dict[UOp, dict[int, weakref.ref[Tensor]]] = {}  # node -> {id(ref): ref} of its holders
+        self._node_of: dict[int, UOp] = {}  # id(ref) -> the node that tensor is filed under
         self.visits = 0  # tensors looked at by `holders` (a test checks that a realize visits few)
 
-    def add(self, t: Tensor, node: UOp) -> _Entry:
-        """File `t` under `node`; returns its entry (kept on the tensor, so `moved` finds it)."""
-        entry = _Entry(t, self, node)
-        self._by_node.setdefault(node, {})[id(entry)] = entry
-        self._count += 1
-        return entry
+    def add(self, t: Tensor, node: UOp) -> weakref.ref[Tensor]:
+        """File `t` under `node`; returns its reference (kept on the tensor, so `moved` finds it)."""
+        ref = weakref.ref(t, self._gone)  # (a plain reference: a subclass with fields costs 5x as much to make)
+        key = id(ref)
+        self._node_of[key] = node
+        if (bucket := self._by_node.get(node)) is None:
+            self._by_node[node] = {key: ref}
+        else:
+            bucket[key] = ref
+        return ref
 
-    def moved(self, entry: _Entry, node: UOp) -> None:
-        """The tensor of `entry` now stands for `node`."""
-        old = entry.node
+    def moved(self, ref: weakref.ref[Tensor], node: UOp) -> None:
+        """The tensor of `ref` now stands for `node`."""
+        key = id(ref)
+        old = self._node_of[key]
         if old is node:
             return
         bucket = self._by_node[old]
-        del bucket[id(entry)]
+        del bucket[key]
         if not bucket:
             del self._by_node[old]
-        entry.node = node
-        self._by_node.setdefault(node, {})[id(entry)] = entry
+        self._node_of[key] = node
+        if (new := self._by_node.get(node)) is None:
+            self._by_node[node] = {key: ref}
+        else:
+            new[key] = ref
 
-    def _gone(self, entry: Any) -> None:
-        bucket = self._by_node.get(entry.node)
-        if bucket is not None and bucket.pop(id(entry), None) is not None:
-            self._count -= 1
-            if not bucket:
-                del self._by_node[entry.node]
+    def _gone(self, ref: weakref.ref[Tensor]) -> None:
+        node = self._node_of.pop(id(ref), None)
+        if node is None:
+            return
+        bucket = self._by_node[node]
+        del bucket[id(ref)]
+        if not bucket:
+            del self._by_node[node]
 
     def holders(self, node: UOp) -> list[Tensor]:
         """The live tensors that stand for `node` now."""
@@ -92,4 +89,4 @@ class LiveTensors:
                     yield t
 
     def __len__(self) -> int:
-        return self._count
+        return len(self._node_of)

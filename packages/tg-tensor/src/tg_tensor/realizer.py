@@ -42,11 +42,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tg_runtime.device import Buffer
+from tg_runtime.device import Buffer, DeviceSet
 from tg_runtime.runner import compile_all, get_runner, run_copy
 from tg_tensor.collective import run_collective
 from tg_tensor.live import LiveTensors
 from tg_tensor.symbolic import unbind_ast
+from tg_tensor.util import is_contiguous_buffer
 from tg_uop import Ops, UOp
 from tg_uop.helpers import DEBUG, GlobalCounters, LRUCache, getenv
 from tg_uop.trace import GRAPH, TRACE
@@ -126,6 +127,8 @@ class Realizer:
         # constant families (device, AST with constants as loads) -> first member; one-element constant buffers
         self.families: LRUCache[tuple[str, UOp], UOp] = LRUCache(getenv("KERNEL_CACHE_MAX", 1024))
         self.const_bufs: LRUCache[tuple[str, Any, Any], Buffer] = LRUCache(getenv("KERNEL_CACHE_MAX", 1024))
+        # (value, its type, sign, dtype, device, shape) -> a Python scalar viewed at a shape (elementwise._scalar_view)
+        self.scalar_views: dict[tuple[Any, ...], UOp] = {}
         # non-empty while TinyJit records (constants stay folded); names of jitted functions running their body
         self.plain_only: list[bool] = []
         self.jit_running: list[str] = []
@@ -171,32 +174,30 @@ class Realizer:
         mean inside `x.std()` share one kernel).
         """
         steps = _steps()
-        if steps.needs_lowering(list(tensors)):  # some live on several devices: every device's graph is scheduled
-            return steps.schedule_multi(list(tensors))  # (it schedules the per-device graphs through here)
+        if DeviceSet.made and steps.needs_lowering(list(tensors)):  # some live on several devices: every device's
+            return steps.schedule_multi(list(tensors))  # graph is scheduled (it schedules them through here)
         roots = [_strip_reshapes(t.uop) for t in tensors]
         start_us = TRACE.now_us()
         items, becomes = steps.create_schedule([r for r, _ in roots])  # create
         if TRACE.active or TRACE.profiling or GRAPH.value:
             steps.on_schedule([t.uop for t in tensors], [it.ast for it in items], start_us)
         self._point_at_results(tensors, roots, becomes)
-        protect_old_values, order_items = steps.protect_old_values, steps.order_items
-        items, finish = protect_old_values(items)  # protect
-        items = order_items(items)  # order
-        finish()
+        if any(it.in_place or it.reads for it in items):  # (items replayed from the schedule cache do neither)
+            items, finish = steps.protect_old_values(items)  # protect
+            items = steps.order_items(items)  # order
+            finish()
         self.pending.extend(items)
-        self._queued.update(id(it) for it in items)
+        self._queued.update(map(id, items))
         return items
 
     def _point_at_results(
         self, tensors: Sequence[Tensor], roots: list[tuple[UOp, tuple[sint, ...]]], becomes: dict[UOp, UOp]
     ) -> None:
-        from tg_tensor.util import is_contiguous_buffer
-
         grad_nodes: set[UOp] = set()
-        if not type(tensors[0]).no_grad and self.grad_tensors:
+        if not type(tensors[0]).no_grad and self.grad_tensors.data:  # type: ignore[attr-defined]  # (a WeakSet's len() is Python)
             for g in list(self.grad_tensors):
                 grad_nodes.update(n for n in (g.uop, g._lazy) if n is not None)
-        before = [t.uop for t in tensors]
+        before = [t._uop for t in tensors]
         for t, (root, shape) in zip(tensors, roots):
             # keep the pre-realize graph only where autograd may still need it: it keeps every
             # intermediate buffer of that graph alive (and so out of TinyJit's memory planner)
@@ -204,7 +205,7 @@ class Realizer:
                 if _reads_any(t.uop, grad_nodes):
                     t._lazy = t.uop
             result = becomes[root]
-            t.uop = result if result.shape == shape else result.reshape(shape)
+            t.uop = result if _shape_of(result) == shape else result.reshape(shape)
         self._share_results(tensors, before)
 
     def _share_results(self, tensors: Sequence[Tensor], before: list[UOp]) -> None:
@@ -268,7 +269,7 @@ class Realizer:
             if id(item) not in ran:
                 ran.add(id(item))
                 kernels += self._run_one(item, items[i:], ran)
-        if DEBUG >= 1 and items:
+        if DEBUG.value >= 1 and items:
             et = time.perf_counter() - st
             print(
                 f"realize: {len(items)} items, {kernels} kernels, {et * 1e3:.2f} ms "
@@ -283,8 +284,7 @@ class Realizer:
             for observe in self.item_observers:
                 observe(item)
             for b in item.bufs:
-                if not b.is_allocated():
-                    b.ensure_allocated()
+                b.ensure_allocated()
             if item.ast.op is Ops.COPY:
                 run_copy(item.bufs[0], item.bufs[1])
                 return 0
@@ -318,7 +318,14 @@ class Realizer:
 def writes_nothing(item: ScheduleItem) -> bool:
     """Does the item write no element (a kernel or copy over an empty shape)? Such items are never launched:
     a launch over zero threads is an error on some drivers, and there is nothing to compute."""
+    if item.outputs == 1:
+        return item.bufs[0].size == 0
     return all(b.size == 0 for b in item.bufs[: item.outputs])
+
+
+def _shape_of(result: UOp) -> tuple[sint, ...] | None:
+    """The shape of a realized node (a BUFFER's is its size: no shape computed for a new BUFFER node)."""
+    return (result.arg[1],) if result.op is Ops.BUFFER else result.shape
 
 
 def _strip_reshapes(u: UOp) -> tuple[UOp, tuple[sint, ...]]:

@@ -26,7 +26,7 @@ from tg_tensor.lift_consts import lift_changing_consts
 from tg_tensor.realizer import Realizer, ScheduleItem, current
 from tg_tensor.split_reduce import compares_with_arange, split_reduces
 from tg_tensor.symbolic import max_size
-from tg_uop import GroupOp, Ops, UOp, dtypes
+from tg_uop import DType, GroupOp, Ops, UOp, dtypes
 from tg_uop.helpers import prod
 from tg_uop.structure import merge_leaves, structure
 from tg_uop.uop import arg_key
@@ -390,7 +390,7 @@ class _Recipe:
 
     # (ast, [(kind, index)], variable values): kind 0 input, 1 new output, 2 fixed; the values are part of the key
     items: list[tuple[UOp, list[tuple[int, int]], dict[UOp, int]]]
-    outs: list[tuple[str, int, object]]  # (device, size, dtype) of each new buffer
+    outs: list[tuple[UOp, int, DType]]  # (DEVICE node, size, dtype) of each new buffer
     roots: list[tuple[int, tuple[int, ...]]]  # per root: (output index, shape)
     fixed: list[Buffer] = field(default_factory=list)  # constant buffers the kernels read (lift_consts.py)
 
@@ -436,6 +436,15 @@ def _lazy_structure(rz: Realizer, roots: list[UOp]) -> tuple[tuple[object, ...],
     """The structure key from per-node memos (tg_uop.structure), when no node of the graph was realized before
     (a realized node would be a leaf: then None, and the graph is walked). Only new nodes cost work."""
     realized = rz.realized.data  # type: ignore[attr-defined]  # (the weakref-keyed dict: no method call per node)
+    if len(roots) == 1:  # (one root: its leaves are the graph's, in its order)
+        root = roots[0]
+        if realized and any(weakref.ref(n) in realized for n in root.toposort):
+            return None
+        sid, root_leaves = structure(root)
+        if rz.failed.data or rz.stale.data:  # type: ignore[attr-defined]  # (weak containers: len() is Python)
+            for leaf in root_leaves:
+                check_not_stale(leaf)
+        return ("LAZY", sid, len(root_leaves)), list(root_leaves)
     sids: list[int] = []
     leaves: list[UOp] = []
     index: dict[UOp, int] = {}
@@ -446,7 +455,7 @@ def _lazy_structure(rz: Realizer, roots: list[UOp]) -> tuple[tuple[object, ...],
         sid, root_leaves = structure(root)
         sids.append(sid)
         maps.append(merge_leaves(root_leaves, leaves, index))
-    if rz.failed or rz.stale:
+    if rz.failed.data or rz.stale.data:  # type: ignore[attr-defined]
         for leaf in leaves:
             check_not_stale(leaf)
     return ("LAZY", tuple(sids), tuple(maps)), leaves
@@ -456,7 +465,7 @@ def _record(items: list[ScheduleItem], leaves: list[UOp], becomes: list[UOp]) ->
     """The recipe of a fresh schedule, or None when it does not fit the simple form (roots = new buffers)."""
     inputs = {id(buffer_of(leaf)): i for i, leaf in enumerate(leaves)}
     outs: dict[int, int] = {}
-    specs: list[tuple[str, int, object]] = []
+    specs: list[tuple[UOp, int, DType]] = []
     fixed: dict[int, int] = {}
     recipe = _Recipe([], specs, [])
     for item in items:
@@ -477,7 +486,7 @@ def _record(items: list[ScheduleItem], leaves: list[UOp], becomes: list[UOp]) ->
             else:
                 if id(b) not in outs:
                     outs[id(b)] = len(specs)
-                    specs.append((b.device, b.size, b.dtype))
+                    specs.append((UOp(Ops.DEVICE, arg=b.device), b.size, b.dtype))
                 refs.append((OUTPUT, outs[id(b)]))
         recipe.items.append((item.ast, refs, dict(item.var_vals)))
     for node in becomes:
@@ -488,17 +497,18 @@ def _record(items: list[ScheduleItem], leaves: list[UOp], becomes: list[UOp]) ->
     return recipe
 
 
-def _replay(recipe: _Recipe, leaves: list[UOp]) -> tuple[list[ScheduleItem], list[UOp]]:
-    rz = current()
+def _replay(rz: Realizer, recipe: _Recipe, leaves: list[UOp]) -> tuple[list[ScheduleItem], list[UOp]]:
     known = rz.buffers.data  # type: ignore[attr-defined]  # (weakref -> Buffer: no method call per leaf)
     inputs = [b if (b := known.get(weakref.ref(leaf))) is not None else buffer_of(leaf) for leaf in leaves]
-    new = [UOp.new_buffer(dev, size, dt) for dev, size, dt in recipe.outs]  # type: ignore[arg-type]
-    outputs = [Buffer(dev, size, dt) for dev, size, dt in recipe.outs]  # type: ignore[arg-type]
+    new = [UOp.new_buffer(device, size, dt) for device, size, dt in recipe.outs]
+    outputs = [Buffer(device.arg, size, dt) for device, size, dt in recipe.outs]
+    buffers = rz.buffers
     for node, buf in zip(new, outputs):
-        rz.buffers[node] = buf
+        buffers[node] = buf
     pick = (inputs, outputs, recipe.fixed)
     items = [
-        ScheduleItem.replayed(ast, [pick[kind][i] for kind, i in refs], dict(vals)) for ast, refs, vals in recipe.items
+        ScheduleItem.replayed(ast, [pick[kind][i] for kind, i in refs], dict(vals) if vals else {})
+        for ast, refs, vals in recipe.items
     ]
     # (the shapes were checked when the recipe was recorded: the views are built without checking them again)
     views = [
@@ -515,13 +525,15 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
     shapes and buffer sizes; other buffers) reuses the kernels found then without running the scheduler.
     """
     rz = current()
-    if any(rz.resolve(r).op is Ops.BUFFER or rz.resolve(r).base.op is Ops.BUFFER for r in roots):
+    resolved = [rz.resolve(r) for r in roots] if rz.realized.data else roots  # type: ignore[attr-defined]
+    if any(r.op is Ops.BUFFER or r.base.op is Ops.BUFFER for r in resolved):
         return _create_schedule(roots)
     key, leaves = _structure(roots)
     if (recipe := rz.recipes.get(key)) is not None and not (rz.plain_only and recipe.fixed):
-        items, results = _replay(recipe, leaves)
-        for root, res in zip(roots, results):
-            rz.realized[rz.resolve(root)] = res
+        items, results = _replay(rz, recipe, leaves)
+        realized = rz.realized
+        for root, res in zip(resolved, results):
+            realized[root] = res
         return items, dict(zip(roots, results))
     items, becomes = _create_schedule(roots)
     recipe = _record(items, leaves, [becomes[r] for r in roots])

@@ -151,15 +151,18 @@ class Tensor(
         dtype: DType | str | None = None,
         requires_grad: bool | None = None,
     ) -> None:
-        dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
-        dtype = to_dtype(dtype) if dtype is not None else None
         self._requires_grad: bool | None = None
         self.grad: Tensor | None = None
         self._lazy: UOp | None = None  # the graph this tensor had before it was realized (for autograd)
-        uop = self._uop = self._make_uop(data, dtype, dev)
-        if uop.device is None:
-            raise ValueError("Tensor: the data has no device")
-        self._live = current().live_tensors.add(self, uop)  # (filed under its node: see `uop`'s setter)
+        if type(data) is UOp and device is None and dtype is None and data.device is not None:
+            uop = self._uop = Tensor._detached(data) if Tensor.no_grad else data  # (an op's result: the usual case)
+        else:
+            dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
+            uop = self._uop = self._make_uop(data, to_dtype(dtype) if dtype is not None else None, dev)
+            if uop.device is None:
+                raise ValueError("Tensor: the data has no device")
+        live = current().live_tensors
+        self._live = (live, live.add(self, uop))  # (filed under its node: see `uop`'s setter)
         if requires_grad is not None:
             self.requires_grad = requires_grad
 
@@ -170,9 +173,7 @@ class Tensor(
             return u if dtype is None or u.dtype == dtype else u.cast(dtype)
         if isinstance(data, UOp):
             u = data if dtype is None or data.dtype == dtype else data.cast(dtype)
-            if Tensor.no_grad and u.op not in (Ops.BUFFER, Ops.CONST, Ops.DETACH) and u.base.op is not Ops.BUFFER:
-                u = UOp(Ops.DETACH, u.dtype, (u,))
-            return u
+            return Tensor._detached(u) if Tensor.no_grad else u
         if isinstance(data, Tensor):
             return data.uop if dtype is None else data.uop.cast(dtype)
         if isinstance(data, (bool, int, float)):
@@ -192,6 +193,14 @@ class Tensor(
             return _from_numpy(np.frombuffer(bytes(data), dtype=np.uint8), dtype or dtypes.uint8, dev)
         raise TypeError(f"Tensor: cannot build a tensor from {type(data).__name__}")
 
+    @staticmethod
+    def _detached(u: UOp) -> UOp:
+        """`u` cut off from autograd (under no_grad): a DETACH over it, unless it is a buffer, a view of one, a
+        constant or detached already."""
+        if u.op in (Ops.BUFFER, Ops.CONST, Ops.DETACH) or u.base.op is Ops.BUFFER:
+            return u
+        return UOp(Ops.DETACH, u.dtype, (u,))
+
     # ---- properties ----
     @property
     def uop(self) -> UOp:
@@ -201,7 +210,8 @@ class Tensor(
     @uop.setter
     def uop(self, node: UOp) -> None:
         self._uop = node
-        self._live.owner.moved(self._live, node)  # the live-tensor index follows the tensor
+        owner, ref = self._live
+        owner.moved(ref, node)  # the live-tensor index follows the tensor
 
     def __getstate__(self) -> dict[str, Any]:
         # (pickle and copy.copy: the live-index entry is this object's own, never copied)
@@ -210,7 +220,8 @@ class Tensor(
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._requires_grad, self.grad, self._lazy = state["_requires_grad"], state["grad"], state["_lazy"]
         self._uop = state["uop"]
-        self._live = current().live_tensors.add(self, self._uop)
+        live = current().live_tensors
+        self._live = (live, live.add(self, self._uop))
 
     @property
     def requires_grad(self) -> bool | None:

@@ -94,31 +94,10 @@ class Toposort(Mapping["UOp", None]):
 
 
 class UOpMetaClass(type):
-    """Hash-consing: a weak cache from (op, dtype, src, arg) to the live UOp."""
+    """UOp's metaclass: holds the hash-consing table, a weak cache from (op, dtype, src, arg key) to the live UOp
+    (`UOp.__new__` looks it up; an entry leaves when its node dies)."""
 
     ucache: ClassVar[dict[tuple[Any, ...], weakref.ReferenceType[UOp]]] = {}
-
-    def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
-        t = type(arg)
-        if t is int or t is str or t is bool or arg is None:
-            akey: Any = (t, arg)
-        elif t is tuple and all(type(a) is int for a in arg):  # a shape or an axis order: the common tuple
-            akey = (tuple, arg)  # (ints compare as themselves; no other arg_key starts with `tuple`)
-        else:
-            akey = arg_key(arg)
-        key = (op, dtype, src, akey)
-        ref = UOpMetaClass.ucache.get(key)
-        if ref is not None and (live := ref()) is not None:
-            return live
-        ret: UOp = super().__call__(op, dtype, src, arg)
-        cache = UOpMetaClass.ucache
-
-        def forget(dead: weakref.ReferenceType[UOp], key: tuple[Any, ...] = key) -> None:
-            if cache.get(key) is dead:
-                del cache[key]
-
-        cache[key] = weakref.ref(ret, forget)
-        return ret
 
 
 _buffer_ids = itertools.count()
@@ -136,14 +115,35 @@ class UOp(metaclass=UOpMetaClass):
     src: tuple[UOp, ...]
     arg: Any
 
-    def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> None:
+    def __new__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
+        # hash-consing: the live node of this (op, dtype, src, arg) if there is one, else a new node, filed.
+        # (a __new__ without __init__: building a node is on every hot path, and this is its cheapest form)
+        t = type(arg)
+        if t is int or t is str or t is bool or arg is None:
+            akey: Any = (t, arg)
+        elif t is tuple and not [a for a in arg if type(a) is not int]:  # a shape or an axis order: the common tuple
+            akey = (tuple, arg)  # (ints compare as themselves; no other arg_key starts with `tuple`)
+        else:
+            akey = arg_key(arg)
+        key = (op, dtype, src, akey)
+        cache = _UCACHE
+        ref = cache.get(key)
+        if ref is not None and (live := ref()) is not None:
+            return live
         if not isinstance(src, tuple):
             raise TypeError(f"UOp src must be a tuple of UOps, got {type(src).__name__}")
-        setter = object.__setattr__  # the only writes a UOp ever gets
-        setter(self, "op", op)
-        setter(self, "dtype", dtype)
-        setter(self, "src", src)
-        setter(self, "arg", arg)
+        ret = _new_object(cls)
+        _set_op(ret, op)  # (the slots' own setters: the only writes a UOp ever gets)
+        _set_dtype(ret, dtype)
+        _set_src(ret, src)
+        _set_arg(ret, arg)
+
+        def forget(dead: weakref.ReferenceType[UOp], key: tuple[Any, ...] = key) -> None:
+            if cache.get(key) is dead:
+                del cache[key]
+
+        cache[key] = weakref.ref(ret, forget)
+        return ret
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"UOp is immutable (hash-consed and shared): cannot set {name!r}; use .replace()")
@@ -424,9 +424,10 @@ class UOp(metaclass=UOpMetaClass):
 
     # ---- tensor-level helpers ----
     @staticmethod
-    def new_buffer(device: str, size: int, dtype: DType) -> UOp:
-        """A fresh, distinct BUFFER node of `size` elements on `device`."""
-        return UOp(Ops.BUFFER, dtype, (UOp(Ops.DEVICE, arg=device),), (next(_buffer_ids), size))
+    def new_buffer(device: str | UOp, size: int, dtype: DType) -> UOp:
+        """A fresh, distinct BUFFER node of `size` elements on `device` (a name, or its DEVICE node)."""
+        dev = device if isinstance(device, UOp) else UOp(Ops.DEVICE, arg=device)
+        return UOp(Ops.BUFFER, dtype, (dev,), (next(_buffer_ids), size))
 
     @cached
     def shape(self) -> tuple[sint, ...] | None:
@@ -517,6 +518,11 @@ class UOp(metaclass=UOpMetaClass):
         if self.shape is None:
             raise TypeError(f"{what}: {self.op} has no shape")
         return self.shape
+
+
+_UCACHE = UOpMetaClass.ucache
+_new_object = object.__new__
+_set_op, _set_dtype, _set_src, _set_arg = (UOp.__dict__[f].__set__ for f in ("op", "dtype", "src", "arg"))
 
 
 # ---------------------------------------------------------------------------------------------
