@@ -10,7 +10,7 @@ Figures (one JSON line each, {"bench", "impl", "value", "unit", "params"}):
   step (batch 128) to the loss: schedule, codegen, compile, run (s, and `cpu_s`: CPU seconds of the process
   and its compiler processes, the figure a loaded machine disturbs least); `cold` with an empty compile
   cache, `warm` in a second process sharing the first one's cache
-- jit_replay: a TinyJit of KERNELS tiny kernels replayed, us per kernel (torch: one eager op)
+- jit_replay: a TinyJit of KERNELS tiny kernels replayed, us per kernel (torch: one eager op), and `cpu_us`
 
 `ROWS=tiny_realize,jit_replay` runs only those rows (import, tiny_realize, jit_replay, mnist_first_step), for
 iterating; report figures from a full run.
@@ -48,17 +48,6 @@ def emit(bench: str, impl: str, value: float, unit: str, **params: Any) -> None:
 
 def has(mod: str) -> bool:
     return importlib.util.find_spec(mod) is not None
-
-
-def per_call_us(fn: Callable[[int], object], n: int) -> float:
-    """Best of 3 rounds of n calls, us per call (the machine is shared: the best round is the least disturbed)."""
-    best = float("inf")
-    for _ in range(3):
-        st = time.perf_counter()
-        for i in range(n):
-            fn(i)
-        best = min(best, (time.perf_counter() - st) / n)
-    return best * 1e6
 
 
 def per_call_us_cpu(fn: Callable[[int], object], n: int) -> tuple[float, float]:
@@ -278,12 +267,14 @@ def bench_jit_replay() -> None:
     jitted, x = TinyJit(chain), Tensor(np.zeros(4, np.float32)).realize()
     for _ in range(3):
         jitted(x).realize()
-    emit("jit_replay", "tg", per_call_us(lambda i: jitted(x), 200) / KERNELS, "us/kernel", kernels=KERNELS)
+    wall, cpu = per_call_us_cpu(lambda i: jitted(x), 200)
+    emit("jit_replay", "tg", wall / KERNELS, "us/kernel", cpu_us=round(cpu / KERNELS, 3), kernels=KERNELS)
     if has("torch"):
         import torch
 
         tx = torch.zeros(4)
-        emit("jit_replay", "torch", per_call_us(lambda i: tx + 1, 2000), "us/kernel", note="one eager op")
+        wall, cpu = per_call_us_cpu(lambda i: tx + 1, 2000)
+        emit("jit_replay", "torch", wall, "us/kernel", cpu_us=round(cpu, 3), note="one eager op")
     if has("tinygrad"):
         from tinygrad import Tensor as TT
         from tinygrad import TinyJit as TJ
@@ -296,7 +287,8 @@ def bench_jit_replay() -> None:
         tj, tx2 = TJ(tchain), TT.zeros(4).contiguous().realize()
         for _ in range(3):
             tj(tx2)
-        emit("jit_replay", "tinygrad", per_call_us(lambda i: tj(tx2), 200) / KERNELS, "us/kernel", kernels=KERNELS)
+        wall, cpu = per_call_us_cpu(lambda i: tj(tx2), 200)
+        emit("jit_replay", "tinygrad", wall / KERNELS, "us/kernel", cpu_us=round(cpu / KERNELS, 3), kernels=KERNELS)
 
 
 def peer(fn: Callable[[], None]) -> None:

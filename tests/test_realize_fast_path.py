@@ -211,3 +211,37 @@ def test_the_scalar_view_cache_stays_small_and_right() -> None:
                 t * c
             assert len(r.scalar_views) <= SCALAR_VIEWS_MAX
         np.testing.assert_allclose((t * (1 / 7)).numpy(), x * np.float32(1 / 7), rtol=1e-6)
+
+
+def test_the_short_way_of_a_seen_structure_keeps_realize_semantics() -> None:
+    """Realizer.realize replays a cached one-kernel structure straight to its launch: results, other holders of
+    the node, queued items, autograd's graph and failures must behave as through schedule + run."""
+    with fresh() as r:
+        x, y = _f32(4), _f32(4, seed=1)
+        t, u = Tensor(x).realize(), Tensor(y).realize()
+        (t * 4).realize()  # the structure `buffer * 4` is cached now
+        a, b = u * 4, u * 4  # one node, two holders
+        GlobalCounters.reset()
+        a.realize()
+        assert GlobalCounters.kernel_count == 1 and b.uop is a.uop
+        np.testing.assert_allclose(b.numpy(), y * 4, rtol=1e-6)
+        queued = t * 3
+        queued.schedule()  # queued, not run: the next realize runs it first (no short way past the queue)
+        (u * 4).realize()
+        assert not r.pending
+        np.testing.assert_allclose(queued.numpy(), x * 3, rtol=1e-6)
+        w = Tensor(x, requires_grad=True)
+        (w * 4).sum().realize()
+        out = (w * 4).sum()  # the same structure: replayed, and autograd still sees the graph it was built from
+        out.realize()
+        out.backward()
+        assert w.grad is not None
+        np.testing.assert_allclose(w.grad.numpy(), np.full(4, 4.0, np.float32))
+        bad = Tensor(_f32(4, seed=2)).realize()
+        r.failed[bad.uop.base] = "a test marks it failed"
+        import pytest
+
+        with pytest.raises(RuntimeError, match="never computed"):
+            (bad * 4).realize()
+        del r.failed[bad.uop.base]
+        np.testing.assert_allclose((bad * 4).numpy(), bad.numpy() * 4, rtol=1e-6)

@@ -377,6 +377,7 @@ class Buffer:
             raise ValueError(f"Buffer: size must be a non-negative int, got {size!r}")
         self.device, self.size, self.dtype = Device.canonicalize(device), size, dtype
         self._opaque: Any = None
+        self._allocator: Allocator | None = None  # the allocator that gave _opaque, once allocated here
         self._counted = 0  # bytes this buffer added to GlobalCounters.mem_used (0 for memory it was handed)
 
     @property
@@ -392,9 +393,11 @@ class Buffer:
 
     def ensure_allocated(self) -> Buffer:
         if self._opaque is None:
-            self._opaque = self.allocator.alloc(self.nbytes)
-            GlobalCounters.mem_used += self.nbytes
-            self._counted = self.nbytes
+            nbytes = self.size * self.dtype.itemsize
+            self._allocator = allocator = self.allocator  # (the one that frees it: no device lookup in __del__)
+            self._opaque = allocator.alloc(nbytes)
+            GlobalCounters.mem_used += nbytes
+            self._counted = nbytes
         return self
 
     @property
@@ -421,7 +424,7 @@ class Buffer:
     def __del__(self) -> None:
         if self._opaque is not None:
             try:
-                self.allocator.free(self._opaque, self.nbytes)
+                (self._allocator or self.allocator).free(self._opaque, self.nbytes)
                 GlobalCounters.mem_used -= self._counted  # DISK windows were never added
             except Exception:  # interpreter shutdown
                 pass

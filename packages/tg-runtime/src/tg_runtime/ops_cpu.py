@@ -328,7 +328,7 @@ class CPUProgram:
     ) -> float | None:
         # a ctypes array (the allocator's buffers) is passed as a pointer to its first byte, without a cast
         args: Any = bufs
-        if vals or not all(isinstance(b, ctypes.Array) for b in bufs):
+        if vals or not _all_arrays(bufs):
             args = [b if isinstance(b, ctypes.Array) else ctypes.cast(b, ctypes.c_void_p) for b in bufs]
             args += [ctypes.c_int(v) for v in vals]
         if not wait:
@@ -349,6 +349,13 @@ class CPUProgram:
         per variable (~1 us)."""
         args = [ctypes.c_void_p(ctypes.addressof(b)) for b in bufs] + [ctypes.c_int(v) for v in vals]
         return functools.partial(self.fxn, *args)
+
+
+def _all_arrays(bufs: tuple[Any, ...]) -> bool:
+    for b in bufs:
+        if not isinstance(b, ctypes.Array):
+            return False
+    return True
 
 
 def open_device(name: str) -> Compiled:

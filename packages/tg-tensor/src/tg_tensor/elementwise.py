@@ -61,13 +61,15 @@ class ElementwiseMixin:
         its sign (-0.0 == 0.0 in Python, not as a constant); a NaN never equals itself, so it only misses."""
         u = self._uop
         dtype, dev, shape = u.dtype, u.device, u.shape
-        if type(dev) is not str or shape is None or scalar_dtype(dtype, value) != dtype:  # (DeviceSet: a str subclass)
+        if type(dev) is not str:  # (a DeviceSet, a str subclass: the tensor lives on several devices)
             return None
         sign = math.copysign(1.0, value) if type(value) is float else 0.0
         key = (value, type(value), sign, dtype, dev, shape)
         views = current().scalar_views
-        if (hit := views.get(key)) is not None:
+        if (hit := views.get(key)) is not None:  # (only views that passed the checks below are kept)
             return hit
+        if shape is None or scalar_dtype(dtype, value) != dtype:
+            return None
         c = const_uop(value, dtype, dev)
         view = c.reshape((1,) * len(shape)).expand(shape) if shape else c
         if len(views) >= SCALAR_VIEWS_MAX:

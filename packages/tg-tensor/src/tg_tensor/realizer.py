@@ -166,6 +166,30 @@ class Realizer:
                 "the assign (or keep a tensor of it alive)"
             )
 
+    # ---- realize ----
+    def realize(self, tensors: Sequence[Tensor]) -> None:
+        """Schedule the kernels computing `tensors` and run everything queued (`schedule`, then `run_pending`).
+
+        One tensor whose graph's structure is in the schedule cache as one kernel, with nothing else queued and
+        nothing watching (no TinyJit capture, DEBUG, trace or graph view), takes a short way: the same replay,
+        re-pointing and launch, without the queue and the general schedule's steps.
+        """
+        if len(tensors) == 1 and not self.pending and not self.item_observers and self._realize_replayed(tensors[0]):
+            return
+        self.schedule(tensors)
+        self.run_pending()
+
+    def _realize_replayed(self, t: Tensor) -> bool:
+        if DeviceSet.made or DEBUG.value or TRACE.active or TRACE.profiling or GRAPH.value:
+            return False
+        root, shape = _strip_reshapes(t._uop)
+        if (hit := _steps().replay_one(self, root)) is None:
+            return False
+        item, result = hit
+        self._point_at_results((t,), [(root, shape)], {root: result})
+        self._run_one(item, (), set())
+        return True
+
     # ---- schedule ----
     def schedule(self, tensors: Sequence[Tensor]) -> list[ScheduleItem]:
         """The kernels that realizing `tensors` would run, queued; the tensors now refer to their outputs.
@@ -176,16 +200,19 @@ class Realizer:
         steps = _steps()
         if DeviceSet.made and steps.needs_lowering(list(tensors)):  # some live on several devices: every device's
             return steps.schedule_multi(list(tensors))  # graph is scheduled (it schedules them through here)
-        roots = [_strip_reshapes(t.uop) for t in tensors]
-        start_us = TRACE.now_us()
+        roots = [_strip_reshapes(t._uop) for t in tensors]
+        shown = TRACE.active or TRACE.profiling or GRAPH.value
+        start_us = TRACE.now_us() if shown else 0.0
         items, becomes = steps.create_schedule([r for r, _ in roots])  # create
-        if TRACE.active or TRACE.profiling or GRAPH.value:
+        if shown:
             steps.on_schedule([t.uop for t in tensors], [it.ast for it in items], start_us)
         self._point_at_results(tensors, roots, becomes)
-        if any(it.in_place or it.reads for it in items):  # (items replayed from the schedule cache do neither)
-            items, finish = steps.protect_old_values(items)  # protect
-            items = steps.order_items(items)  # order
-            finish()
+        for it in items:
+            if it.in_place or it.reads:  # (items replayed from the schedule cache do neither: nothing to do)
+                items, finish = steps.protect_old_values(items)  # protect
+                items = steps.order_items(items)  # order
+                finish()
+                break
         self.pending.extend(items)
         self._queued.update(map(id, items))
         return items
@@ -215,14 +242,13 @@ class Realizer:
         too (`A.uop is B.uop`), as in tinygrad.
         """
         # (not CONTIGUOUS: `Tensor.zeros(3).contiguous()` asks for a buffer of its own, to assign into)
-        done = {
-            old: t for old, t in zip(before, tensors) if old.op not in (Ops.ASSIGN, Ops.CONTIGUOUS) and old is not t.uop
-        }
-        if not done:
-            return
-        scheduled = {id(t) for t in tensors}
+        own = (Ops.ASSIGN, Ops.CONTIGUOUS)
+        done = {old: t for old, t in zip(before, tensors) if old.op not in own and old is not t._uop}
+        scheduled: set[int] | None = None
         for old, t in done.items():  # only the holders of a computed node are visited (not every live tensor)
             for other in self.live_tensors.holders(old):
+                if scheduled is None:
+                    scheduled = {id(t) for t in tensors}
                 if id(other) not in scheduled:
                     other._lazy = t._lazy if t._lazy is not None else other._lazy
                     other.uop = t.uop
@@ -242,6 +268,11 @@ class Realizer:
     # ---- run ----
     def run_pending(self) -> None:
         """Run the items that schedule() handed out and nobody ran yet."""
+        if len(self.pending) == 1 and DEBUG.value < 1:  # (one item, a tiny realize: no queue walk for it)
+            item = self.pending.popleft()
+            self._queued.discard(id(item))
+            self._run_one(item, (), set())
+            return
         self.run(list(self.pending))
 
     def run(self, items: Sequence[ScheduleItem]) -> None:
@@ -349,12 +380,12 @@ class _Steps:
         from tg_tensor import multi
         from tg_tensor.inplace import protect_old_values
         from tg_tensor.ordering import order_items
-        from tg_tensor.schedule import create_schedule
+        from tg_tensor.schedule import create_schedule, replay_one
         from tg_tensor.visibility import on_schedule
 
         self.needs_lowering, self.schedule_multi = multi.needs_lowering, multi.schedule_multi
         self.protect_old_values, self.order_items = protect_old_values, order_items
-        self.create_schedule, self.on_schedule = create_schedule, on_schedule
+        self.create_schedule, self.on_schedule, self.replay_one = create_schedule, on_schedule, replay_one
 
 
 @functools.cache

@@ -398,9 +398,8 @@ class _Recipe:
 INPUT, OUTPUT, FIXED = 0, 1, 2  # (the recipes are cached by graph structure in Realizer.recipes)
 
 
-def _structure(roots: list[UOp]) -> tuple[tuple[object, ...], list[UOp]]:
+def _structure(rz: Realizer, roots: list[UOp]) -> tuple[tuple[object, ...], list[UOp]]:
     """A key of the graph's structure (buffers by position) and its leaf BUFFER nodes, after realized nodes."""
-    rz = current()
     if (fast := _lazy_structure(rz, roots)) is not None:
         return fast
     resolve = rz.resolve
@@ -518,6 +517,21 @@ def _replay(rz: Realizer, recipe: _Recipe, leaves: list[UOp]) -> tuple[list[Sche
     return items, views
 
 
+def replay_one(rz: Realizer, root: UOp) -> tuple[ScheduleItem, UOp] | None:
+    """The one item computing `root` and the realized node standing for it, when the schedule cache holds
+    `root`'s structure as one kernel (else None, and nothing changed): create_schedule's hit, for one root."""
+    node = rz.resolve(root) if rz.realized.data else root  # type: ignore[attr-defined]
+    if node.op is Ops.BUFFER or node.base.op is Ops.BUFFER:
+        return None
+    key, leaves = _structure(rz, [root])
+    recipe = rz.recipes.get(key)
+    if recipe is None or len(recipe.items) != 1 or (rz.plain_only and recipe.fixed):
+        return None
+    items, results = _replay(rz, recipe, leaves)
+    rz.realized[node] = results[0]
+    return items[0], results[0]
+
+
 def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
     """ScheduleItems computing every root, and for each root the realized node that now stands for it.
 
@@ -526,9 +540,10 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
     """
     rz = current()
     resolved = [rz.resolve(r) for r in roots] if rz.realized.data else roots  # type: ignore[attr-defined]
-    if any(r.op is Ops.BUFFER or r.base.op is Ops.BUFFER for r in resolved):
-        return _create_schedule(roots)
-    key, leaves = _structure(roots)
+    for r in resolved:
+        if r.op is Ops.BUFFER or r.base.op is Ops.BUFFER:
+            return _create_schedule(roots)
+    key, leaves = _structure(rz, roots)
     if (recipe := rz.recipes.get(key)) is not None and not (rz.plain_only and recipe.fixed):
         items, results = _replay(rz, recipe, leaves)
         realized = rz.realized

@@ -351,9 +351,7 @@ class Tensor(
 
         do_update_stats is tinygrad's switch for its global counters; tg always counts (accepted, no effect).
         """
-        rz = current()
-        rz.schedule([self, *others])
-        rz.run_pending()
+        current().realize([self, *others])
         return self
 
     def kernelize(self, *others: Tensor) -> Tensor:

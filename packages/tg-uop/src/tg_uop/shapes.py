@@ -26,8 +26,13 @@ def ssimplify(x: sint) -> sint:
     return int(s.arg) if s.op is Ops.CONST else s
 
 
+_FIRST_SOURCE_SHAPE = GroupOp.Elementwise - {Ops.WHERE}  # (checked first: the most common nodes)
+
+
 def uop_shape(u: UOp) -> tuple[sint, ...] | None:
     op = u.op
+    if op in _FIRST_SOURCE_SHAPE:
+        return u.src[0].shape if u.src else None
     if op is Ops.VIEW:
         return tuple(u.arg.shape)
     if op is Ops.BUFFER:

@@ -18,6 +18,7 @@ True
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 from tg_uop.ops import Ops
@@ -27,6 +28,7 @@ _ids: dict[tuple[object, ...], int] = {}  # structure key -> id (the interning t
 _counter = itertools.count()
 IDS_MAX = 1 << 17
 _ATTR = "_structure"  # where a node keeps its (id, leaves) in its __dict__
+_LEAF_ATTR = "_leaf_structure"  # where a BUFFER node keeps its id
 
 
 def structure(node: UOp) -> tuple[int, tuple[UOp, ...]]:
@@ -60,12 +62,26 @@ def _combine(n: UOp) -> tuple[int, tuple[UOp, ...]]:
         sid, leaves = _leaf(src) if src.op is Ops.BUFFER else src.__dict__[_ATTR]
         return _intern((n.op, n.dtype, akey, sid)), leaves
     parts = [_leaf(s) if s.op is Ops.BUFFER else s.__dict__[_ATTR] for s in n.src]
-    if all(not sub for _, sub in parts):  # no buffer below (constants, aranges)
-        return _intern((n.op, n.dtype, akey, tuple(sid for sid, _ in parts))), ()
+    sids = tuple([sid for sid, _ in parts])
+    flat = [leaf for _, sub in parts for leaf in sub]
+    if not flat:  # no buffer below (constants, aranges)
+        return _intern((n.op, n.dtype, akey, sids)), ()
+    if len(set(flat)) == len(flat):  # no leaf reached from two sources (the usual case): merged in order
+        return _intern((n.op, n.dtype, akey, sids, _spans(tuple([len(sub) for _, sub in parts])))), tuple(flat)
     out: list[UOp] = []
     index: dict[UOp, int] = {}
     maps = tuple(merge_leaves(sub, out, index) for _, sub in parts)
-    return _intern((n.op, n.dtype, akey, tuple(sid for sid, _ in parts), maps)), tuple(out)
+    return _intern((n.op, n.dtype, akey, sids, maps)), tuple(out)
+
+
+@functools.cache
+def _spans(lengths: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """merge_leaves' positions for sources whose leaves are all distinct: consecutive runs of these lengths."""
+    out, start = [], 0
+    for k in lengths:
+        out.append(tuple(range(start, start + k)))
+        start += k
+    return tuple(out)
 
 
 def merge_leaves(sub: tuple[UOp, ...], leaves: list[UOp], index: dict[UOp, int]) -> tuple[int, ...]:
@@ -80,8 +96,10 @@ def merge_leaves(sub: tuple[UOp, ...], leaves: list[UOp], index: dict[UOp, int])
 
 
 def _leaf(buf: UOp) -> tuple[int, tuple[UOp, ...]]:
-    # (never cached on the node: the cached value would hold the node itself, a cycle only the GC frees)
-    return _intern(("BUF", buf.dtype, buf.arg[1], buf.src[0].arg if buf.src else None)), (buf,)
+    # (only the id is kept on the node: a cached (id, (buf,)) would hold the node itself, a cycle only the GC frees)
+    if (sid := buf.__dict__.get(_LEAF_ATTR)) is None:
+        sid = buf.__dict__[_LEAF_ATTR] = _intern(("BUF", buf.dtype, buf.arg[1], buf.src[0].arg if buf.src else None))
+    return sid, (buf,)
 
 
 def _intern(key: tuple[object, ...]) -> int:

@@ -263,8 +263,10 @@ class UOp(metaclass=UOpMetaClass):
             if a.dtype != b.dtype:
                 raise TypeError(f"WHERE branches differ in dtype: {a.dtype} vs {b.dtype}")
             return UOp(op, a.dtype, operands)
-        if any(s.dtype != self.dtype for s in src) and op not in (Ops.SHL, Ops.SHR):
-            raise TypeError(f"{op.name}: operand dtypes differ: {', '.join(str(s.dtype) for s in operands)}")
+        dtype = self.dtype
+        for s in src:  # (a loop, not any(...): this runs for every node an op builds)
+            if s.dtype is not dtype and s.dtype != dtype and op not in (Ops.SHL, Ops.SHR):
+                raise TypeError(f"{op.name}: operand dtypes differ: {', '.join(str(s.dtype) for s in operands)}")
         if op in (Ops.SHL, Ops.SHR, Ops.IDIV, Ops.MOD, Ops.XOR, Ops.OR, Ops.AND) and dtypes.is_float(self.dtype):
             raise TypeError(f"{op.name} is not defined for float dtype {self.dtype}")
         out = dtypes.bool.vec(self.dtype.count) if op in GroupOp.Comparison else self.dtype
