@@ -499,11 +499,14 @@ def _record(items: list[ScheduleItem], leaves: list[UOp], becomes: list[UOp]) ->
 def _replay(rz: Realizer, recipe: _Recipe, leaves: list[UOp]) -> tuple[list[ScheduleItem], list[UOp]]:
     known = rz.buffers.data  # type: ignore[attr-defined]  # (weakref -> Buffer: no method call per leaf)
     inputs = [b if (b := known.get(weakref.ref(leaf))) is not None else buffer_of(leaf) for leaf in leaves]
-    new = [UOp.new_buffer(device, size, dt) for device, size, dt in recipe.outs]
-    outputs = [Buffer(device.arg, size, dt) for device, size, dt in recipe.outs]
+    new: list[UOp] = []
+    outputs: list[Buffer] = []
     buffers = rz.buffers
-    for node, buf in zip(new, outputs):
+    for device, size, dt in recipe.outs:  # (one loop: this runs on every tiny realize)
+        node, buf = UOp.new_buffer(device, size, dt), Buffer(device.arg, size, dt)
         buffers[node] = buf
+        new.append(node)
+        outputs.append(buf)
     pick = (inputs, outputs, recipe.fixed)
     items = [
         ScheduleItem.replayed(ast, [pick[kind][i] for kind, i in refs], dict(vals) if vals else {})

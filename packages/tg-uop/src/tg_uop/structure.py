@@ -37,6 +37,12 @@ def structure(node: UOp) -> tuple[int, tuple[UOp, ...]]:
         return _leaf(node)
     if (hit := node.__dict__.get(_ATTR)) is not None:
         return hit  # type: ignore[no-any-return]
+    for s in node.src:
+        if s.op is not Ops.BUFFER and _ATTR not in s.__dict__:
+            break
+    else:  # a new node over known ones (the usual case: one op on tensors seen before)
+        hit = node.__dict__[_ATTR] = _combine(node)
+        return hit
     stack = [node]
     while stack:  # children first, without recursion (graphs may be deep)
         n = stack[-1]

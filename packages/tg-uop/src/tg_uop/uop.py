@@ -101,6 +101,8 @@ class UOpMetaClass(type):
 
 
 _buffer_ids = itertools.count()
+_SHIFTS = frozenset({Ops.SHL, Ops.SHR})  # (their amount may have another dtype)
+_INT_ONLY = frozenset({Ops.SHL, Ops.SHR, Ops.IDIV, Ops.MOD, Ops.XOR, Ops.OR, Ops.AND})
 
 
 class UOp(metaclass=UOpMetaClass):
@@ -265,9 +267,9 @@ class UOp(metaclass=UOpMetaClass):
             return UOp(op, a.dtype, operands)
         dtype = self.dtype
         for s in src:  # (a loop, not any(...): this runs for every node an op builds)
-            if s.dtype is not dtype and s.dtype != dtype and op not in (Ops.SHL, Ops.SHR):
+            if s.dtype is not dtype and s.dtype != dtype and op not in _SHIFTS:
                 raise TypeError(f"{op.name}: operand dtypes differ: {', '.join(str(s.dtype) for s in operands)}")
-        if op in (Ops.SHL, Ops.SHR, Ops.IDIV, Ops.MOD, Ops.XOR, Ops.OR, Ops.AND) and dtypes.is_float(self.dtype):
+        if op in _INT_ONLY and dtypes.is_float(self.dtype):
             raise TypeError(f"{op.name} is not defined for float dtype {self.dtype}")
         out = dtypes.bool.vec(self.dtype.count) if op in GroupOp.Comparison else self.dtype
         return UOp(op, out, operands)
