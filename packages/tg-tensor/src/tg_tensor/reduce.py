@@ -80,7 +80,8 @@ class ReduceMixin:
             if red is self.uop and op is Ops.ADD and dtypes.is_float(self.dtype):
                 red = (self + 0.0).uop  # only size-1 axes: still a sum from +0.0 (sum([-0.0]) is 0.0, as numpy)
             ret = type(self)(red)
-        return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+        out_shape = tuple([s for i, s in enumerate(self.shape) if i not in axes])  # (valid by construction)
+        return ret if keepdim else type(self)(ret.uop.reshape(out_shape))
 
     def sum(self: Tensor, axis: Axis = None, keepdim: bool = False, dtype: DType | str | None = None) -> Tensor:
         """Sum over `axis`. Small ints and bools accumulate in int32, halfs in float32 (and come back as half).
@@ -137,7 +138,8 @@ class ReduceMixin:
         total = x.sum(axes, keepdim=True)
         ret = total / count if count else total * math.nan
         ret = ret.cast(x.dtype)
-        return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+        out_shape = tuple([s for i, s in enumerate(self.shape) if i not in axes])  # (valid by construction)
+        return ret if keepdim else type(self)(ret.uop.reshape(out_shape))
 
     def var(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: int | float = 1) -> Tensor:
         """Variance with `correction` subtracted from the count (1: sample variance, 0: population)."""

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 from tg_uop import ConstType, DType, Ops, UOp, dtypes
@@ -65,6 +66,7 @@ def scalar_dtype(tensor_dtype: DType, value: ConstType) -> DType:
     return tensor_dtype
 
 
+@functools.cache  # (a pure function of a few dtypes)
 def sum_acc_dtype(dt: DType) -> DType:
     """The dtype a sum accumulates in: int32 at least for ints and bools, float32 at least for floats."""
     if dtypes.is_unsigned(dt):

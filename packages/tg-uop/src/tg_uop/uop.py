@@ -39,7 +39,9 @@ def arg_key(arg: Any) -> Any:
     if isinstance(arg, float):
         return ("float", struct.pack("<d", arg))
     if isinstance(arg, tuple):
-        return tuple(arg_key(a) for a in arg)
+        if type(arg) is tuple and not [a for a in arg if type(a) is not int]:
+            return (tuple, arg)  # a shape or axes: ints compare as themselves (as UOp's own key does)
+        return tuple([arg_key(a) for a in arg])
     return (type(arg), arg)
 
 
