@@ -237,6 +237,15 @@ def test_the_short_way_of_a_seen_structure_keeps_realize_semantics() -> None:
         out.backward()
         assert w.grad is not None
         np.testing.assert_allclose(w.grad.numpy(), np.full(4, 4.0, np.float32))
+        node = a.uop
+        GlobalCounters.reset()
+        a.realize()  # realized already: nothing runs, nothing changes
+        assert GlobalCounters.kernel_count == 0 and a.uop is node
+        later = t * 5
+        later.schedule()
+        a.realize()  # ... but what is queued still runs
+        assert not r.pending and GlobalCounters.kernel_count == 1
+        np.testing.assert_allclose(later.numpy(), x * 5, rtol=1e-6)
         bad = Tensor(_f32(4, seed=2)).realize()
         r.failed[bad.uop.base] = "a test marks it failed"
         import pytest

@@ -172,7 +172,8 @@ class Realizer:
 
         One tensor whose graph's structure is in the schedule cache as one kernel, with nothing else queued and
         nothing watching (no TinyJit capture, DEBUG, trace or graph view), takes a short way: the same replay,
-        re-pointing and launch, without the queue and the general schedule's steps.
+        re-pointing and launch, without the queue and the general schedule's steps (and a tensor that is a
+        realized buffer already, or a reshape of one, has nothing to do).
         """
         if len(tensors) == 1 and not self.pending and not self.item_observers and self._realize_replayed(tensors[0]):
             return
@@ -182,6 +183,8 @@ class Realizer:
     def _realize_replayed(self, t: Tensor) -> bool:
         if DeviceSet.made or DEBUG.value or TRACE.active or TRACE.profiling or GRAPH.value:
             return False
+        if is_contiguous_buffer(t._uop):  # realized already (`loss.item()` after `loss.realize()`): nothing to do
+            return True
         root, shape = _strip_reshapes(t._uop)
         if (hit := _steps().replay_one(self, root)) is None:
             return False

@@ -433,7 +433,7 @@ class Tensor(
         """
         if self.numel() != 1:
             raise ValueError(f"item: the tensor has {self.numel()} elements (shape {self.shape}); item needs exactly 1")
-        return self.numpy().reshape(()).item()  # type: ignore[no-any-return]
+        return self._data().reshape(()).item()  # type: ignore[no-any-return]  # (no copy of the array first)
 
     def to(self, device: str | tuple[str, ...]) -> Tensor:
         """This tensor on another device (a lazy copy); a tensor on several devices is gathered, and a tuple of

@@ -45,6 +45,7 @@ class DTypeNameError(AttributeError, TypeError):
     """An unknown dtype name (`x.cast("")`): tinygrad raises AttributeError (a `dtypes` lookup); also a TypeError."""
 
 
+@functools.cache  # (every read of a tensor's values asks)
 def np_dtype(dt: DType) -> np.dtype[Any]:
     """The numpy dtype matching a tg dtype (bfloat16 has none: callers convert)."""
     import numpy as np
