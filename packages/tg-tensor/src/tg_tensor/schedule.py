@@ -274,6 +274,8 @@ class Scheduler:
     def realize_first(self, node: UOp) -> UOp:
         """Schedule `node`'s kernel (if not done yet) and return the BUFFER holding it."""
         node = self.r.resolve(node)
+        if node.op is Ops.BUFFER:  # computed already (an assign that ran resolves to the memory it wrote)
+            return node
         done = self.r.realized.get(node)
         if done is None:
             self.schedule_node(node)
