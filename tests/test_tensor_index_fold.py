@@ -49,7 +49,21 @@ def test_gather_and_embedding_fold(device: str) -> None:
     emb.weight = Tensor(rng.standard_normal((10, 4)).astype(np.float32), device=device)
     tokens = np.array([[1, 9, 0], [3, 3, 2]], np.int32)
     out = emb(Tensor(tokens, device=device))
+    assert _reduces_after_fold(out) == 0  # rows are loaded, not a one-hot matmul over the vocabulary
     np.testing.assert_allclose(out.numpy(), emb.weight.numpy()[tokens], rtol=1e-6)
+    outside = emb(Tensor([[-1, 10, 4]], device=device)).numpy()  # no row: zeros, as a one-hot of them selects
+    np.testing.assert_array_equal(outside, [[np.zeros(4), np.zeros(4), emb.weight.numpy()[4]]])
+
+
+def test_embedding_gradient_adds_the_rows_used() -> None:
+    emb = nn.Embedding(5, 2)
+    emb.weight = Tensor(np.zeros((5, 2), np.float32), requires_grad=True)
+    tokens = np.array([[1, 4, 1], [-1, 0, 7]], np.int32)
+    (emb(Tensor(tokens)) * Tensor([[1.0, 2.0]])).sum().backward()
+    expected = np.zeros((5, 2), np.float32)
+    np.add.at(expected, tokens[(tokens >= 0) & (tokens < 5)], [1.0, 2.0])
+    assert emb.weight.grad is not None
+    np.testing.assert_array_equal(emb.weight.grad.numpy(), expected)
 
 
 def test_index_dtypes_and_gradient() -> None:

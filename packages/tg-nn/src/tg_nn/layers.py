@@ -176,9 +176,9 @@ class Embedding:
     def __call__(self, idx: Tensor) -> Tensor:
         if not (dtypes.is_int(idx.dtype) or dtypes.is_unsigned(idx.dtype)):
             raise TypeError(f"Embedding: indices must be integers, got {idx.dtype}")
-        vocab = Tensor.arange(self.vocab_size, device=idx.device)
-        one_hot = (idx.unsqueeze(-1) == vocab).cast(self.weight.dtype)
-        return one_hot @ self.weight
+        # the table's rows (an indexed load per row, not a one-hot matmul over the vocabulary); a negative
+        # index selects nothing, as a one-hot of it would, and one past the end gives zeros too
+        return (idx < 0).unsqueeze(-1).where(0, self.weight[idx])
 
 
 class LSTMCell:
