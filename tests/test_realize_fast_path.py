@@ -254,3 +254,39 @@ def test_the_short_way_of_a_seen_structure_keeps_realize_semantics() -> None:
             (bad * 4).realize()
         del r.failed[bad.uop.base]
         np.testing.assert_allclose((bad * 4).numpy(), bad.numpy() * 4, rtol=1e-6)
+
+
+def test_structure_ids_of_binary_nodes_match_a_naive_canonical_form() -> None:
+    """structure() (with its short way for two sources) agrees with a plain recursive canonical form: equal ids
+    exactly for graphs equal up to which buffers they read (by first use), and the leaves in first-use order."""
+    from tg_uop import Ops, UOp, dtypes
+    from tg_uop.structure import structure
+    from tg_uop.uop import arg_key
+
+    def canon(node: UOp, order: list[UOp]) -> object:
+        if node.op is Ops.BUFFER:
+            if node not in order:
+                order.append(node)
+            return ("BUF", order.index(node), node.dtype, node.arg[1], node.src[0].arg)
+        return (node.op, node.dtype, arg_key(node.arg), tuple(canon(s, order) for s in node.src))
+
+    for rnd in range(2):  # fresh buffers each round: the same shapes of graph must get the same ids again
+        a, b, c = (UOp.new_buffer("CPU", 4, dtypes.float) for _ in range(3))
+        e = UOp.new_buffer("CPU", 5, dtypes.float)
+        k, k2 = UOp(Ops.CONST, dtypes.float, (), 2.5), UOp(Ops.CONST, dtypes.float, (), -0.0)
+        graphs = [a + b, b + a, a + a, a + e, a * k, k * a, k + k2, k2 + k, a * b, (a + b) + c, (a + b) + a]
+        graphs += [a + (b + c), c + (a + b), (a + b) * (b + a), k + (a + b), (a + b) + k, (a + b) * (a + b)]
+        graphs += [((a + k) + b) + (c + a), (a + a) + b, b + (a + a), -a + b, -(a + b)]
+        forms = []
+        for g in graphs:
+            order: list[UOp] = []
+            forms.append(canon(g, order))
+            assert structure(g)[1] == tuple(order), f"leaves of {g.op} out of first-use order"
+        ids = [structure(g)[0] for g in graphs]
+        for i in range(len(graphs)):
+            for j in range(len(graphs)):
+                assert (ids[i] == ids[j]) == (forms[i] == forms[j]), f"round {rnd}: graphs {i} and {j}"
+        if rnd == 0:
+            first = ids
+        else:
+            assert ids == first, "the same shapes of graph over new buffers got other ids"

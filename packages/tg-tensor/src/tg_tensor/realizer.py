@@ -246,9 +246,14 @@ class Realizer:
         """
         # (not CONTIGUOUS: `Tensor.zeros(3).contiguous()` asks for a buffer of its own, to assign into)
         own = (Ops.ASSIGN, Ops.CONTIGUOUS)
-        done = {old: t for old, t in zip(before, tensors) if old.op not in own and old is not t._uop}
+        done: tuple[tuple[UOp, Tensor], ...]
+        if len(tensors) == 1:  # (one tensor, every tiny realize: no comprehension)
+            old, t = before[0], tensors[0]
+            done = ((old, t),) if old.op not in own and old is not t._uop else ()
+        else:
+            done = tuple({old: t for old, t in zip(before, tensors) if old.op not in own and old is not t._uop}.items())
         scheduled: set[int] | None = None
-        for old, t in done.items():  # only the holders of a computed node are visited (not every live tensor)
+        for old, t in done:  # only the holders of a computed node are visited (not every live tensor)
             for other in self.live_tensors.holders(old):
                 if scheduled is None:
                     scheduled = {id(t) for t in tensors}
@@ -318,7 +323,8 @@ class Realizer:
             for observe in self.item_observers:
                 observe(item)
             for b in item.bufs:
-                b.ensure_allocated()
+                if b._opaque is None:  # (allocated already: the inputs, the usual case; no method call)
+                    b.ensure_allocated()
             if item.ast.op is Ops.COPY:
                 run_copy(item.bufs[0], item.bufs[1])
                 return 0

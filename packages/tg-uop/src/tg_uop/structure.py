@@ -67,6 +67,14 @@ def _combine(n: UOp) -> tuple[int, tuple[UOp, ...]]:
         src = n.src[0]
         sid, leaves = _leaf(src) if src.op is Ops.BUFFER else src.__dict__[_ATTR]
         return _intern((n.op, n.dtype, akey, sid)), leaves
+    if len(n.src) == 2:  # a binary op (the usual case): no lists built
+        a, b = n.src
+        sa, la = _leaf(a) if a.op is Ops.BUFFER else a.__dict__[_ATTR]
+        sb, lb = _leaf(b) if b.op is Ops.BUFFER else b.__dict__[_ATTR]
+        if not la and not lb:
+            return _intern((n.op, n.dtype, akey, (sa, sb))), ()
+        if not lb or not la or (len(la) == 1 and len(lb) == 1 and la[0] is not lb[0]):  # distinct leaves
+            return _intern((n.op, n.dtype, akey, (sa, sb), _spans((len(la), len(lb))))), la + lb
     parts = [_leaf(s) if s.op is Ops.BUFFER else s.__dict__[_ATTR] for s in n.src]
     sids = tuple([sid for sid, _ in parts])
     flat = [leaf for _, sub in parts for leaf in sub]

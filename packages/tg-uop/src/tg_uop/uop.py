@@ -125,7 +125,10 @@ class UOp(metaclass=UOpMetaClass):
         t = type(arg)
         if t is int or t is str or t is bool or arg is None:
             akey: Any = (t, arg)
-        elif t is tuple and not [a for a in arg if type(a) is not int]:  # a shape or an axis order: the common tuple
+        elif t is tuple and (
+            (len(arg) == 2 and type(arg[0]) is int and type(arg[1]) is int)  # (a BUFFER's (id, size): no list)
+            or not [a for a in arg if type(a) is not int]
+        ):  # a shape or an axis order: the common tuple
             akey = (tuple, arg)  # (ints compare as themselves; no other arg_key starts with `tuple`)
         else:
             akey = arg_key(arg)
