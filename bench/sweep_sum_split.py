@@ -1,6 +1,6 @@
 """The split of a whole-tensor sum (tg_tensor/split_reduce.py: G chunks x 8 lanes of partials), G swept, timed on CUDA.
 
-    PYTHONPATH=$(ls -d packages/*/src | tr '\\n' ':') python3 bench/sweep_sum_split.py
+    PYTHONPATH=$(ls -d packages/*/src | tr '\\n' ':') python3 bench/sweep_sum_split.py [--chunks 64,512,64,512]
 
 One JSON line per G: the sum of 2^26 floats through a TinyJit replay (GB/s, as bench_gpu.py's sum_jit) and its
 kernels alone; torch's sum in the same run. Checks each result against numpy.
@@ -8,6 +8,7 @@ kernels alone; torch's sum in the same run. Checks each result against numpy.
 
 from __future__ import annotations
 
+import argparse
 import functools
 import itertools
 import json
@@ -39,7 +40,9 @@ def main() -> None:
     ta = torch.from_numpy(host[0]).cuda()
     secs = replay_seconds(lambda: ta.sum(), 50, torch.cuda.synchronize)
     print(json.dumps({"bench": "sum_split", "impl": "torch", "value": round(4 * n / secs * 1e-9, 1), "unit": "GB/s"}))
-    for g in (64, 128, 256, 512, 1024, 2048, 4096):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--chunks", default="64,128,256,512,1024,2048,4096", help="the G values, in order (repeats)")
+    for g in (int(x) for x in parser.parse_args().chunks.split(",")):
         split_reduce.SPLIT_CHUNKS = (g,)
         current().recipes = LRUCache(4096)  # schedules are cached by graph structure: schedule again
         sets = [Tensor(h).realize() for h in host]

@@ -188,7 +188,7 @@ class Stager:
 # the hand-coded choice
 
 # 16x16 threads, each an 8x8 register tile (a 128x128 block of C), K staged 16 at a time: fp32 matmul 4096 on an
-# H100 33.1 TFLOPS with 8 at a time, 36.0 with 16, against 19.9-27.7 for the register tile without shared memory
+# H100 33.3 TFLOPS with 8 at a time, 34.5 with 16, against 27.7 for the register tile without shared memory
 # (torch 50.9; bench/bench_tc_opts.py --dtype fp32)
 STAGE_MIN_WORKGROUPS = 128  # fewer 128x128 blocks than this leave SMs idle: the plain register tile instead
 
