@@ -30,9 +30,11 @@ if TYPE_CHECKING:  # (concurrent.futures is imported by the first parallel compi
 class CompiledRunner:
     """One kernel compiled for one device; call it with Buffers and variable values."""
 
-    def __init__(self, spec: ProgramSpec, trace_group: Group | None = None) -> None:
+    def __init__(self, spec: ProgramSpec, trace_group: Group | None = None, device: str | None = None) -> None:
         self.spec = spec
-        self.device = spec.device
+        # the device it is loaded on and launched by: `spec.device` names only the renderer's family ("CUDA" for
+        # every GPU); a kernel for CUDA:1 loaded by CUDA:0 runs in GPU 0's context and reads GPU 1's memory from there
+        self.device = Device.canonicalize(device) if device is not None else spec.device
         self.trace_group = trace_group  # the viewer's record of this kernel (VIZ=1), given its launch times
         dev = Device[self.device]
         st = time.perf_counter()
@@ -99,7 +101,8 @@ def debug_line(spec: ProgramSpec, bufs: list[Buffer], et: float) -> str:
     gbs = spec.estimated_mem / et * 1e-9 if et > 0 else 0.0
     sizes = f"global={list(spec.global_size)}" if spec.global_size else ""
     return (
-        f"*** {spec.device:7s} {GlobalCounters.kernel_count:4d} {colored(f'{spec.name:18s}', 'cyan')} "
+        f"*** {bufs[0].device if bufs else spec.device:7s} {GlobalCounters.kernel_count:4d} "
+        f"{colored(f'{spec.name:18s}', 'cyan')} "
         f"arg {len(bufs):2d} mem {GlobalCounters.mem_used / 1e9:5.2f} GB tm {et * 1e6:9.2f}us/"
         f"{GlobalCounters.time_sum_s * 1e3:9.2f}ms ({gflops:8.2f} GFLOPS {gbs:6.1f} GB/s) {sizes}"
     )
@@ -124,7 +127,7 @@ def get_runner(device: str, ast: UOp) -> CompiledRunner:
             spec = get_program_cached(ast, Device[key[0]].renderer, opts=opts)
             if group is not None:
                 group.name = spec.name
-            ret = _runner_cache[key] = CompiledRunner(spec, group)
+            ret = _runner_cache[key] = CompiledRunner(spec, group, key[0])
     elif TRACE.active and (ret.trace_group is None or ret.trace_group.generation != TRACE.generation):
         # compiled before this recording began: record its codegen again (no compile) so the viewer lists it
         with TRACE.group("kernel", ret.spec.name, device=key[0]) as group:
@@ -182,7 +185,7 @@ def compile_all(kernels: list[tuple[str, UOp]]) -> None:
     for done, job in jobs:
         if job.exception() is None:  # a kernel that fails to compile raises where it runs, in order
             for key, spec in done:
-                _runner_cache[key] = CompiledRunner(spec)  # (the binary is in the compile cache now)
+                _runner_cache[key] = CompiledRunner(spec, device=key[0])  # (the binary is in the compile cache now)
 
 
 # a batch is built once it has `batch_size` kernels and this much C: below it the compiler's start (~30 ms of

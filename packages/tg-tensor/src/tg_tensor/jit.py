@@ -455,7 +455,7 @@ def _bind(launch: _Launch) -> Callable[[], Any]:
 
 def _device_graph(launches: list[_Launch]) -> DeviceGraph | None:
     """One graph of every launch when they are all kernels of one device that makes graphs (CUDA)."""
-    devices = {launch.runner.spec.device if launch.runner is not None else None for launch in launches}
+    devices = {launch.runner.device if launch.runner is not None else None for launch in launches}
     if len(devices) != 1 or None in devices:
         return None
     (device,) = devices
