@@ -83,3 +83,15 @@ def test_large_table_reads_rows_only() -> None:
     x, i = Tensor(table).realize(), Tensor(idx).realize()
     assert _reduces_after_fold(x[i]) == 0
     np.testing.assert_array_equal(x[i].numpy(), table[idx])
+
+
+def test_gathers_still_fold_after_equal_constants_were_realized(device: str) -> None:
+    # x[idx] keeps its constant nodes alive between calls; a realize of an equal constant elsewhere (a 0-d True mask,
+    # an arange) must not make later gathers load it from memory, which stops the fold (test_mask_index did this)
+    table = np.arange(6 * 5, dtype=np.float32).reshape(6, 5)
+    x, i = Tensor(table, device=device).realize(), Tensor(np.array([3, 0, 5], np.int32), device=device).realize()
+    assert _reduces_after_fold(x[i]) == 0
+    kept = [Tensor(True, device=device).realize(), Tensor.arange(6, device=device).realize()]
+    assert _reduces_after_fold(x[i]) == 0
+    np.testing.assert_array_equal(x[i].numpy(), table[[3, 0, 5]])
+    assert kept[0].item() is True and kept[1].tolist() == list(range(6))
