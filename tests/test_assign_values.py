@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tg import GlobalCounters, Tensor, TinyJit
+from tg import GlobalCounters, Tensor, TinyJit, UOp, dtypes
 from tg.nn import Linear
 from tg.nn.optim import SGD, Adam
 from tg_tensor.realizer import StaleReadError
@@ -292,3 +292,53 @@ def test_two_random_draws_assigned_together_match_draws_one_by_one(device: str) 
     np.testing.assert_array_equal(e2.numpy(), want[1])
     np.testing.assert_array_equal(a.numpy(), want[0])
     np.testing.assert_array_equal(b.numpy(), want[1])
+
+
+def _stores_and_global_loads(t: Tensor) -> tuple[list[UOp], list[UOp]]:
+    """The STOREs to buffers and the LOADs from buffers of the last kernel that realizes t, as lowered for CPU."""
+    from tg_codegen import get_program
+    from tg_runtime import Device
+    from tg_tensor.realizer import current
+
+    items = t.schedule()
+    for it in items:
+        current().unqueue(it)
+    item = items[-1]
+    uops = get_program(item.ast, Device["CPU"].renderer).uops
+    is_global = lambda u: u.src[0].src[0].op.name == "DEFINE_GLOBAL"  # noqa: E731
+    stores = [u for u in uops if u.op.name == "STORE" and is_global(u)]
+    return stores, [u for u in uops if u.op.name == "LOAD" and is_global(u)]
+
+
+@pytest.mark.parametrize("flip", [False, True])
+def test_masked_update_writes_only_its_slots(device: str, flip: bool) -> None:
+    """cache.assign(mask.where(new, cache)) (a KV cache slot update) is a store of `new` where the mask holds: the
+    kernel reads nothing of the cache and writes only the selected slots; where(~mask, cache, new) too."""
+    start = np.arange(24, dtype=np.float32).reshape(2, 12)
+
+    def update() -> tuple[Tensor, Tensor]:
+        cache = Tensor(start, device=device).realize()
+        new = Tensor([[100.0], [200.0]], device=device).realize()
+        slot = Tensor([5], dtype=dtypes.int32, device=device).realize()
+        at = Tensor.arange(12, device=device).reshape(1, 12) == slot.reshape(1, 1)
+        return cache, cache.assign((at != True).where(cache, new) if flip else at.where(new, cache))  # noqa: E712
+
+    stores, loads = _stores_and_global_loads(update()[1])  # (scheduled, not run)
+    assert len(stores) == 1 and len(stores[0].src) == 3, "one gated store"
+    assert all(u.src[0].src[0].arg != 0 for u in loads), "nothing read back from the cache"
+    cache, assigned = update()
+    GlobalCounters.reset()
+    assigned.realize()
+    assert GlobalCounters.kernel_count == 1
+    want = start.copy()
+    want[:, 5] = [100.0, 200.0]
+    np.testing.assert_array_equal(cache.numpy(), want)
+
+
+def test_assign_reading_other_elements_of_itself(device: str) -> None:
+    """An assign that reads its target at other positions (reversed) is not a masked update: every element written."""
+    start = np.arange(8, dtype=np.float32)
+    x = Tensor(start, device=device).realize()
+    keep = Tensor(start < 4, device=device)
+    x.assign(keep.where(x, x.flip(0) * 10)).realize()
+    np.testing.assert_array_equal(x.numpy(), np.where(start < 4, start, start[::-1] * 10))

@@ -155,3 +155,22 @@ def test_a_dropped_result_frees_its_buffer_without_the_garbage_collector(device:
         assert buf() is None  # nothing but reference counting was needed to free the result's memory
     finally:
         gc.enable()
+
+
+def test_one_element_operand_is_not_a_buffer_to_repeat(device: str) -> None:
+    # RMSNorm's scaling (x * 1/rms * weight) read by a matrix-vector product: the 1/rms factor is one element
+    # (loaded once per thread), so the scaling stays fused like any two-buffer operand; with two rows there are two
+    # factors: three buffers, computed once in a kernel of its own
+    x, w, m = _t(1, 64, device=device), _t(64, device=device), _t(64, 48, device=device)
+    x2 = _t(2, 64, device=device)
+    for t in (x, x2, w, m):
+        t.realize()
+    s = (x.square().mean(-1, keepdim=True) + 1e-5).rsqrt().contiguous().realize()
+    s2 = (x2.square().mean(-1, keepdim=True) + 1e-5).rsqrt().contiguous().realize()
+    out, out2 = (x * s * w) @ m, (x2 * s2 * w) @ m
+    assert _kernels(out) == 1
+    assert _kernels(out2) == 2
+    xn, x2n, wn, mn = x.numpy(), x2.numpy(), w.numpy(), m.numpy()
+    for got, xs in ((out, xn), (out2, x2n)):
+        ref = (xs / np.sqrt((xs**2).mean(-1, keepdims=True) + 1e-5) * wn) @ mn
+        np.testing.assert_allclose(got.numpy(), ref, rtol=1e-4, atol=1e-4)

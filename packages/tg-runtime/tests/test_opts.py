@@ -384,3 +384,28 @@ def test_gpu_matvec_heuristic_opts_on_cl(rows: int) -> None:
     opts = hand_coded_optimizations(Kernel(case[0], CUDARenderer()))
     assert opts.index(Opt(OptOps.UNROLL, 0, 4)) < [o.op for o in opts].index(OptOps.GROUP), opts
     np.testing.assert_allclose(run(case, "CL", opts), case[2], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "op, opts, barriers",
+    [
+        (Ops.ADD, [Opt(OptOps.GROUP, 0, 256)], 2),  # 16 chunks of 16
+        (Ops.MAX, [Opt(OptOps.GROUP, 0, 256)], 2),
+        (Ops.MAX, [Opt(OptOps.GROUPTOP, 0, 128)], 2),  # 8 chunks of 16
+        (Ops.ADD, [Opt(OptOps.UNROLL, 0, 4), Opt(OptOps.GROUP, 0, 64)], 2),
+        (Ops.ADD, [Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.GROUP, 0, 96)], 2),  # a LOCAL axis beside it; 8 x 12
+        (Ops.MAX, [Opt(OptOps.GROUP, 0, 32)], 1),  # under 64 threads: one stage
+    ],
+    ids=str,
+)
+def test_big_groups_combine_in_two_stages_on_cl(op: Ops, opts: list[Opt], barriers: int) -> None:
+    """A GROUP of 64 or more threads combines its partials in two stages (lowerer._two_stage): rows of 768 values
+    summed or maxed, each row's result against numpy."""
+    if "CL" not in DEVICES:
+        pytest.skip("no CL device here")
+    np.random.seed(1)
+    ast, (a,), _ = reduce_sum(4, 768, op)
+    a[2, 700] = 50.0  # one large value late in a row (a max that only the last chunk sees)
+    want = a.sum(1, keepdims=True) if op is Ops.ADD else a.max(1, keepdims=True)
+    assert get_program(ast, Device["CL"].renderer, opts=opts).src.count("barrier(") == barriers
+    np.testing.assert_allclose(run((ast, [a], want), "CL", opts), want, rtol=1e-5)

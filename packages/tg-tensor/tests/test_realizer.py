@@ -118,8 +118,10 @@ def test_unqueue() -> None:
 def test_schedule_item_fields_are_typed() -> None:
     with fresh() as r:
         w = Tensor([1.0, 2.0]).realize()
-        (item,) = r.schedule([w.assign(w + 1)])
-        assert item.in_place and item.writes is not None and item.reads and not item.consts
-        assert item.writes.arg[0] > item.reads[0].arg[0]  # a new version of the memory it reads
+        old, v = w.uop.base, Tensor([5.0, 7.0]).realize()
+        (item,) = r.schedule([w.assign(w + v)])
+        # w is read at each element it stores: through the output, not as an input (v is one)
+        assert item.in_place and item.writes is not None and item.reads == (v.uop.base,) and not item.consts
+        assert item.writes.arg[0] > old.arg[0]  # a new version of the memory it overwrites
         r.run_pending()
-        assert w.tolist() == [2.0, 3.0]
+        assert w.tolist() == [6.0, 9.0]

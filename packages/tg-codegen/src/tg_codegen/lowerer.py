@@ -212,25 +212,75 @@ class Lowerer:
         return self._group_reduce(ret, alu_op) if self._group_gate() else ret
 
     def _group_reduce(self, partial: UOp, alu_op: Ops) -> UOp:
-        """Each thread of the group stores its partial in local memory; after a barrier, all are combined."""
+        """Each thread of the group stores its partial in local memory; after a barrier, all are combined.
+
+        A single GROUP axis of n = a * b threads (a, b > 1, a <= b) is combined in two stages: a of its threads each
+        combine b partials into a second local buffer, then every thread combines those a values (a + b loads each,
+        not n: a 256-thread group's max was ~1000 instructions per thread)."""
         locs = self.k.axes_of(AxisType.LOCAL, AxisType.GROUP)
         sizes = [int(self.k.full_shape[a]) for a in locs]
-        buf = UOp(Ops.DEFINE_LOCAL, partial.dtype.ptr(int(prod(sizes)), local=True), (), f"temp{self.n_locals}")
-        self.n_locals += 1
-        strides = [int(prod(sizes[i + 1 :])) for i in range(len(sizes))]
-        mine = functools.reduce(lambda a, b: a + b, [self.loop[a] * st for a, st in zip(locs, strides)])
-        store = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, buf.dtype, (buf, mine)), partial))
-        barrier = UOp(Ops.BARRIER, dtypes.void, (store,))
+        buf, barrier = self._share(partial, locs, sizes)
         group = [i for i, a in enumerate(locs) if self.k.axis_types[a] == AxisType.GROUP]
-        parts = []
-        for vals in itertools.product(*[range(sizes[i]) for i in group]):
-            at = dict(zip(group, vals))
-            terms = [
-                (UOp.const(self.idx_dt, at[i]) if i in at else self.loop[a]) * strides[i] for i, a in enumerate(locs)
-            ]
-            idx = functools.reduce(lambda a, b: a + b, terms)
-            parts.append(UOp(Ops.LOAD, partial.dtype, (UOp(Ops.INDEX, buf.dtype, (buf, idx, barrier)),)))
-        return _tree(alu_op, parts)
+        split = _split(sizes[group[0]]) if len(group) == 1 else None
+        if split is not None:
+            return self._two_stage(alu_op, buf, barrier, locs, sizes, group[0], split)
+        return _tree(
+            alu_op, [self._shared_load(buf, barrier, locs, sizes, at) for at in self._assignments(group, sizes)]
+        )
+
+    def _share(
+        self, value: UOp, locs: list[int], sizes: list[int], at: dict[int, UOp] | None = None, gate: UOp | None = None
+    ) -> tuple[UOp, UOp]:
+        """A fresh local buffer of prod(sizes), `value` stored at this thread's place (moved by `at`, see _place)
+        where `gate` holds, and the barrier after the store."""
+        buf = UOp(Ops.DEFINE_LOCAL, value.dtype.ptr(int(prod(sizes)), local=True), (), f"temp{self.n_locals}")
+        self.n_locals += 1
+        index = UOp(Ops.INDEX, buf.dtype, (buf, self._place(locs, sizes, at or {})))
+        store = UOp(Ops.STORE, dtypes.void, (index, value) + (() if gate is None else (gate,)))
+        return buf, UOp(Ops.BARRIER, dtypes.void, (store,))
+
+    def _place(self, locs: list[int], sizes: list[int], at: dict[int, UOp]) -> UOp:
+        """The row-major index over the local axes `locs` of this thread, with `at` (position in locs -> index)
+        replacing its own index on some of them."""
+        terms = [(at[i] if i in at else self.loop[a]) * st for i, (a, st) in enumerate(zip(locs, _strides(sizes)))]
+        return functools.reduce(lambda a, b: a + b, terms)
+
+    def _shared_load(self, buf: UOp, barrier: UOp, locs: list[int], sizes: list[int], at: dict[int, UOp]) -> UOp:
+        index = UOp(Ops.INDEX, buf.dtype, (buf, self._place(locs, sizes, at), barrier))
+        return UOp(Ops.LOAD, buf.dtype.base, (index,))
+
+    def _two_stage(
+        self, op: Ops, buf: UOp, barrier: UOp, locs: list[int], sizes: list[int], g: int, split: tuple[int, int]
+    ) -> UOp:
+        """Threads 0..a-1 of group axis `g` combine b partials each into a second buffer; all then combine its a."""
+        a, b = split
+        lid = self.loop[locs[g]]
+        chunk = lid % a  # (every thread computes a chunk's value, so none waits on a branch; a of them store it)
+        firsts = [self._shared_load(buf, barrier, locs, sizes, {g: chunk * b + j}) for j in range(b)]
+        sizes2 = sizes[:g] + [a] + sizes[g + 1 :]
+        buf2, barrier2 = self._share(_tree(op, firsts), locs, sizes2, at={g: chunk}, gate=lid < a)
+        seconds = [self._shared_load(buf2, barrier2, locs, sizes2, {g: self._const(c)}) for c in range(a)]
+        return _tree(op, seconds)
+
+    def _const(self, v: int) -> UOp:
+        return UOp.const(self.idx_dt, v)
+
+    def _assignments(self, group: list[int], sizes: list[int]) -> list[dict[int, UOp]]:
+        """Every combination of values of the group axes (positions in the local axes), as index constants."""
+        combos = itertools.product(*[range(sizes[i]) for i in group])
+        return [{i: self._const(v) for i, v in zip(group, vals)} for vals in combos]
+
+
+def _strides(sizes: list[int]) -> list[int]:
+    return [int(prod(sizes[i + 1 :])) for i in range(len(sizes))]
+
+
+def _split(n: int) -> tuple[int, int] | None:
+    """(a, b) with a * b == n, 1 < a <= b and a as large as possible; None when n is prime or small (< 64)."""
+    if n < 64:
+        return None
+    a = max(d for d in range(1, int(n**0.5) + 1) if n % d == 0)
+    return (a, n // a) if a > 1 else None
 
 
 def _tree(op: Ops, parts: list[UOp]) -> UOp:
@@ -268,9 +318,36 @@ true_gates = PatternMatcher(
 )
 
 
+def _keep_old(x: UOp, i: UOp, c: UOp, a: UOp, b: UOp) -> UOp | None:
+    """STORE(i, where(c, a, b)) where a or b is the value already at i: store the other one only where it differs."""
+    gate = c if b.op is Ops.LOAD and b.src == (i,) else c.logical_not() if a.op is Ops.LOAD and a.src == (i,) else None
+    if gate is None:
+        return None
+    value = a if gate is c else b
+    return x.replace(src=(i, value, gate & x.src[2]) if len(x.src) > 2 else (i, value, gate))
+
+
+# a store that writes back the value it loaded from the same address where a condition fails (an assign of
+# where(mask, new, self), e.g. a KV cache slot update) stores only where the condition holds: a masked update of a
+# big buffer then reads nothing and writes only its slots
+keep_old = PatternMatcher(
+    [
+        (
+            UPat(
+                Ops.STORE,
+                src=(UPat(name="i"), UPat(Ops.WHERE, src=(UPat(name="c"), UPat(name="a"), UPat(name="b")))),
+                allow_any_len=True,
+                name="x",
+            ),
+            _keep_old,
+        )
+    ]
+)
+
+
 def drop_true_gates(sink: UOp) -> UOp:
-    """Remove gates that simplified to true from LOADs and STOREs (a rewrite pass)."""
-    return graph_rewrite(sink, true_gates, name="drop true gates")
+    """Remove gates that simplified to true from LOADs and STOREs, and write-backs of loaded values (a rewrite pass)."""
+    return graph_rewrite(sink, true_gates + keep_old, name="drop true gates")
 
 
 def lower(k: Kernel) -> UOp:

@@ -64,7 +64,8 @@ class ScheduleItem:
 
     `writes` is the BUFFER node it writes (for an in-place assign, the new version of that memory;
     `also_writes` the other outputs of a collective, one per device),
-    `reads` the BUFFER nodes it reads, `in_place` whether it writes an existing memory (an assign),
+    `reads` the BUFFER nodes it reads (its buffers after the outputs; an assign reading the element it stores
+    reads it through its output, not as one of these), `in_place` whether it writes an existing memory (an assign),
     `consts` the one-element constant buffers it reads after the others (lift_consts.py). Items
     replayed from the schedule cache write fresh buffers only and leave these empty.
     """

@@ -10,6 +10,8 @@ asked for (a root, CONTIGUOUS, COPY) or when fusing it would be wrong or wastefu
     elements many times (the output gradient of a conv or matmul, expanded across its reduction):
     computing it once and loading it is cheaper than recomputing it per use.
 Each of these is discovered while building the kernel; the offending node is then realized first.
+An assign that reads its target at the very element it stores (`x.assign(mask.where(v, x))`) reads it from the
+output buffer itself, so that codegen can store v only where the mask holds (lowerer.keep_old).
 
 >>> from tg_tensor.schedule import create_schedule  # doctest: +SKIP
 """
@@ -127,17 +129,23 @@ class _KernelBuilder:
         self.inputs: list[UOp] = []  # BUFFER nodes read, in DEFINE_GLOBAL order (after the output)
         self.memo: dict[tuple[UOp, Movement], UOp] = {}
         self.full_shape: tuple[int, ...] | None = None
+        self.overwritten: tuple[UOp, ShapeTracker] | None = None  # an assign's output buffer and where it stores
+        self.read_in_place: UOp | None = None  # the version of it read from the output itself (data0)
 
     def build(self, out_buf: UOp) -> UOp:
         root = self.root
         inner = root.src[0] if root.op is Ops.CONTIGUOUS else root.src[1] if root.op is Ops.ASSIGN else root
         if root.op is Ops.ASSIGN and (view := write_view(root.src[0])) is not None:
+            self.overwritten = (out_buf, view)
             value = self._build(inner, ())  # an assign through a view: stored where the view points
             return _store(out_buf, view, value)
         space = self._output_space(inner)
         top: Movement = ((Ops.RESHAPE, space),) if space != tuple(root.shape or ()) else ()
+        st = _movement_st((prod(root.shape or ()),), ((Ops.RESHAPE, space),))
+        if root.op is Ops.ASSIGN:
+            self.overwritten = (out_buf, st)
         value = self._build(inner, top)
-        return _store(out_buf, _movement_st((prod(root.shape or ()),), ((Ops.RESHAPE, space),)), value)
+        return _store(out_buf, st, value)
 
     def _output_space(self, node: UOp) -> tuple[int, ...]:
         """The shape the kernel computes in: a reduction's output shape when only reshapes lead up to it."""
@@ -159,15 +167,35 @@ class _KernelBuilder:
         buf = self.sched.copies.get(buf, buf)
         if buf.arg[1] == 0:  # every position of a view of nothing is padding: never pass an empty buffer
             return UOp(Ops.CONST, buf.dtype, (UOp(Ops.VIEW, dtypes.void, (), st),), dtypes.as_const(0, buf.dtype))
-        if buf not in self.inputs:
-            check_not_stale(buf)
-            memory = buffer_of(buf)
-            other = next((i for i in self.inputs if buffer_of(i) is memory), None)
-            if other is not None:
-                raise _TwoVersions(min(other, buf, key=lambda b: b.arg[0]))
-            self.inputs.append(buf)
-        g = UOp(Ops.DEFINE_GLOBAL, buf.dtype.ptr(), (), self.inputs.index(buf) + 1)
+        in_place = self._reads_what_it_overwrites(buf, st)
+        if in_place or buf not in self.inputs:
+            self._check_one_version(buf)
+        if in_place:
+            # an assign reading the very element it stores reads it from its output: codegen turns a store of
+            # where(c, v, old) into a store of v where c (lowerer.keep_old), so a masked update writes its slots only
+            self.read_in_place, arg = buf, 0
+        else:
+            if buf not in self.inputs:
+                self.inputs.append(buf)
+            arg = self.inputs.index(buf) + 1
+        g = UOp(Ops.DEFINE_GLOBAL, buf.dtype.ptr(), (), arg)
         return UOp(Ops.LOAD, buf.dtype, (g, UOp(Ops.VIEW, dtypes.void, (), st)))
+
+    def _check_one_version(self, buf: UOp) -> None:
+        """`buf` is readable, and no other version of its memory is read by this kernel (else _TwoVersions)."""
+        check_not_stale(buf)
+        memory = buffer_of(buf)
+        read = (*self.inputs, self.read_in_place)
+        other = next((i for i in read if i is not None and i is not buf and buffer_of(i) is memory), None)
+        if other is not None:
+            raise _TwoVersions(min(other, buf, key=lambda b: b.arg[0]))
+
+    def _reads_what_it_overwrites(self, buf: UOp, st: ShapeTracker) -> bool:
+        """Is this the assign's own output memory, read at the element each thread stores?"""
+        if self.overwritten is None:
+            return False
+        out, out_st = self.overwritten
+        return buf.dtype == out.dtype and st == out_st and buffer_of(buf) is buffer_of(out)
 
     def _build(self, node: UOp, ops: Movement) -> UOp:
         key = (node, ops)
@@ -233,6 +261,12 @@ REPEAT_MAX_ALUS = 4
 REPEAT_MAX_BUFFERS = 3
 
 
+def _elements(n: UOp) -> int | None:
+    """How many elements a BUFFER or a realized node holds (None: a symbolic shape)."""
+    shape = (n.arg[1],) if n.op is Ops.BUFFER else tuple(n.shape or ())
+    return prod(shape) if all(isinstance(s, int) for s in shape) else None
+
+
 def _has_mask(st: ShapeTracker) -> bool:
     return any(v.mask is not None for v in st.views)
 
@@ -253,7 +287,10 @@ class Scheduler:
         return node in self.forced or node.op in own or node in self.r.realized
 
     def elementwise_cost(self, node: UOp, current_root: UOp) -> tuple[int, int]:
-        """(ALU ops, distinct buffers) of the elementwise graph under `node`, down to loads and constants."""
+        """(ALU ops, distinct buffers) of the elementwise graph under `node`, down to loads and constants.
+
+        A one-element buffer (a scalar broadcast, like RMSNorm's 1/rms) is not counted: each thread loads it once,
+        whatever the repetition."""
         alus, bufs, stack, seen = 0, set[UOp](), [node], set[UOp]()
         while stack:
             n = self.r.resolve(stack.pop())
@@ -261,7 +298,8 @@ class Scheduler:
                 continue
             seen.add(n)
             if n.op is Ops.BUFFER or (n is not node and self.is_boundary(n, current_root)):
-                bufs.add(n)
+                if _elements(n) != 1:
+                    bufs.add(n)
             elif n.op in GroupOp.Elementwise:
                 alus += 1
                 stack.extend(n.src)
