@@ -136,7 +136,9 @@ def argmax_rows(x: Tensor) -> Tensor:
 
 
 def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
-    return x * (x.square().mean(-1, keepdim=True) + eps).rsqrt() * weight
+    """x / rms(x) * weight over the last axis. The 1/rms factors are realized by the sum's kernel, so that for one
+    row (a decode step) the scaling is cheap enough to fuse into the matrix-vector product that reads it."""
+    return x * (x.square().mean(-1, keepdim=True) + eps).rsqrt().contiguous() * weight
 
 
 def rope(x: Tensor, cos: Tensor, sin: Tensor, style: str) -> Tensor:
@@ -170,6 +172,11 @@ class KVCache:
         t = int(k.shape[1])
         k, v = k.cast(self.keys.dtype), v.cast(self.values.dtype)
         slots = Tensor.arange(self.context, device=k.device).reshape(1, self.context)
+        if t == 1:  # a decode step: one masked write each, which codegen turns into a store to the slot only
+            at = slots == positions.reshape(1, 1)
+            self.keys.assign(at.reshape(1, self.context, 1).where(k, self.keys))
+            self.values.assign(at.reshape(1, 1, self.context).where(v.transpose(-2, -1), self.values))
+            return self.keys, self.values.transpose(-2, -1)
         select = (slots == positions.reshape(t, 1)).cast(k.dtype)  # (t, context): row i goes to slot positions[i]
         written = select.sum(0).reshape(1, self.context, 1) > 0
         moved_k = select.T.reshape(1, self.context, t) @ k
@@ -227,10 +234,13 @@ class Block:
         return out @ self.wo.T
 
     def __call__(self, x: Tensor, cache: KVCache, positions: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-        x = x + self.attention(rms_norm(x, self.attn_norm, self.cfg.norm_eps), cache, positions, cos, sin)
+        # the residual stream is realized (the add fused into the matvec before it): left lazy, layer i's norm
+        # kernels would re-add all 2i earlier outputs
+        attn = self.attention(rms_norm(x, self.attn_norm, self.cfg.norm_eps), cache, positions, cos, sin)
+        x = (x + attn).contiguous()
         h = rms_norm(x, self.ffn_norm, self.cfg.norm_eps)
         gate, up = self.project(h, self.w_gate_up, self.w_gate, self.w_up)
-        return x + (gate.silu() * up) @ self.w_down.T
+        return (x + (gate.silu() * up) @ self.w_down.T).contiguous()
 
 
 class Llama:
