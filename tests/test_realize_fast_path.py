@@ -290,3 +290,18 @@ def test_structure_ids_of_binary_nodes_match_a_naive_canonical_form() -> None:
             first = ids
         else:
             assert ids == first, "the same shapes of graph over new buffers got other ids"
+
+
+def test_a_realized_equal_constant_does_not_stand_for_a_cached_scalar_view() -> None:
+    # `t * 2.5` takes its constant view from a cache; Tensor.full of the same value and shape is the same node: once
+    # realized and then assigned to, the old record made `t * 2.5` read an overwritten buffer (StaleReadError)
+    t = Tensor([1.0, 1.0, 1.0, 1.0]).realize()
+    assert (t * 2.5).tolist() == [2.5] * 4
+    x = Tensor.full((4,), 2.5)
+    x.realize()
+    x.assign(Tensor([10.0, 20.0, 30.0, 40.0])).realize()
+    assert x.tolist() == [10.0, 20.0, 30.0, 40.0]
+    assert (t * 2.5).tolist() == [2.5] * 4
+    w = Tensor.zeros(4).realize()
+    w.assign(w + 1).realize()
+    assert (t * 0).tolist() == [0.0] * 4 and w.tolist() == [1.0] * 4

@@ -65,17 +65,19 @@ class ElementwiseMixin:
             return None
         sign = math.copysign(1.0, value) if type(value) is float else 0.0
         key = (value, type(value), sign, dtype, dev, shape)
-        views = current().scalar_views
-        if (hit := views.get(key)) is not None:  # (only views that passed the checks below are kept)
-            return hit
-        if shape is None or scalar_dtype(dtype, value) != dtype:
-            return None
-        c = const_uop(value, dtype, dev)
-        view = c.reshape((1,) * len(shape)).expand(shape) if shape else c
-        if len(views) >= SCALAR_VIEWS_MAX:
-            views.clear()
-        views[key] = view
-        return view
+        rz = current()
+        views = rz.scalar_views
+        if (hit := views.get(key)) is None:  # (only views that passed the checks below are kept)
+            if shape is None or scalar_dtype(dtype, value) != dtype:
+                return None
+            c = const_uop(value, dtype, dev)
+            hit = c.reshape((1,) * len(shape)).expand(shape) if shape else c
+            if len(views) >= SCALAR_VIEWS_MAX:
+                views.clear()
+            views[key] = hit
+        if rz.realized:  # a realize of an equal constant (Tensor.full) must not stand for it: that buffer may be
+            rz.forget_constants(hit)  # assigned to later (its old version stale), and loading it costs a read
+        return hit
 
     def _operands(self: Tensor, other: TensorLike, reverse: bool = False) -> tuple[UOp, UOp]:
         """The nodes of a binary op's operands, broadcast and promoted (as `_broadcasted`); a Python scalar that

@@ -167,6 +167,19 @@ class Realizer:
                 "the assign (or keep a tensor of it alive)"
             )
 
+    def forget_constants(self, *nodes: UOp) -> None:
+        """Drop the realized records of constant-only graphs that a cache keeps alive (scalar views, take_rows).
+
+        A kept node stays equal to any later one (hash-consing), so `Tensor.full(s, 2.5).realize()` would otherwise
+        make every later `t * 2.5` load that buffer, which an assign may have overwritten since (a stale read) and
+        which stops fusion and the gather fold. A constant graph reads no memory: computing it again is the same.
+        """
+        realized = self.realized
+        for node in nodes:
+            for u in node.toposort:
+                if u in realized:
+                    del realized[u]
+
     # ---- realize ----
     def realize(self, tensors: Sequence[Tensor]) -> None:
         """Schedule the kernels computing `tensors` and run everything queued (`schedule`, then `run_pending`).

@@ -58,7 +58,8 @@ def take_rows(x: Tensor, idx: Tensor) -> Tensor | None:
     zero_dt = scalar_dtype(xt, 0)  # `where(vals, 0)`: the 0's dtype, and the common one with the table's
     common = dtypes.least_upper(xt, zero_dt) if zero_dt != xt else xt
     consts = small, big, arange, true, zero = _constants(dev, it, common, zero_dt, n, ishape, xs)
-    _forget_realized(consts)
+    if (rz := current()).realized:  # (a realized equal constant would stop the fold: Realizer.forget_constants)
+        rz.forget_constants(*consts)
     nb, rest, full = len(ishape), xs[1:], ishape + xs
     hit_shape = ishape + (n,)
     # _index_tensor: (idx < 0).where(idx + n, idx)
@@ -74,24 +75,6 @@ def take_rows(x: Tensor, idx: Tensor) -> Tensor | None:
     acc = xt if dtypes.is_float(xt) else sum_acc_dtype(common)  # (indexing.py's _sum_dtype, then sum's default)
     summed = UOp(Ops.REDUCE_AXIS, acc, (_cast(picked, acc),), (Ops.ADD, (nb,)))  # (n > 1: never a no-op)
     return type(x)(_cast(_view(Ops.RESHAPE, summed, ishape + (1,) + rest, ishape + rest), xt))
-
-
-def _forget_realized(consts: tuple[UOp, ...]) -> None:
-    """Let the kept constant nodes be computed in the gather's kernel again.
-
-    They are kept alive between calls, so a realize of an equal node elsewhere (`Tensor(True).realize()` records the
-    CONST node that the broadcast True here is built on) would stay on record: every later gather would load that
-    buffer instead of computing the constant, and gather.py could no longer fold the compare-and-sum into an
-    indexed load (O(indices x table) again).
-    A constant graph reads no memory, so computing it again gives the same values.
-    """
-    realized = current().realized
-    if not realized:
-        return
-    for c in consts:
-        for u in c.toposort:  # (a few nodes each; `Tensor(True).realize()` records the bare CONST under `true`)
-            if u in realized:
-                del realized[u]
 
 
 def _node(op: Ops, dt: DType, *src: UOp) -> UOp:
