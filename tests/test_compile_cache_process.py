@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -93,16 +94,22 @@ def test_kernels_of_a_schedule_build_in_few_compiler_runs(tmp_path: Path) -> Non
     env = {**os.environ, "CACHEDB": str(tmp_path / "cache.db"), "DEV": "CPU", "CACHELEVEL": "1"}
     a = np.arange(12, dtype=np.float32).reshape(3, 4) - 5.5
     want = [a + 1.25, a * 3.5, (a - 2.75).sum(axis=0), np.exp2(a), (a * a).max(axis=1), np.maximum(a, 0) + 0.5]
-    runs = []
-    for _ in range(2):
-        out = subprocess.run([sys.executable, "-c", SCHEDULE_CHILD], capture_output=True, text=True, env=env)
-        assert out.returncode == 0, out.stderr[-2000:]
-        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    runs = _run_twice(SCHEDULE_CHILD, env)
     for run in runs:
         assert run["kernels"] == 6
         for got, exp in zip(run["outs"], want):
             np.testing.assert_allclose(np.array(got, np.float32), exp, rtol=1e-6)
     assert 1 <= runs[0]["kernel_runs"] < 6 and runs[1]["kernel_runs"] == 0
+
+
+def _run_twice(child: str, env: dict[str, str]) -> list[dict[str, Any]]:
+    """The JSON report (last stdout line) of `child` run in two fresh processes sharing `env`'s cache."""
+    runs = []
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, env=env)
+        assert out.returncode == 0, out.stderr[-2000:]
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    return runs
 
 
 def test_kernels_of_one_name_share_a_compiler_run(tmp_path: Path) -> None:
@@ -118,11 +125,7 @@ def test_kernels_of_one_name_share_a_compiler_run(tmp_path: Path) -> None:
     )
     a = np.arange(12, dtype=np.float32).reshape(3, 4) - 5.5
     want = [a + 1.25, a * 3.5, np.exp2(a), np.maximum(a, 0) + 0.5]
-    runs = []
-    for _ in range(2):
-        out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, env=env)
-        assert out.returncode == 0, out.stderr[-2000:]
-        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    runs = _run_twice(child, env)
     for run in runs:
         assert run["kernels"] == 4
         for got, exp in zip(run["outs"], want):
