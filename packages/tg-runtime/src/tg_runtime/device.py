@@ -424,7 +424,7 @@ class Buffer:
     def __del__(self) -> None:
         if self._opaque is not None:
             try:
-                (self._allocator or self.allocator).free(self._opaque, self.nbytes)
+                (self._allocator or self.allocator).free(self._opaque, self.size * self.dtype.itemsize)
                 GlobalCounters.mem_used -= self._counted  # DISK windows were never added
             except Exception:  # interpreter shutdown
                 pass

@@ -72,6 +72,7 @@ class ElementwiseMixin:
                 return None
             c = const_uop(value, dtype, dev)
             hit = c.reshape((1,) * len(shape)).expand(shape) if shape else c
+            _ = hit.toposort  # (walked once: every `t * value` walks its graph through this cached order)
             if len(views) >= SCALAR_VIEWS_MAX:
                 views.clear()
             views[key] = hit

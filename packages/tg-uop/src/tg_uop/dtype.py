@@ -20,9 +20,24 @@ from typing import Any, ClassVar, Final
 ConstType = float | int | bool
 
 
+class _Interned(type):
+    """Metaclass of the dtypes: building a DType equal to one that exists returns that one, so every equal pair
+    of dtypes is one object and equality and hashing are identity (C speed: dtypes are hashed on every hot path,
+    in every UOp's hash-consing key)."""
+
+    _table: ClassVar[dict[tuple[object, ...], Any]] = {}
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        made = super().__call__(*args, **kwargs)
+        return _Interned._table.setdefault(made._key, made)
+
+
 @dataclass(frozen=True, eq=True)
-class DType:
-    """A scalar or vector element type. Compare with `==`; order by promotion priority."""
+class DType(metaclass=_Interned):
+    """A scalar or vector element type. Compare with `==`; order by promotion priority.
+
+    Interned: `DType(...)` with the fields of an existing dtype returns that dtype (so `==` is `is`).
+    """
 
     priority: int
     itemsize: int
@@ -32,18 +47,11 @@ class DType:
     _scalar: DType | None = None
 
     def __post_init__(self) -> None:
-        # equality and hashing are on every hot path of the rewriter: compute the key once
-        key = tuple(getattr(self, f.name) for f in dataclasses.fields(self))
-        object.__setattr__(self, "_key", (type(self), key))
-        object.__setattr__(self, "_hash", hash((type(self), key)))
+        # the interning key (the fields' values; the dtypes among them are interned already)
+        object.__setattr__(self, "_key", (type(self), tuple(getattr(self, f.name) for f in dataclasses.fields(self))))
 
-    def __eq__(self, other: object) -> bool:
-        if self is other:
-            return True
-        return isinstance(other, DType) and self._key == other._key  # type: ignore[attr-defined]
-
-    def __hash__(self) -> int:
-        return self._hash  # type: ignore[attr-defined,no-any-return]
+    __eq__ = object.__eq__  # (interned: equal dtypes are one object)
+    __hash__ = object.__hash__
 
     def __reduce__(self) -> tuple[Any, ...]:
         # rebuilt from its fields, so the cached hash is the unpickling process's (string hashes are salted)

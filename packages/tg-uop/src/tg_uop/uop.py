@@ -190,6 +190,14 @@ class UOp(metaclass=UOpMetaClass):
             if expanded:
                 visited[node] = None
                 continue
+            if node is not self and (walked := node.__dict__.get("_ancestors")) is not None:
+                # a node walked before (`t * 2.5`'s cached constant view): its order, less what is placed already,
+                # is what walking it would give (everything under a placed node is placed)
+                for a in walked:
+                    if a not in visited:
+                        visited[a] = None
+                visited[node] = None
+                continue
             stack.append((node, True))
             for s in reversed(node.src):
                 if s not in visited:
