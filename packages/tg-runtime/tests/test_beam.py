@@ -129,3 +129,13 @@ def test_beam_skips_candidates_that_fail_to_launch(monkeypatch: pytest.MonkeyPat
     ast = _small_reduce()
     opts = search.beam_search(ast, _FailingLaunches("CPU", ast), 2, max_steps=2)
     assert opts and all(o.op is not search.OptOps.UPCAST for o in opts), opts
+
+
+def test_cpu_compile_fn_reaches_the_workers() -> None:
+    """BEAM compiles in worker processes: the CPU target's compile function must pickle (a lock in the compiler made
+    every candidate fail, and BEAM silently kept the hand-coded opts), and still compile there."""
+    import pickle
+
+    ast = _small_reduce()
+    fn = pickle.loads(pickle.dumps(DeviceSearchTarget("CPU", ast).compile_fn))
+    assert fn(get_program(ast, DeviceSearchTarget("CPU", ast).renderer).src)

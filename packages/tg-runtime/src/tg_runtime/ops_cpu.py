@@ -165,6 +165,15 @@ class ClangCompiler(Compiler):
         self.invocations = 0  # how many times the C compiler ran (a disk cache hit runs none)
         self._lock = threading.Lock()
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Picklable without its lock: BEAM sends `compile` to worker processes (a lock cannot be pickled, and
+        every candidate failed, so BEAM=2 on the CPU fell back to the hand-coded opts)."""
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def cache_key(self, src: str) -> str:
         """The disk cache key of `src`'s binary: any change of source, compiler build, flags or CPU misses."""
         ident = f"{self.cachekey}\n{compiler_version(self.cc)}\n{host_cpu()}\n{src}"
