@@ -4,6 +4,8 @@ Run: `uv run python bench/bench_cpu.py` (prints one JSON line per figure). torch
 dependencies: run the script with an interpreter that has them (and PYTHONPATH=packages/*/src) to compare.
 Figures: matmul N=256/1024/2048 fp32; ((a+b)*c).relu() and sum on 2^24 floats; conv2d (16,3,64,64)x(16,3,3,3)
 and (64,64,56,56)x(64,64,3,3) pad 1; realize of a tiny op (us); BEAM=2 search seconds for matmul 1024 cold/warm.
+Threads: numpy (OpenBLAS) and tg both take one thread per core by default; the matmul lines say how many each
+used ("threads"). `OPENBLAS_NUM_THREADS=1 THREADS=1` compares them on one core.
 """
 
 from __future__ import annotations
@@ -34,6 +36,24 @@ def best_of(fn: Callable[[], object], reps: int = 5) -> float:
         fn()
         best = min(best, time.perf_counter() - st)
     return best
+
+
+def numpy_threads() -> int | None:
+    """Threads numpy's OpenBLAS uses (asked from the library numpy ships), None when it cannot be asked."""
+    import ctypes
+    import glob
+
+    for lib in glob.glob(os.path.join(os.path.dirname(np.__file__), "..", "numpy.libs", "*openblas*")):
+        for sym in ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads", "openblas_get_num_threads"):
+            if (fn := getattr(ctypes.CDLL(lib), sym, None)) is not None:
+                return int(fn())
+    return None
+
+
+def tg_threads() -> int:
+    from tg import Device
+
+    return int(Device["CPU"].renderer.threads)
 
 
 # ---------------------------------------------------------------- tg
@@ -93,7 +113,7 @@ def bench_tg(label: str, beam: int) -> None:
             if beam and n >= 2048 and os.getenv("BENCH_BEAM_BIG", "0") in ("", "0"):
                 continue  # each BEAM candidate of the 2048 matmul runs for seconds: BENCH_BEAM_BIG=1 includes it
             t = run_tg(lambda n=n: (rand(n, n), rand(n, n)), tg_matmul)
-            emit("matmul", label, 2 * n**3 / t * 1e-9, "GFLOPS", n=n)
+            emit("matmul", label, 2 * n**3 / t * 1e-9, "GFLOPS", n=n, threads=tg_threads())
         n = 1 << (16 if SMALL else 24)
         t = run_tg(lambda: (rand(n), rand(n), rand(n)), lambda a, b, c: ((a + b) * c).relu())
         emit("add_mul_relu", label, 4 * 4 * n / t * 1e-9, "GB/s", n=n)
@@ -152,7 +172,8 @@ def bench_beam_time() -> None:
 def bench_numpy() -> None:
     for n in (256,) if SMALL else (256, 1024, 2048):
         a, b = np.random.rand(n, n).astype(np.float32), np.random.rand(n, n).astype(np.float32)
-        emit("matmul", "numpy", 2 * n**3 / best_of(lambda a=a, b=b: a @ b) * 1e-9, "GFLOPS", n=n)
+        t = best_of(lambda a=a, b=b: a @ b)
+        emit("matmul", "numpy", 2 * n**3 / t * 1e-9, "GFLOPS", n=n, threads=numpy_threads())
     n = 1 << (16 if SMALL else 24)
     a, b, c = (np.random.rand(n).astype(np.float32) for _ in range(3))
     emit("add_mul_relu", "numpy", 16 * n / best_of(lambda: np.maximum((a + b) * c, 0)) * 1e-9, "GB/s", n=n)

@@ -12,6 +12,7 @@ from tg_codegen.renderer.cuda import CUDARenderer
 from tg_runtime.ops_cuda import CUDAError, NVRTCCompiler
 from tg_tensor.realizer import current
 from tg_uop import DType, UOp
+from tg_uop.helpers import Context
 
 try:
     COMPILER: NVRTCCompiler | None = NVRTCCompiler("sm_90")
@@ -68,11 +69,13 @@ def test_compile_error_names_the_cause() -> None:
 
 
 def _matmul_ast(dt: DType, n: int = 64, k: int = 128, m: int = 32) -> UOp:
-    """The kernel AST of an (n, k) @ (k, m) matmul of `dt` tensors (scheduled on the default device, not run)."""
+    """The kernel AST of an (n, k) @ (k, m) matmul of `dt` tensors (scheduled on the default device, not run; the
+    plain form: on the CPU a big one would read its right operand packed in panels, tg_tensor.linalg)."""
     rng = np.random.default_rng(0)
     a = Tensor(rng.standard_normal((n, k)).astype(np.float32)).cast(dt).contiguous()
     b = Tensor(rng.standard_normal((k, m)).astype(np.float32)).cast(dt).contiguous()
-    items = a.matmul(b).schedule()
+    with Context(CPU_PACK=0):
+        items = a.matmul(b).schedule()
     for item in items:
         current().unqueue(item)
     return items[-1].ast

@@ -49,6 +49,24 @@ def test_cpu_matmul_tile_is_16_contiguous_lanes_by_8() -> None:
     assert _upcasts(opts) == [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 16)]
 
 
+def test_cpu_long_matmul_runs_the_column_strips_outside() -> None:
+    """K=1024: a strip of B (1024 x 16 floats, 64 KB) outgrows L1, so the tile loop along N (B moves) goes outside
+    the one along M (A moves): each strip serves every row tile while it is in cache. K=64 keeps the order."""
+    opts = hand_coded_optimizations(Kernel(_matmul(1024), ClangRenderer(2)))
+    assert opts[:3] == [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.SWAP, 0, 1)]
+    assert not any(o.op is OptOps.SWAP for o in hand_coded_optimizations(Kernel(_matmul(64), ClangRenderer(2))))
+
+
+def test_cpu_packed_matmul_runs_the_panels_outside() -> None:
+    """B packed in panels (N/16, K, 16) as tg_tensor.linalg does on the CPU: the 16 columns of a panel are the
+    vector lanes, and the loop over panels runs outside the loop over row tiles."""
+    n = 1024
+    shape = (n, n // 16, n, 16)  # (M, panels, K, lanes)
+    opts = hand_coded_optimizations(Kernel(_mul_sum(shape, (n, 0, 1, 0), (0, n * 16, 16, 1), (2,)), ClangRenderer(2)))
+    assert _upcasts(opts) == [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 2, 16)]
+    assert Opt(OptOps.SWAP, 0, 1) in opts
+
+
 def test_cpu_conv_tile_gathers_batch_lanes_and_copies_cout() -> None:
     opts = hand_coded_optimizations(Kernel(_conv(128, 32, 64, 11), ClangRenderer(2)))
     # output 11x11 does not split by 4: batch (x moves, w is broadcast) takes the 4 vector lanes, cout the copies
