@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tg import Tensor, dtypes
+from tg import Device, Tensor, dtypes
 
 ZEROS = np.array([-0.0, 0.0, -1.5, 2.0, np.nan], np.float32)
 
@@ -167,3 +167,20 @@ def test_trilinear_interpolate_matches_numpy(device: str) -> None:
         want = _linear_resize_axis(want, axis, out)
     got = Tensor(a, device=device).interpolate(size=(3, 6, 4), mode="linear").numpy()
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_lanes_selected_by_one_condition_are_one_vector_select() -> None:
+    """The lanes of a WHERE that share one scalar condition become one select of two packed vectors (`c?a:b` in
+    C), never a select per lane of an element read out of a packed vector (`c?v[0]:0.0f`, ...): gcc 12 at -O2
+    with AVX-512 miscompiles that shape (interpolate on a 5-d input gave zeros past the first column)."""
+    import re
+
+    from tg_codegen.program_cache import get_program_cached
+
+    a = np.random.default_rng(1).standard_normal((2, 3, 5, 2, 8)).astype(np.float32)
+    t = Tensor(a, device="CPU").interpolate(size=(5, 6, 8), mode="linear")
+    srcs = [get_program_cached(item.ast, Device["CPU"].renderer).src for item in t.schedule()]
+    assert any(re.search(r"= \(\w+\?\w+:\w+\);", s) for s in srcs)  # the vector select is there
+    assert not any(re.search(r"\?\w+\[\d+\]:", s) for s in srcs)  # and no per-lane select of packed elements
+    want = _linear_resize_axis(a, 3, 6)
+    np.testing.assert_allclose(t.numpy(), want, rtol=1e-4, atol=1e-5)

@@ -35,6 +35,23 @@ def test_threefry_known_answers_in_a_vectorized_kernel(device: str) -> None:
     assert list(zip(Tensor(out[0]).tolist(), Tensor(out[1]).tolist())) == [want for _, _, want in rows]
 
 
+def test_dropout_mask_kernel_runs_its_random_bits_as_vectors() -> None:
+    """x * (rand >= 0.5) * 2, upcast on the CPU: the Threefry rounds under the mask's bool compare are packed into
+    vector ops (one scalar compare per lane at the end), not repeated per lane; the values equal the PYTHON
+    device's bit for bit."""
+    from tg_runtime.runner import get_runner
+
+    def masked(dev: str) -> Tensor:
+        Tensor.manual_seed(11)
+        x = Tensor(np.linspace(-1, 1, 64 * 40, dtype=np.float32).reshape(64, 40), device=dev)
+        return (Tensor.rand(64, 40, device=dev) >= 0.5).where(x, 0.0) * 2.0
+
+    item = next(i for i in masked("CPU").schedule() if "float8" in get_runner("CPU", i.ast).spec.src)
+    src = get_runner("CPU", item.ast).spec.src
+    assert "tg_unsigned_int8 alu" in src and src.count("^") < 150, src  # ~100 xors of the rounds, once
+    np.testing.assert_array_equal(masked("CPU").numpy(), masked("PYTHON").numpy())
+
+
 def test_uniform_statistics() -> None:
     Tensor.manual_seed(3)
     u = Tensor.rand(200_000).numpy()

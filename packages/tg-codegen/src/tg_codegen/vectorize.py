@@ -22,6 +22,7 @@ VECTOR_WIDTHS = (2, 4, 8, 16)
 class _Packer:
     def __init__(self) -> None:
         self.memo: dict[tuple[UOp, ...], UOp] = {}
+        self.scalar_memo: dict[tuple[UOp, ...], tuple[UOp, ...]] = {}
 
     def pack(self, lanes: tuple[UOp, ...]) -> UOp:
         if (ret := self.memo.get(lanes)) is None:
@@ -44,7 +45,43 @@ class _Packer:
         if same and (first.op in GroupOp.ALU or first.op is Ops.CAST) and _all_vec(lanes, n):
             srcs = tuple(self._pack_or_gather(tuple(u.src[i] for u in lanes)) for i in range(len(first.src)))
             return UOp(first.op, vdt, srcs, first.arg)
-        return UOp(Ops.VECTORIZE, vdt, lanes)
+        if same and first.op is Ops.WHERE and all(u.src[0] is first.src[0] for u in lanes):
+            # one condition for every lane: a select of two packed vectors by that scalar (`c ? a : b` in C).
+            # (Not `c ? a[0] : 0.0f` per lane: gcc 12 -O2 with AVX-512 miscompiles that pattern: wrong values)
+            arms = [self._pack_or_gather(tuple(u.src[i] for u in lanes)) for i in (1, 2)]
+            return UOp(Ops.WHERE, vdt, (first.src[0], *arms))
+        return UOp(Ops.VECTORIZE, vdt, self.scalar_lanes(lanes))
+
+    def scalar_lanes(self, lanes: tuple[UOp, ...]) -> tuple[UOp, ...]:
+        """Lanes that stay scalars (a WHERE on a bool, the bool compare itself), rebuilt on their sources' packed
+        forms: a Threefry body under a dropout's compare then runs as vector ops, one GEP per lane at the end,
+        instead of `n` scalar copies of the whole body."""
+        if (ret := self.scalar_memo.get(lanes)) is not None:
+            return ret
+        first = lanes[0]
+        same = all(u.op is first.op and u.arg == first.arg and len(u.src) == len(first.src) for u in lanes)
+        ret = lanes
+        if same and first.src and (first.op in GroupOp.ALU or first.op is Ops.CAST):
+            # a WHERE's condition is rebuilt, its arms stay the scalar lanes they were (an arm read lane by lane
+            # out of a packed vector under a per-lane condition is the shape gcc 12 miscompiles, see _pack)
+            rebuilt = range(1) if first.op is Ops.WHERE else range(len(first.src))
+            per_src = [
+                self._lanes_of(tuple(u.src[i] for u in lanes)) if i in rebuilt else tuple(u.src[i] for u in lanes)
+                for i in range(len(first.src))
+            ]
+            if any(new != tuple(u.src[i] for u in lanes) for i, new in enumerate(per_src)):
+                ret = tuple(u.replace(src=tuple(src[k] for src in per_src)) for k, u in enumerate(lanes))
+        self.scalar_memo[lanes] = ret
+        return ret
+
+    def _lanes_of(self, lanes: tuple[UOp, ...]) -> tuple[UOp, ...]:
+        """The scalar values of `lanes`: GEPs of their packed vector where they pack, else scalars (rebuilt)."""
+        if _vec(lanes[0].dtype, len(lanes)) is None:
+            return self.scalar_lanes(lanes)
+        packed = self.pack(lanes)
+        if packed.op is Ops.VECTORIZE:
+            return packed.src if packed.src != lanes else lanes
+        return tuple(packed.gep(k) for k in range(len(lanes)))
 
     def _pack_or_gather(self, lanes: tuple[UOp, ...]) -> UOp:
         return self.pack(lanes)
@@ -65,7 +102,7 @@ class _Packer:
         if _vec(values[0].dtype, len(lanes)) is None or not (loads or _all_vec(values, len(lanes))):
             return list(lanes)
         val = self.pack(values)
-        if val.op is Ops.VECTORIZE:
+        if val.op is Ops.VECTORIZE and val.src == values:
             return list(lanes)  # nothing lined up: scalar code is as good
         gates = {u.src[2:] for u in lanes}
         if len(gates) == 1 and _consecutive([u.src[0] for u in lanes]):

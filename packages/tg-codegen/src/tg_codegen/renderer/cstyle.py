@@ -158,8 +158,8 @@ class CStyleLanguage(Renderer):
         code = self.code_for_op[op]
         if op in (Ops.IDIV, Ops.MOD) and not _nonzero_divisor(src[1]):
             code = self._guarded_divmod(op)
-        if n == 1 or op in self.native_vector_ops:
-            return str(code(*r, sdt.scalar()))
+        if n == 1 or op in self.native_vector_ops or (op is Ops.WHERE and src[0].dtype.count == 1):
+            return str(code(*r, sdt.scalar()))  # (a scalar condition selects a whole vector: `c ? a : b`)
         lanes = [code(*(self.render_gep(x, i) for x in r), sdt.scalar()) for i in range(n)]
         return self.render_vectorize(lanes, src[0].dtype.scalar().vec(n))
 
