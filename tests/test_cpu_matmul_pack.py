@@ -18,6 +18,7 @@ from tg_uop.helpers import Context
 @pytest.fixture
 def low_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(la, "PACK_MIN_MACS", 0)
+    monkeypatch.setattr(la, "PACK_MIN_STRIP_BYTES", 0)
 
 
 def _rand(*shape: int, seed: int = 0) -> np.ndarray:
@@ -83,6 +84,13 @@ def test_packed_matmul_accumulation_dtype(low_threshold: None) -> None:
     got = Tensor(a, device="CPU").dot(Tensor(b, device="CPU"), dtype=Tensor(np.float32(0)).dtype).numpy()
     assert got.dtype == np.float32
     np.testing.assert_allclose(got, a.astype(np.float32) @ b.astype(np.float32), rtol=1e-2, atol=1e-2)
+
+
+def test_short_reductions_are_not_packed() -> None:
+    """At the real thresholds: a strip of w 128 long (8 KB) stays in L1 unpacked; 1024 long (64 KB) is packed."""
+    x = Tensor.empty(2048, 128, device="CPU")
+    assert not la._packs(x, Tensor.empty(128, 512, device="CPU"))
+    assert la._packs(Tensor.empty(64, 1024, device="CPU"), Tensor.empty(1024, 512, device="CPU"))
 
 
 def test_other_devices_are_not_packed(low_threshold: None) -> None:

@@ -170,11 +170,14 @@ def _take_diagonals(letters: str, t: Tensor) -> tuple[str, Tensor]:
 # (shape (..., m/P, k, P)), so the kernel's inner loop over k reads one panel front to back: a row of w is m
 # floats apart, and a 16-column strip of a 2048-wide w touches a new 4 KB page every step and maps onto a few
 # cache sets (it never stays in L1/L2). The copy costs k*m reads and writes against n*k*m multiply-adds.
-# bench/bench_cpu.py, one core: matmul 2048 13 -> 95 GFLOPS (numpy 99), 1024 65 -> 103. CPU_PACK=0 turns it off.
+# bench/bench_cpu.py, one core: matmul 2048 16 -> 99 GFLOPS (numpy 102), 1024 64 -> 102. CPU_PACK=0 turns it off.
 CPU_PACK = ContextVar("CPU_PACK", 1)
 PACK_PANEL = 16  # columns per panel: the register tile's vector width (16 floats, two AVX2 vectors)
 PACK_MIN_MACS = 1 << 25  # smaller products stay in cache unpacked, and the copy's launch would cost more
 PACK_MIN_ROWS = 32  # each panel is reused by every row of the left operand: the copy must be amortized
+# a strip of w (k x PACK_PANEL) up to this size stays in L1 unpacked: the copy (and the backward through the
+# panels) would only cost. bench/bench_transformer.py's train step (k = 128 and 512) ran at 0.5-0.85x packed
+PACK_MIN_STRIP_BYTES = 32 << 10
 
 
 def _packs(x: Tensor, w: Tensor) -> bool:
@@ -185,6 +188,8 @@ def _packs(x: Tensor, w: Tensor) -> bool:
         return False
     n, k, m = int(x.shape[-2]), int(x.shape[-1]), int(w.shape[-1])
     batch = prod(int(s) for s in broadcast_shape(x.shape[:-2], w.shape[:-2]))
+    if k * PACK_PANEL * w.dtype.itemsize <= PACK_MIN_STRIP_BYTES:
+        return False
     return m % PACK_PANEL == 0 and m > PACK_PANEL and n >= PACK_MIN_ROWS and batch * n * k * m >= PACK_MIN_MACS
 
 
