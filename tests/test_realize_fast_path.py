@@ -4,6 +4,7 @@ schedule cache hands back is stale or bound to the wrong buffers (every result c
 from __future__ import annotations
 
 import gc
+from typing import Any
 
 import numpy as np
 
@@ -305,3 +306,38 @@ def test_a_realized_equal_constant_does_not_stand_for_a_cached_scalar_view() -> 
     w = Tensor.zeros(4).realize()
     w.assign(w + 1).realize()
     assert (t * 0).tolist() == [0.0] * 4 and w.tolist() == [1.0] * 4
+
+
+def test_the_short_way_shares_reshaped_results_and_rolls_back_a_failed_launch(monkeypatch: Any) -> None:
+    """The short way points the other holders of the tensor's own node (a reshape of the computed one) at the
+    result, leaves holders of the unreshaped node to find it through the realized record, and a launch that
+    raises leaves its output marked failed (read: an error, not garbage) and computes again next time."""
+    import pytest
+
+    import tg_tensor.realizer as realizer_mod
+
+    with fresh():
+        x = _f32(4)
+        t = Tensor(x).realize()
+        (t * 4).realize()  # cached: `buffer * 4`
+        a, b, c = (t * 4).reshape(2, 2), (t * 4).reshape(2, 2), t * 4
+        a.realize()
+        assert b.uop is a.uop and b.shape == (2, 2) and c.shape == (4,)
+        np.testing.assert_allclose(b.numpy(), (x * 4).reshape(2, 2), rtol=1e-6)
+        np.testing.assert_allclose(c.numpy(), x * 4, rtol=1e-6)
+
+        def broken(device: str, ast: Any) -> Any:
+            def launch(*args: Any) -> None:
+                raise OSError("the launch failed")
+
+            return launch
+
+        u = Tensor(_f32(4, seed=3)).realize()
+        with monkeypatch.context() as m:
+            m.setattr(realizer_mod, "get_runner", broken)
+            f = u * 4  # a structure seen before: the short way
+            with pytest.raises(OSError, match="the launch failed"):
+                f.realize()
+        with pytest.raises(RuntimeError, match="never computed"):
+            f.numpy()
+        np.testing.assert_allclose((u * 4).numpy(), u.numpy() * 4, rtol=1e-6)

@@ -202,9 +202,28 @@ class Realizer:
         root, shape = _strip_reshapes(t._uop)
         if (hit := _steps().replay_one(self, root)) is None:
             return False
-        item, result = hit
-        self._point_at_results((t,), [(root, shape)], {root: result})
-        self._run_one(item, (), set())
+        ast, bufs, var_vals, result = hit
+        if not type(t).no_grad and self.grad_tensors.data:  # type: ignore[attr-defined]
+            self._point_at_results((t,), [(root, shape)], {root: result})  # (autograd may keep the graph)
+        else:  # (_point_at_results and _share_results for one tensor that keeps no graph)
+            before = t._uop
+            t.uop = result if _shape_of(result) == shape else result.reshape(shape)
+            if before.op is not Ops.ASSIGN and before.op is not Ops.CONTIGUOUS:
+                for other in self.live_tensors.holders(before):  # (other holders of the computed node)
+                    if other is not t:
+                        other._lazy = t._lazy if t._lazy is not None else other._lazy
+                        other.uop = t.uop
+                        self.shared[id(other)] = other
+        if bufs[0].size == 0:  # (writes_nothing: never launched)
+            return True
+        try:
+            for b in bufs:
+                if b._opaque is None:  # (the inputs are allocated: the usual case)
+                    b.ensure_allocated()
+            get_runner(bufs[0].device, ast)(bufs, var_vals)
+        except BaseException as e:  # the output is marked failed, as `_run_one` does
+            self._roll_back([ScheduleItem.replayed(ast, bufs, var_vals)], e)
+            raise
         return True
 
     # ---- schedule ----

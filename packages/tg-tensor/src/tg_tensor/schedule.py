@@ -560,19 +560,40 @@ def _replay(rz: Realizer, recipe: _Recipe, leaves: list[UOp]) -> tuple[list[Sche
     return items, views
 
 
-def replay_one(rz: Realizer, root: UOp) -> tuple[ScheduleItem, UOp] | None:
-    """The one item computing `root` and the realized node standing for it, when the schedule cache holds
-    `root`'s structure as one kernel (else None, and nothing changed): create_schedule's hit, for one root."""
+def replay_one(rz: Realizer, root: UOp) -> tuple[UOp, list[Buffer], dict[UOp, int], UOp] | None:
+    """(AST, buffers, variable values, the realized node standing for `root`) of the one kernel computing `root`,
+    when the schedule cache holds `root`'s structure as one kernel with one output (else None, and nothing
+    changed): create_schedule's hit for one root, without a ScheduleItem (the tiny realize's short way).
+    The output BUFFER node and its Buffer are filed, and `root` is recorded as realized by it."""
     node = rz.resolve(root) if rz.realized.data else root  # type: ignore[attr-defined]
     if node.op is Ops.BUFFER or node.base.op is Ops.BUFFER:
         return None
     key, leaves = _structure(rz, [root])
-    recipe = rz.recipes.get(key)
-    if recipe is None or len(recipe.items) != 1 or (rz.plain_only and recipe.fixed):
+    recipes = rz.recipes.data  # (LRUCache.get without its call)
+    if (recipe := recipes.get(key)) is None:
         return None
-    items, results = _replay(rz, recipe, leaves)
-    rz.realized[node] = results[0]
-    return items[0], results[0]
+    recipes.move_to_end(key)
+    if len(recipe.items) != 1 or len(recipe.outs) != 1 or (rz.plain_only and recipe.fixed):
+        return None
+    device, size, dt = recipe.outs[0]
+    out_node, out = UOp.new_buffer(device, size, dt), Buffer(device.arg, size, dt)
+    rz.buffers[out_node] = out
+    known = rz.buffers.data  # type: ignore[attr-defined]  # (weakref -> Buffer: no method call per leaf)
+    ast, refs, vals = recipe.items[0]
+    bufs = [
+        out
+        if kind == OUTPUT
+        else recipe.fixed[i]
+        if kind == FIXED
+        else b
+        if (b := known.get(weakref.ref(leaves[i]))) is not None
+        else buffer_of(leaves[i])
+        for kind, i in refs
+    ]
+    shape = recipe.roots[0][1]  # (checked when the recipe was recorded: the view is built without checking it)
+    result = out_node if shape == (size,) else UOp(Ops.RESHAPE, dt, (out_node,), shape)
+    rz.realized[node] = result
+    return ast, bufs, dict(vals) if vals else {}, result
 
 
 def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
