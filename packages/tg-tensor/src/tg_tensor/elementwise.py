@@ -76,7 +76,7 @@ class ElementwiseMixin:
             if len(views) >= SCALAR_VIEWS_MAX:
                 views.clear()
             views[key] = hit
-        if rz.realized:  # a realize of an equal constant (Tensor.full) must not stand for it: that buffer may be
+        if rz.realized.data:  # type: ignore[attr-defined]  # a realize of an equal constant (Tensor.full) must not stand for it: that buffer may be
             rz.forget_constants(hit)  # assigned to later (its old version stale), and loading it costs a read
         return hit
 
@@ -620,20 +620,17 @@ class ElementwiseMixin:
         return self._shift(Ops.SHR, x, reverse, "rshift")
 
     # ---- operators ----
-    def __add__(self: Tensor, x: TensorLike) -> Tensor:
-        return self.add(x)
+    __add__ = add  # (the method itself: no extra call on every `a + b`)
 
     def __radd__(self: Tensor, x: TensorLike) -> Tensor:
         return self.add(x, True)
 
-    def __sub__(self: Tensor, x: TensorLike) -> Tensor:
-        return self.sub(x)
+    __sub__ = sub  # (the method itself: no extra call on every `a - b`)
 
     def __rsub__(self: Tensor, x: TensorLike) -> Tensor:
         return self.sub(x, True)
 
-    def __mul__(self: Tensor, x: TensorLike) -> Tensor:
-        return self.mul(x)
+    __mul__ = mul  # (the method itself: no extra call on every `a * b`)
 
     def __rmul__(self: Tensor, x: TensorLike) -> Tensor:
         return self.mul(x, True)
