@@ -20,7 +20,9 @@ from tg_uop.helpers import prod
 
 SPLIT_REDUCE_MIN = 1 << 15  # reductions at least this long into at most SPLIT_REDUCE_OUT outputs are split
 SPLIT_REDUCE_OUT = 16
-SPLIT_CHUNKS = (64, 32, 16)
+# G, the chunks of a split sum: the first that divides it. 128 fills an H100 (a sum of 2^26 floats through a
+# TinyJit replay: 2834-2871 GB/s vs 2544-2578 with 64, torch 2839-2846 in the same runs; bench/sweep_sum_split.py)
+SPLIT_CHUNKS = (128, 64, 32, 16)
 SPLIT_LANES = 8
 SPLIT_AXIS_MAX_PARTIALS = 1 << 22  # the first kernel of split_axis writes at most this many partials
 SPLIT_AXIS_PARTS = (256, 8)  # G, the parts an axis is cut into: the largest in this range that divides it
