@@ -337,13 +337,6 @@ class CPUProgram:
     ) -> float | None:
         # a ctypes array (the allocator's buffers) is passed as a pointer to its first byte, without a cast
         args: Any = bufs
-        if not vals and not wait:  # (the usual launch: allocator arrays, no variables)
-            for b in bufs:
-                if not isinstance(b, ctypes.Array):
-                    break
-            else:
-                self.fxn(*bufs)
-                return None
         if vals or not _all_arrays(bufs):
             args = [b if isinstance(b, ctypes.Array) else ctypes.cast(b, ctypes.c_void_p) for b in bufs]
             args += [ctypes.c_int(v) for v in vals]

@@ -56,22 +56,7 @@ class CompiledRunner:
         return handles if None not in handles else [b.opaque for b in bufs]
 
     def __call__(self, bufs: list[Buffer], var_vals: dict[UOp, int] | None = None, wait: bool = False) -> float | None:
-        spec, profiling = self.spec, TRACE.profiling
-        if not (wait or profiling or spec.vars or DEBUG.value >= 2):  # (the usual launch, every tiny realize)
-            spec.check_buffers([b.dtype for b in bufs])
-            handles = [b._opaque for b in bufs]
-            et = self.program(
-                *(handles if None not in handles else [b.opaque for b in bufs]),
-                global_size=spec.global_size,
-                local_size=spec.local_size,
-            )
-            GlobalCounters.kernel_count += 1
-            GlobalCounters.global_ops += spec.estimated_ops
-            GlobalCounters.global_mem += spec.estimated_mem
-            if et is not None:
-                GlobalCounters.time_sum_s += et
-            return et
-        debug = DEBUG.value >= 2
+        spec, profiling, debug = self.spec, TRACE.profiling, DEBUG.value >= 2
         vals = tuple((var_vals or {})[v] for v in spec.vars) if spec.vars else ()
         opaque = self.launch_args(bufs)
         start_us = TRACE.now_us() if profiling else 0.0

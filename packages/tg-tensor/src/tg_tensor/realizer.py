@@ -37,7 +37,7 @@ import functools
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -203,17 +203,7 @@ class Realizer:
         if (hit := _steps().replay_one(self, root)) is None:
             return False
         ast, bufs, var_vals, result = hit
-        if not type(t).no_grad and self.grad_tensors.data:  # type: ignore[attr-defined]
-            self._point_at_results((t,), [(root, shape)], {root: result})  # (autograd may keep the graph)
-        else:  # (_point_at_results and _share_results for one tensor that keeps no graph)
-            before = t._uop
-            t.uop = result if _shape_of(result) == shape else result.reshape(shape)
-            if before.op is not Ops.ASSIGN and before.op is not Ops.CONTIGUOUS:
-                for other in self.live_tensors.holders(before):  # (other holders of the computed node)
-                    if other is not t:
-                        other._lazy = t._lazy if t._lazy is not None else other._lazy
-                        other.uop = t.uop
-                        self.shared[id(other)] = other
+        self._point_at_results((t,), [(root, shape)], {root: result})
         if bufs[0].size == 0:  # (writes_nothing: never launched)
             return True
         try:
@@ -256,8 +246,16 @@ class Realizer:
     def _point_at_results(
         self, tensors: Sequence[Tensor], roots: list[tuple[UOp, tuple[sint, ...]]], becomes: dict[UOp, UOp]
     ) -> None:
+        keeps_graph = not type(tensors[0]).no_grad and self.grad_tensors.data  # type: ignore[attr-defined]
+        if len(tensors) == 1 and not keeps_graph:  # (one tensor that autograd does not need: every tiny realize)
+            t, ((root, shape),) = tensors[0], roots
+            old, result = t._uop, becomes[root]
+            t.uop = result if _shape_of(result) == shape else result.reshape(shape)
+            if old.op not in _OWN and old is not t._uop:
+                self._share(old, t, (id(t),))
+            return
         grad_nodes: set[UOp] = set()
-        if not type(tensors[0]).no_grad and self.grad_tensors.data:  # type: ignore[attr-defined]  # (a WeakSet's len() is Python)
+        if keeps_graph:  # (a WeakSet's len() is Python)
             for g in list(self.grad_tensors):
                 grad_nodes.update(n for n in (g.uop, g._lazy) if n is not None)
         before = [t._uop for t in tensors]
@@ -277,23 +275,19 @@ class Realizer:
         Equal specifications are one UOp, so after `A = t * 4; B = t * 4; A.realize()` B is realized
         too (`A.uop is B.uop`), as in tinygrad.
         """
-        # (not CONTIGUOUS: `Tensor.zeros(3).contiguous()` asks for a buffer of its own, to assign into)
-        own = (Ops.ASSIGN, Ops.CONTIGUOUS)
-        done: tuple[tuple[UOp, Tensor], ...]
-        if len(tensors) == 1:  # (one tensor, every tiny realize: no comprehension)
-            old, t = before[0], tensors[0]
-            done = ((old, t),) if old.op not in own and old is not t._uop else ()
-        else:
-            done = tuple({old: t for old, t in zip(before, tensors) if old.op not in own and old is not t._uop}.items())
-        scheduled: set[int] | None = None
-        for old, t in done:  # only the holders of a computed node are visited (not every live tensor)
-            for other in self.live_tensors.holders(old):
-                if scheduled is None:
-                    scheduled = {id(t) for t in tensors}
-                if id(other) not in scheduled:
-                    other._lazy = t._lazy if t._lazy is not None else other._lazy
-                    other.uop = t.uop
-                    self.shared[id(other)] = other
+        done = {old: t for old, t in zip(before, tensors) if old.op not in _OWN and old is not t._uop}
+        if done:
+            scheduled = {id(t) for t in tensors}
+            for old, t in done.items():  # only the holders of a computed node are visited (not every live tensor)
+                self._share(old, t, scheduled)
+
+    def _share(self, old: UOp, t: Tensor, skip: Collection[int]) -> None:
+        """The live tensors that stand for `old` (but those in `skip`, by id) now stand for what `t` does."""
+        for other in self.live_tensors.holders(old):
+            if id(other) not in skip:
+                other._lazy = t._lazy if t._lazy is not None else other._lazy
+                other.uop = t.uop
+                self.shared[id(other)] = other
 
     def unqueue(self, item: ScheduleItem | None = None) -> None:
         """Take `item` (every item when None) off the queue without running it."""
@@ -434,6 +428,10 @@ class _Steps:
 def _steps() -> _Steps:
     return _Steps()
 
+
+# nodes whose result is a buffer of their own (an assign's target; `Tensor.zeros(3).contiguous()`, to assign into):
+# other holders of the node do not share it
+_OWN = (Ops.ASSIGN, Ops.CONTIGUOUS)
 
 _CURRENT = Realizer()  # the Realizer every Tensor uses (swapped only by `fresh`)
 

@@ -536,9 +536,14 @@ def _record(items: list[ScheduleItem], leaves: list[UOp], becomes: list[UOp]) ->
     return recipe
 
 
-def _replay(rz: Realizer, recipe: _Recipe, leaves: list[UOp]) -> tuple[list[ScheduleItem], list[UOp]]:
+def _leaf_buffers(rz: Realizer, leaves: list[UOp]) -> list[Buffer]:
+    """The Buffers of a replayed graph's leaves, in order."""
     known = rz.buffers.data  # type: ignore[attr-defined]  # (weakref -> Buffer: no method call per leaf)
-    inputs = [b if (b := known.get(weakref.ref(leaf))) is not None else buffer_of(leaf) for leaf in leaves]
+    return [b if (b := known.get(weakref.ref(leaf))) is not None else buffer_of(leaf) for leaf in leaves]
+
+
+def _replay(rz: Realizer, recipe: _Recipe, leaves: list[UOp]) -> tuple[list[ScheduleItem], list[UOp]]:
+    inputs = _leaf_buffers(rz, leaves)
     new: list[UOp] = []
     outputs: list[Buffer] = []
     buffers = rz.buffers
@@ -578,18 +583,9 @@ def replay_one(rz: Realizer, root: UOp) -> tuple[UOp, list[Buffer], dict[UOp, in
     device, size, dt = recipe.outs[0]
     out_node, out = UOp.new_buffer(device, size, dt), Buffer(device.arg, size, dt)
     rz.buffers[out_node] = out
-    known = rz.buffers.data  # type: ignore[attr-defined]  # (weakref -> Buffer: no method call per leaf)
     ast, refs, vals = recipe.items[0]
-    bufs = [
-        out
-        if kind == OUTPUT
-        else recipe.fixed[i]
-        if kind == FIXED
-        else b
-        if (b := known.get(weakref.ref(leaves[i]))) is not None
-        else buffer_of(leaves[i])
-        for kind, i in refs
-    ]
+    pick = (_leaf_buffers(rz, leaves), [out], recipe.fixed)  # (INPUT, OUTPUT, FIXED: as _replay binds them)
+    bufs = [pick[kind][i] for kind, i in refs]
     shape = recipe.roots[0][1]  # (checked when the recipe was recorded: the view is built without checking it)
     result = out_node if shape == (size,) else UOp(Ops.RESHAPE, dt, (out_node,), shape)
     rz.realized[node] = result
