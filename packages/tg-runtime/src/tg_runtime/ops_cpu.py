@@ -160,7 +160,10 @@ class ClangCompiler(Compiler):
 
     def __init__(self, cc: str | None = None, args: tuple[str, ...] | None = None) -> None:
         self.cc = cc or find_cc()
-        self.args = args if args is not None else ("-O2", "-march=native", *openmp_flags(self.cc))
+        # (no -ftree-vectorize: the renderer writes the vector code itself; gcc's vectorizer spent ~15% of the
+        # compile on the kernels of an MNIST step and changed none of their speeds, bench/bench_cpu.py)
+        default = ("-O2", "-march=native", "-fno-tree-vectorize", *openmp_flags(self.cc))
+        self.args = args if args is not None else default
         self.cachekey = f"cpu:{self.cc}:{' '.join(self.args)}"
         self.invocations = 0  # how many times the C compiler ran (a disk cache hit runs none)
         self._lock = threading.Lock()

@@ -115,7 +115,7 @@ _runner_cache: LRUCache[tuple[str, UOp, int], CompiledRunner] = LRUCache(getenv(
 def get_runner(device: str, ast: UOp) -> CompiledRunner:
     """The compiled kernel for `ast` on `device` (compiled once per process)."""
     key = (Device.canonicalize(device), ast, ALLOW_TF32.value)  # TF32 changes the kernel fp32 matmuls get
-    if (ret := _runner_cache.get(key)) is None:
+    if (ret := _runner_cache.get(key)) is None and (ret := _from_batch(key)) is None:
         opts = None
         if BEAM >= 1 and Device[key[0]].searchable:
             active, TRACE.active = TRACE.active, False  # the candidates are not the program's kernels
@@ -143,13 +143,15 @@ def compile_all(kernels: list[tuple[str, UOp]]) -> None:
     """Compile the kernels (device, AST) that are not compiled yet, several at once: each is rendered here
     (Python, one at a time) and handed to a thread that runs the device compiler (a C compiler process,
     NVRTC) while the next ones are rendered. A compiler that `batches` gets them a few at a time (one C compiler
-    process builds each batch). BEAM and VIZ recordings compile one by one in get_runner."""
+    process builds each batch). Returns once all are handed over: get_runner waits for the batch of the kernel
+    it is asked for, so the first kernels of a schedule run while the last ones compile. BEAM and VIZ
+    recordings compile one by one in get_runner."""
     if len(kernels) < 2 or BEAM >= 1 or TRACE.active:  # (one kernel: nothing to overlap)
         return
     todo: dict[tuple[str, UOp, int], UOp] = {}
     for device, ast in kernels:
         key = (Device.canonicalize(device), ast, ALLOW_TF32.value)
-        if key not in _runner_cache and Device[key[0]].compiler.threadsafe:
+        if key not in _runner_cache and key not in _compiling and Device[key[0]].compiler.threadsafe:
             todo[key] = ast
     if len(todo) < 2:
         return
@@ -182,10 +184,27 @@ def compile_all(kernels: list[tuple[str, UOp]]) -> None:
             submit(batch)
     for batch in open_batches:
         submit(batch)
-    for done, job in jobs:
-        if job.exception() is None:  # a kernel that fails to compile raises where it runs, in order
-            for key, spec in done:
-                _runner_cache[key] = CompiledRunner(spec, device=key[0])  # (the binary is in the compile cache now)
+    for done, job in jobs:  # (get_runner waits for a kernel's batch: the first kernels run while the last compile)
+        for key, spec in done:
+            _compiling[key] = (job, spec)
+
+
+# kernels compile_all handed to the compiler threads, by get_runner's key: (their batch's job, the kernel)
+_compiling: dict[tuple[str, UOp, int], tuple[Future[list[bytes]], ProgramSpec]] = {}
+os.register_at_fork(after_in_child=_compiling.clear)  # (a forked child has none of its parent's threads)
+
+
+def _from_batch(key: tuple[str, UOp, int]) -> CompiledRunner | None:
+    """The kernel for `key` as compile_all's threads built it (after waiting for its batch), or None when they
+    did not: not handed to them, a BEAM search asked for now, or its batch failed (the kernel is compiled again
+    alone, and a kernel that fails to compile raises where it runs, in order)."""
+    if (pending := _compiling.pop(key, None)) is None or BEAM >= 1:
+        return None
+    job, spec = pending
+    if job.exception() is not None:
+        return None
+    ret = _runner_cache[key] = CompiledRunner(spec, device=key[0])  # (the binary is in the compile cache now)
+    return ret
 
 
 # a batch is built once it has `batch_size` kernels and this much C: below it the compiler's start (~30 ms of
@@ -222,12 +241,14 @@ def batch_size(kernels: int, workers: int) -> int:
 
 
 def is_compiled(device: str, ast: UOp) -> bool:
-    """Is the kernel for `ast` on `device` compiled and cached?"""
-    return (Device.canonicalize(device), ast, ALLOW_TF32.value) in _runner_cache
+    """Is the kernel for `ast` on `device` compiled (or being compiled by compile_all) and cached?"""
+    key = (Device.canonicalize(device), ast, ALLOW_TF32.value)
+    return key in _runner_cache or key in _compiling
 
 
 def clear_runner_cache() -> None:
     _runner_cache.clear()
+    _compiling.clear()
 
 
 def run_copy(dest: Buffer, src: Buffer) -> None:
