@@ -147,3 +147,13 @@ def test_pickle_from_another_process_keeps_hash_and_membership() -> None:
     assert f == dtypes.float and hash(f) == hash(dtypes.float) and dtypes.is_float(f)
     assert h4 == dtypes.half.vec(4) and hash(h4) == hash(dtypes.half.vec(4)) and h4.scalar() == dtypes.half
     assert p == dtypes.int.ptr() and hash(p) == hash(dtypes.int.ptr())
+
+
+def test_vec_is_remembered_and_still_checks_its_argument() -> None:
+    assert dtypes.float.vec(4) is dtypes.float.vec(4) and dtypes.float.vec(4).count == 4
+    assert dtypes.float.vec(1) is dtypes.float and dtypes.void.vec(4) is dtypes.void
+    for _ in range(2):  # (a bad width raises every time, not only before the good ones are remembered)
+        with pytest.raises(ValueError, match="width"):
+            dtypes.float.vec(0)
+        with pytest.raises(ValueError, match="vectorize"):
+            dtypes.float.vec(4).vec(2)

@@ -98,3 +98,14 @@ def test_and_chain_keeps_clauses_it_cannot_compare() -> None:
     f = UOp(Ops.DEFINE_VAR, dtypes.float32, (), ("f", 0, 1))
     e = ((f >= 1.0) & (x >= 3) & (x >= 5)).simplify()
     assert e.render() == "(((f<1.0)!=True)&((x<5)!=True))"
+
+
+def test_a_sum_nested_thousands_deep_is_split_and_simplified() -> None:
+    from tg_uop.symbolic_terms import split_add
+
+    terms = [UOp.variable(f"v{k}", 0, 3) for k in range(3000)]
+    total = terms[0]
+    for t in terms[1:]:
+        total = total + t  # (a left-deep chain: each sum's first source is the sum before it)
+    assert split_add(total) == terms
+    assert split_add(total + 5)[-1].arg == 5 and len(split_add(total + 5)) == 3001

@@ -22,7 +22,7 @@ from tg_codegen.vectorize import VECTOR_WIDTHS, pack_stores
 from tg_codegen.wide_index import index_dtype
 from tg_shape import ShapeTracker
 from tg_uop import DType, Ops, PatternMatcher, UOp, UPat, dtypes, graph_rewrite, run_pass
-from tg_uop.helpers import prod
+from tg_uop.helpers import LRUCache, prod
 from tg_uop.symbolic import symbolic
 
 
@@ -51,7 +51,6 @@ class Lowerer:
         if k.opts.has_local:
             self._launch_ids()
         self.memo: dict[tuple[UOp, tuple[UOp, ...]], UOp] = {}
-        self.indexed: dict[tuple[ShapeTracker, tuple[UOp, ...]], tuple[UOp, UOp]] = {}
         self.n_locals = 0
         self.stager = Stager(self) if k.staged else None
 
@@ -131,7 +130,7 @@ class Lowerer:
         op = u.op
         if op is Ops.STORE:
             buf, view, value = u.src
-            index, valid = view.arg.to_indexed_uops(list(idxs))
+            index, valid = self._indexed(view.arg, idxs)
             val = self._lower(value, idxs, fixed)
             gates = _gate(valid) + self._group_gate() + self.in_bounds
             gate = (functools.reduce(lambda a, b: a & b, gates),) if gates else ()
@@ -146,7 +145,7 @@ class Lowerer:
             gate = (functools.reduce(lambda a, b: a & b, gates),) if gates else ()
             ret = UOp(Ops.LOAD, u.dtype, (UOp(Ops.INDEX, buf.dtype, (buf, index)),) + gate)
         elif op is Ops.CONST and u.src:
-            _, valid = u.src[0].arg.to_indexed_uops(list(idxs))
+            valid = _valid(u.src[0].arg, idxs)
             c = UOp.const(u.dtype, u.arg)
             cgate = _gate(valid)
             ret = cgate[0].where(c, c.const_like(0)) if cgate else c
@@ -178,7 +177,8 @@ class Lowerer:
         """st.to_indexed_uops(idxs), shared by the lanes that differ only on axes `st` ignores.
 
         The lanes of a register tile repeat a load along the axes it is broadcast over; simplifying
-        its index once per distinct address instead of once per lane keeps lowering fast.
+        its index once per distinct address instead of once per lane keeps lowering fast. The answers are
+        kept across kernels too (a training step's kernels read the same views at the same loop indexes).
         """
         last = st.views[-1]
         zero = UOp.const(self.idx_dt, 0)
@@ -187,8 +187,8 @@ class Lowerer:
             for i, x in enumerate(idxs)
         )
         key = (st, key_idxs)
-        if (ret := self.indexed.get(key)) is None:
-            ret = self.indexed[key] = st.to_indexed_uops(list(key_idxs))
+        if (ret := _INDEXED.get(key)) is None:
+            ret = _INDEXED[key] = st.to_indexed_uops(list(key_idxs))
         return ret
 
     def _lower_reduce(self, u: UOp, fixed: dict[int, int]) -> UOp:
@@ -307,6 +307,20 @@ def _pack(sink: UOp, width: int) -> UOp:
     groups = [list(sink.src[i : i + width]) for i in range(0, len(sink.src), width)]
     return UOp(Ops.SINK, dtypes.void, tuple(pack_stores(groups)))
 
+
+def _valid(st: ShapeTracker, idxs: tuple[UOp, ...]) -> UOp:
+    """Where a view of a constant is inside its mask, at loop indexes `idxs` (its index is never needed)."""
+    if all(v.mask is None for v in st.views):
+        return UOp.const(dtypes.bool, True)
+    key = (st, idxs)
+    if (ret := _VALID.get(key)) is None:
+        ret = _VALID[key] = st.to_indexed_uops_raw(list(idxs))[1].simplify()
+    return ret
+
+
+_VALID: LRUCache[tuple[ShapeTracker, tuple[UOp, ...]], UOp] = LRUCache(4096)
+# _indexed's answers by (view, loop indexes): half of a first MNIST step's index expressions were simplified before
+_INDEXED: LRUCache[tuple[ShapeTracker, tuple[UOp, ...]], tuple[UOp, UOp]] = LRUCache(4096)
 
 _TRUE = UPat(Ops.CONST, dtype=dtypes.bool, arg=True)
 # a LOAD(index, gate) or STORE(index, value, gate) whose gate simplified to true loses it

@@ -32,6 +32,9 @@ class _Interned(type):
         return _Interned._table.setdefault(made._key, made)
 
 
+_VECS: dict[tuple[DType, int], DType] = {}  # DType.vec's answers (dtypes are interned: the keys are identities)
+
+
 @dataclass(frozen=True, eq=True)
 class DType(metaclass=_Interned):
     """A scalar or vector element type. Compare with `==`; order by promotion priority.
@@ -72,13 +75,17 @@ class DType(metaclass=_Interned):
 
     def vec(self, count: int) -> DType:
         """A vector of `count` elements of this scalar type."""
+        if (hit := _VECS.get((self, count))) is not None:  # (asked for by the thousand while lowering)
+            return hit
         if count < 1:
             raise ValueError(f"vector width must be >= 1, got {count}")
         if self.count != 1:
             raise ValueError(f"cannot vectorize the vector type {self}")
-        if count == 1 or self == dtypes.void:
-            return self
-        return DType(self.priority, self.itemsize * count, f"{self.name}{count}", None, count, self)
+        made = self
+        if count != 1 and self != dtypes.void:
+            made = DType(self.priority, self.itemsize * count, f"{self.name}{count}", None, count, self)
+        _VECS[(self, count)] = made
+        return made
 
     def scalar(self) -> DType:
         return self._scalar if self._scalar is not None else self

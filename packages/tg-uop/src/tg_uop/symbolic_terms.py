@@ -18,10 +18,18 @@ from tg_uop.uop import UOp
 
 
 def split_add(x: UOp) -> list[UOp]:
-    """The terms of a chain of ADDs."""
-    if x.op is Ops.ADD:
-        return split_add(x.src[0]) + split_add(x.src[1])
-    return [x]
+    """The terms of a chain of ADDs, left to right."""
+    if x.op is not Ops.ADD:
+        return [x]
+    terms: list[UOp] = []
+    todo = [x]  # (a walk, not a recursion: the sums of a random-number kernel nest hundreds deep)
+    while todo:
+        u = todo.pop()
+        if u.op is Ops.ADD:
+            todo += (u.src[1], u.src[0])
+        else:
+            terms.append(u)
+    return terms
 
 
 def sum_terms(terms: list[UOp], like: UOp) -> UOp:
