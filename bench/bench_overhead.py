@@ -11,7 +11,7 @@ Figures (one JSON line each, {"bench", "impl", "value", "unit", "params"}):
 - mnist_first_step: a fresh process builds beautiful_mnist's model and Adam and runs its first jitted train
   step (batch 128) to the loss: schedule, codegen, compile, run (s, and `cpu_s`: CPU seconds of the process
   and its compiler processes, the figure a loaded machine disturbs least); `cold` with an empty compile
-  cache, `warm` in a second process sharing the first one's cache
+  cache, `warm` in a later process sharing a cold one's cache; medians of FIRST_STEP_RUNS processes each
 - jit_replay: a TinyJit of KERNELS tiny kernels replayed, us per kernel (torch: one eager op), and `cpu_us`
 
 `ROWS=tiny_realize,jit_replay` runs only those rows (import, tiny_realize, jit_replay, mnist_first_step), for
@@ -38,6 +38,7 @@ from typing import Any
 HERE = os.path.dirname(os.path.abspath(__file__))
 KERNELS = int(os.getenv("KERNELS", "50"))
 IMPORT_RUNS = int(os.getenv("IMPORT_RUNS", "7"))
+FIRST_STEP_RUNS = int(os.getenv("FIRST_STEP_RUNS", "3"))  # processes per (impl, cold/warm): the median is reported
 REALIZES = int(os.getenv("REALIZES", "500"))
 TINY_ROUNDS = int(os.getenv("TINY_ROUNDS", "40"))  # rounds of REALIZES calls, tg and numpy alternating
 # ROWS=tiny_realize,jit_replay runs only those figures (while iterating); the figures to report come from a full run
@@ -166,14 +167,22 @@ def first_step(impl: str, cachedb: str) -> tuple[float, float]:
 
 
 def bench_first_step() -> None:
+    """Median of FIRST_STEP_RUNS processes each: cold ones each with a fresh, empty cache, then warm ones sharing
+    the last cold one's cache (one process is one sample of a machine whose speed drifts by up to 1.7x)."""
     impls = ["tg"] + [p for p in ("torch", "tinygrad") if has(p)]
     for impl in impls:
+        runs: dict[str, list[tuple[float, float]]] = {"cold": [], "warm": []}
         with tempfile.TemporaryDirectory(prefix=f"bench-overhead-{impl}-") as tmp:
-            db = os.path.join(tmp, "cache.db")
-            temps = ("cold", "warm") if impl != "torch" else ("cold",)  # torch compiles nothing
-            for label in temps:
-                wall, cpu = first_step(impl, db)
-                emit("mnist_first_step", impl, wall, "s", cache=label, batch=128, cpu_s=round(cpu, 3))
+            for k in range(FIRST_STEP_RUNS):
+                runs["cold"].append(first_step(impl, os.path.join(tmp, f"cache{k}.db")))
+            if impl != "torch":  # (torch compiles nothing)
+                for _ in range(FIRST_STEP_RUNS):
+                    runs["warm"].append(first_step(impl, os.path.join(tmp, f"cache{FIRST_STEP_RUNS - 1}.db")))
+        for label, samples in runs.items():
+            if samples:
+                wall, cpu = statistics.median(w for w, _ in samples), statistics.median(c for _, c in samples)
+                walls = [round(w, 3) for w, _ in samples]
+                emit("mnist_first_step", impl, wall, "s", cache=label, batch=128, cpu_s=round(cpu, 3), runs=walls)
 
 
 def child_first_step(impl: str) -> None:
