@@ -19,7 +19,7 @@ def _reductions(seed: int) -> tuple[list[Tensor], list[np.ndarray]]:
     """16 reductions over arrays of 16 shapes (16 kernels no other test compiled), and numpy's answers."""
     rng = np.random.default_rng(seed)
     arrays = [rng.standard_normal((i + 3, 7 + seed % 5)).astype(np.float32) for i in range(16)]
-    outs = [(Tensor(a) * 0.25).exp().sum(axis=0) for a in arrays]
+    outs = [(Tensor(a, device="CPU") * 0.25).exp().sum(axis=0) for a in arrays]
     return outs, [np.exp(a * np.float32(0.25)).sum(axis=0) for a in arrays]
 
 
@@ -76,7 +76,7 @@ def test_a_failed_batch_compiles_its_kernels_one_by_one(monkeypatch: pytest.Monk
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_a_forked_child_waits_for_none_of_its_parents_compiles() -> None:
-    key = ("CPU", Tensor([1.0]).uop, 0)
+    key = ("CPU", Tensor([1.0], device="CPU").uop, 0)
     runner._compiling[key] = (None, None)  # type: ignore[assignment]  # (never read: only its presence matters)
     try:
         pid = os.fork()
