@@ -10,6 +10,7 @@ import pytest
 from tg import Device, Tensor
 from tg_codegen import Kernel, Opt, OptOps, get_program
 from tg_codegen.axes import AxisType
+from tg_codegen.heuristic import hand_coded_optimizations
 from tg_runtime import CompiledRunner
 from tg_tensor.realizer import current
 
@@ -55,6 +56,31 @@ def test_padded_conv(cl: str) -> None:
         for j in range(3):
             want += np.einsum("nchw,oc->nohw", xp[:, :, i : i + 9, j : j + 9], w[:, :, i, j])
     np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-4)
+
+
+def test_conv_window_tile(cl: str) -> None:
+    """The GPU heuristic's tile for a stride-1 3x3 conv (two output rows per thread, the taps unrolled; see
+    heuristic._window), padded, against numpy."""
+    rng = np.random.default_rng(4)
+    # (56 = 8 x 7 columns: the workgroup's rows and columns leave no inner tile, so the window rule decides)
+    x, w = rng.standard_normal((2, 4, 56, 56)).astype(np.float32), rng.standard_normal((16, 4, 3, 3)).astype(np.float32)
+    out = Tensor(x, device=cl).realize().conv2d(Tensor(w, device=cl).realize(), padding=1)
+    items = out.schedule()
+    for item in items:
+        current().unqueue(item)
+    item = items[-1]
+    opts = hand_coded_optimizations(Kernel(item.ast, Device[cl].renderer))
+    assert any(o.op is OptOps.UNROLL and o.arg == 0 for o in opts), opts  # the window rule chose this tile
+    for buf in item.bufs:
+        buf.ensure_allocated()
+    CompiledRunner(get_program(item.ast, Device[cl].renderer, opts=opts))(item.bufs)
+    got = np.frombuffer(item.bufs[0].as_bytes(), np.float32).reshape(2, 16, 56, 56)
+    want = np.zeros_like(got)
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    for i in range(3):
+        for j in range(3):
+            want += np.einsum("nchw,oc->nohw", xp[:, :, i : i + 56, j : j + 56], w[:, :, i, j])
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 def test_heuristic_tile_of_a_matmul(cl: str) -> None:

@@ -8,6 +8,7 @@ from tg_codegen.renderer.cstyle import ClangRenderer
 from tg_codegen.renderer.cuda import CUDARenderer
 from tg_shape import ShapeTracker, View
 from tg_uop import Ops, UOp, dtypes
+from tg_uop.helpers import Context
 
 F32 = dtypes.float32
 
@@ -80,9 +81,29 @@ def test_cpu_tile_keeps_the_outer_axis_for_threads() -> None:
 
 
 def test_gpu_conv_gets_a_small_workgroup_and_a_cout_tile() -> None:
-    opts = hand_coded_optimizations(Kernel(_conv(64, 64, 64, 56), CUDARenderer()))
+    with Context(GPU_CONV_WINDOW=0):
+        opts = hand_coded_optimizations(Kernel(_conv(64, 64, 64, 56), CUDARenderer()))
     assert [o for o in opts if o.op is OptOps.LOCAL] == [Opt(OptOps.LOCAL, 3, 8), Opt(OptOps.LOCAL, 2, 8)]
     assert _upcasts(opts) == [Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 0, 2)]
+
+
+def test_gpu_conv_window_computes_two_rows_per_thread_from_shared_loads() -> None:
+    """A stride-1 3x3 conv: the input moves along the output row (OY) as along the tap row (KY), and along OX as
+    along KX. Each thread computes two neighbouring output rows with the 3x3 taps unrolled (half the threads)."""
+    opts = hand_coded_optimizations(Kernel(_conv(64, 64, 64, 56), CUDARenderer()))
+    assert [o for o in opts if o.op is OptOps.LOCAL] == [Opt(OptOps.LOCAL, 3, 8), Opt(OptOps.LOCAL, 2, 4)]
+    assert _upcasts(opts) == [Opt(OptOps.UPCAST, 2, 2), Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 0, 2)]
+    assert [o for o in opts if o.op is OptOps.UNROLL] == [Opt(OptOps.UNROLL, 1, 0), Opt(OptOps.UNROLL, 2, 0)]
+
+
+def test_gpu_conv_window_needs_stride_one_and_short_taps() -> None:
+    h = 2 * 56 + 1  # a stride-2 conv: the input moves by 2h along OY, by h along KY
+    x = (64 * h * h, 0, 2 * h, 2, h * h, h, 1)
+    w = (0, 64 * 9, 0, 0, 9, 3, 1)
+    strided = _mul_sum((64, 64, 56, 56, 64, 3, 3), x, w, (4, 5, 6))
+    for ast in (strided, _matmul(1024)):
+        opts = hand_coded_optimizations(Kernel(ast, CUDARenderer()))
+        assert not any(o.op is OptOps.UNROLL and o.arg == 0 for o in opts), opts
 
 
 def test_gpu_matmul_keeps_the_wide_workgroup_and_8x4_tile() -> None:
