@@ -299,8 +299,7 @@ def _window(k: Kernel) -> tuple[int, list[int]] | None:
 
     Neighbouring outputs along that axis read overlapping inputs: with the axis upcast by 2 and the taps unrolled,
     the two rows share their loads (an input row serves two output rows and three taps). The 64-channel conv
-    (64,64,56,56)x(64,64,3,3) on an H100: 19.1 -> 24.7 TFLOPS (.diag sweep of 22 opt lists, bench/bench_conv_opts.py
-    has the earlier ones).
+    (64,64,56,56)x(64,64,3,3) on an H100: 19.1 -> 24.7 TFLOPS (a sweep of 22 opt lists: docs/gpu.md).
     """
     globals_, reduces = k.axes_of(AxisType.GLOBAL), k.axes_of(AxisType.REDUCE)
     outs: set[int] = set()
