@@ -536,14 +536,13 @@ def _record(items: list[ScheduleItem], leaves: list[UOp], becomes: list[UOp]) ->
     return recipe
 
 
-def _leaf_buffers(rz: Realizer, leaves: list[UOp]) -> list[Buffer]:
-    """The Buffers of a replayed graph's leaves, in order."""
+def _replay_launches(
+    rz: Realizer, recipe: _Recipe, leaves: list[UOp]
+) -> tuple[list[tuple[UOp, list[Buffer], dict[UOp, int]]], list[UOp]]:
+    """The recipe's kernels bound to `leaves`' buffers and fresh output buffers, as (AST, buffers, variable values)
+    each, and the realized nodes that stand for the recipe's roots (the output BUFFER nodes are filed)."""
     known = rz.buffers.data  # type: ignore[attr-defined]  # (weakref -> Buffer: no method call per leaf)
-    return [b if (b := known.get(weakref.ref(leaf))) is not None else buffer_of(leaf) for leaf in leaves]
-
-
-def _replay(rz: Realizer, recipe: _Recipe, leaves: list[UOp]) -> tuple[list[ScheduleItem], list[UOp]]:
-    inputs = _leaf_buffers(rz, leaves)
+    inputs = [b if (b := known.get(weakref.ref(leaf))) is not None else buffer_of(leaf) for leaf in leaves]
     new: list[UOp] = []
     outputs: list[Buffer] = []
     buffers = rz.buffers
@@ -553,16 +552,20 @@ def _replay(rz: Realizer, recipe: _Recipe, leaves: list[UOp]) -> tuple[list[Sche
         new.append(node)
         outputs.append(buf)
     pick = (inputs, outputs, recipe.fixed)
-    items = [
-        ScheduleItem.replayed(ast, [pick[kind][i] for kind, i in refs], dict(vals) if vals else {})
-        for ast, refs, vals in recipe.items
+    launches = [
+        (ast, [pick[kind][i] for kind, i in refs], dict(vals) if vals else {}) for ast, refs, vals in recipe.items
     ]
     # (the shapes were checked when the recipe was recorded: the views are built without checking them again)
     views = [
         new[i] if shape == (new[i].arg[1],) else UOp(Ops.RESHAPE, new[i].dtype, (new[i],), shape)
         for i, shape in recipe.roots
     ]
-    return items, views
+    return launches, views
+
+
+def _replay(rz: Realizer, recipe: _Recipe, leaves: list[UOp]) -> tuple[list[ScheduleItem], list[UOp]]:
+    launches, views = _replay_launches(rz, recipe, leaves)
+    return [ScheduleItem.replayed(*launch) for launch in launches], views
 
 
 def replay_one(rz: Realizer, root: UOp) -> tuple[UOp, list[Buffer], dict[UOp, int], UOp] | None:
@@ -574,22 +577,12 @@ def replay_one(rz: Realizer, root: UOp) -> tuple[UOp, list[Buffer], dict[UOp, in
     if node.op is Ops.BUFFER or node.base.op is Ops.BUFFER:
         return None
     key, leaves = _structure(rz, [root])
-    recipes = rz.recipes.data  # (LRUCache.get without its call)
-    if (recipe := recipes.get(key)) is None:
+    recipe = rz.recipes.get(key)
+    if recipe is None or len(recipe.items) != 1 or len(recipe.outs) != 1 or (rz.plain_only and recipe.fixed):
         return None
-    recipes.move_to_end(key)
-    if len(recipe.items) != 1 or len(recipe.outs) != 1 or (rz.plain_only and recipe.fixed):
-        return None
-    device, size, dt = recipe.outs[0]
-    out_node, out = UOp.new_buffer(device, size, dt), Buffer(device.arg, size, dt)
-    rz.buffers[out_node] = out
-    ast, refs, vals = recipe.items[0]
-    pick = (_leaf_buffers(rz, leaves), [out], recipe.fixed)  # (INPUT, OUTPUT, FIXED: as _replay binds them)
-    bufs = [pick[kind][i] for kind, i in refs]
-    shape = recipe.roots[0][1]  # (checked when the recipe was recorded: the view is built without checking it)
-    result = out_node if shape == (size,) else UOp(Ops.RESHAPE, dt, (out_node,), shape)
+    ((ast, bufs, var_vals),), (result,) = _replay_launches(rz, recipe, leaves)
     rz.realized[node] = result
-    return ast, bufs, dict(vals) if vals else {}, result
+    return ast, bufs, var_vals, result
 
 
 def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
