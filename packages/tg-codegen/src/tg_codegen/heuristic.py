@@ -51,11 +51,12 @@ def _cpu(k: Kernel) -> None:
     _threads(k)
 
 
-def _load_strides(k: Kernel) -> list[tuple[int | None, ...]]:
+def _load_strides(k: Kernel, ignore_valid: bool = False) -> list[tuple[int | None, ...]]:
     ret = []
     for u in k.ast.toposort:
         if u.op is Ops.LOAD:
-            ret.append(tuple(s if isinstance(s, int) else None for s in u.src[1].arg.real_strides()))
+            strides = u.src[1].arg.real_strides(ignore_valid=ignore_valid)
+            ret.append(tuple(s if isinstance(s, int) else None for s in strides))
     return ret
 
 
@@ -304,13 +305,10 @@ def _window(k: Kernel) -> tuple[int, list[int]] | None:
     globals_, reduces = k.axes_of(AxisType.GLOBAL), k.axes_of(AxisType.REDUCE)
     outs: set[int] = set()
     taps: set[int] = set()
-    for u in k.ast.toposort:
-        if u.op is not Ops.LOAD:
-            continue
-        strides = u.src[1].arg.real_strides(ignore_valid=True)  # (a padded conv's input is masked)
+    for strides in _load_strides(k, ignore_valid=True):  # (a padded conv's input is masked)
         for ri, r in enumerate(reduces):
             st = strides[r]
-            if not isinstance(st, int) or st == 0 or int(k.full_shape[r]) > GPU_WINDOW_TAPS:
+            if st is None or st == 0 or int(k.full_shape[r]) > GPU_WINDOW_TAPS:
                 continue
             for gi, g in enumerate(globals_):
                 if strides[g] == st:
