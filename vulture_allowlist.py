@@ -42,3 +42,7 @@ _._leak  # test_realizer sets it to check that the module-state check sees a new
 
 # attributes set on third-party objects (torch's TF32 switch, selenium's browser path)
 _.allow_tf32, _.binary_location
+
+# Allocator's public entry points (size-checked) for code outside Buffer: a device's users and tests; Buffer
+# calls _alloc/_free itself (it checked the size when made)
+_.alloc, _.free

@@ -326,11 +326,14 @@ def test_the_short_way_shares_reshaped_results_and_rolls_back_a_failed_launch(mo
         np.testing.assert_allclose(b.numpy(), (x * 4).reshape(2, 2), rtol=1e-6)
         np.testing.assert_allclose(c.numpy(), x * 4, rtol=1e-6)
 
-        def broken(device: str, ast: Any) -> Any:
-            def launch(*args: Any) -> None:
+        class Broken:  # (a runner whose launches fail, by either way of launching)
+            def __call__(self, *args: Any) -> None:
                 raise OSError("the launch failed")
 
-            return launch
+            run_replayed = __call__
+
+        def broken(device: str, ast: Any) -> Any:
+            return Broken()
 
         u = Tensor(_f32(4, seed=3)).realize()
         with monkeypatch.context() as m:
@@ -341,3 +344,29 @@ def test_the_short_way_shares_reshaped_results_and_rolls_back_a_failed_launch(mo
         with pytest.raises(RuntimeError, match="never computed"):
             f.numpy()
         np.testing.assert_allclose((u * 4).numpy(), u.numpy() * 4, rtol=1e-6)
+
+
+def test_the_short_way_launches_a_kernel_of_a_bound_variable(monkeypatch: Any) -> None:
+    """A seen structure with a bound Variable replays through CompiledRunner.run_replayed with the variable's
+    value (its launch passes the values; a kernel without variables calls the program's launcher)."""
+    from tg_runtime.device import DeviceSet
+    from tg_runtime.runner import CompiledRunner
+    from tg_uop import UOp
+
+    seen: list[tuple[int, ...]] = []
+    run_replayed = CompiledRunner.run_replayed
+
+    def spy(self: CompiledRunner, bufs: Any, var_vals: Any) -> None:
+        seen.append(tuple(var_vals.values()))
+        run_replayed(self, bufs, var_vals)
+
+    monkeypatch.setattr(CompiledRunner, "run_replayed", spy)
+    monkeypatch.setattr(DeviceSet, "made", False)  # (a multi-device test before this one turns the short way off)
+    with fresh():
+        v = UOp.variable("i", 1, 10)
+        for seed in range(3):
+            x = _f32(8, seed=seed)
+            t = Tensor(x).realize()
+            out = (t.shrink(((0, v.bind(3)),)) * 2).realize()
+            np.testing.assert_allclose(out.numpy(), x[:3] * 2, rtol=1e-6)
+    assert seen == [(3,), (3,)]  # the first realize recorded the structure, the next two replayed it

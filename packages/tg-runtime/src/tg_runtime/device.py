@@ -152,6 +152,21 @@ def bind_program(
     return functools.partial(program, *bufs, global_size=global_size, local_size=local_size, vals=vals)
 
 
+def launcher_of(
+    program: Program, global_size: tuple[int, ...] | None = None, local_size: tuple[int, ...] | None = None
+) -> Callable[..., Any]:
+    """`program`'s launch as a call on buffer handles given positionally, without variables or timing (the
+    replay of a recorded schedule, `CompiledRunner.run_replayed`).
+
+    A program class may define `launcher(global_size=, local_size=)` with a faster calling convention (the CPU
+    program gives its C function: its allocator's handles are ctypes arrays, passed as pointers); otherwise the
+    launch is `program(*handles, global_size=, local_size=)`.
+    """
+    if (launcher := getattr(program, "launcher", None)) is not None:
+        return launcher(global_size=global_size, local_size=local_size)  # type: ignore[no-any-return]
+    return functools.partial(program, global_size=global_size, local_size=local_size)
+
+
 class Compiled:
     """A device: its allocator, renderer, compiler and program loader.
 
@@ -394,8 +409,8 @@ class Buffer:
     def ensure_allocated(self) -> Buffer:
         if self._opaque is None:
             nbytes = self.size * self.dtype.itemsize
-            self._allocator = allocator = self.allocator  # (the one that frees it: no device lookup in __del__)
-            self._opaque = allocator.alloc(nbytes)
+            self._allocator = allocator = Device[self.device].allocator  # (frees it: no device lookup in __del__)
+            self._opaque = allocator._alloc(nbytes or 1)  # (`alloc` without its checks: the size was checked)
             GlobalCounters.mem_used += nbytes
             self._counted = nbytes
         return self
@@ -424,7 +439,7 @@ class Buffer:
     def __del__(self) -> None:
         if self._opaque is not None:
             try:
-                (self._allocator or self.allocator).free(self._opaque, self.size * self.dtype.itemsize)
+                (self._allocator or self.allocator)._free(self._opaque, self.size * self.dtype.itemsize)
                 GlobalCounters.mem_used -= self._counted  # DISK windows were never added
             except Exception:  # interpreter shutdown
                 pass

@@ -350,6 +350,13 @@ class CPUProgram:
         self.fxn(*args)
         return time.perf_counter() - st
 
+    def launcher(
+        self, global_size: tuple[int, ...] | None = None, local_size: tuple[int, ...] | None = None
+    ) -> Callable[..., Any]:
+        """The launch on this allocator's buffers (ctypes arrays, passed as pointers) with no variables: the C
+        function itself (`device.launcher_of`)."""
+        return self.fxn  # type: ignore[no-any-return]
+
     def bind(
         self,
         *bufs: Any,

@@ -66,7 +66,8 @@ class ProgramSpec:
     def check_buffers(self, dts: Sequence[DType]) -> None:
         """Raise KernelParamError unless a launch's buffers (given by dtype) match the parameters one for one.
 
-        Every launcher (runner, TinyJit's recorded launches and device graphs, BEAM timing) calls this."""
+        Every launcher (runner, TinyJit's recorded launches and device graphs, BEAM timing) calls this, but the
+        replay of a recorded schedule (`CompiledRunner.run_replayed`): its buffers have the recorded dtypes."""
         if tuple(dts) != self.buffer_dtypes:  # (compares each pair by identity first: one C call when they match)
             want = ", ".join(f"data{i}: {dt.name}" for i, dt in enumerate(self.buffer_dtypes))
             got = ", ".join(dt.name for dt in dts)
