@@ -91,6 +91,14 @@ def buffer_tensor(buf: Buffer, shape: tuple[int, ...]) -> Tensor:
     return Tensor(u.reshape(tuple(shape)))
 
 
+def _replay_output(buf: Buffer, shape: tuple[sint, ...]) -> Tensor:
+    """buffer_tensor for a replay's output, whose shape holds `buf.size` elements by construction (it was
+    checked when recorded): the view is built without checking it again (every replay makes its outputs)."""
+    u = UOp.new_buffer(buf.device, buf.size, buf.dtype)
+    current().buffers[u] = buf
+    return Tensor(u if shape == (buf.size,) else UOp(Ops.RESHAPE, u.dtype, (u,), shape))
+
+
 def _is_buffer(u: UOp) -> bool:
     """Is `u` a whole buffer (possibly reshaped), i.e. contiguous data with nothing left to compute?"""
     return u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)
@@ -367,7 +375,7 @@ class TinyJit(Generic[ReturnType]):
 def _outputs(rec: _Recording, fresh: list[Buffer], var_vals: dict[UOp, int]) -> list[Tensor]:
     """The returned tensors of a replay: fresh buffers in the recorded shapes, symbolic dims bound to this call."""
     bind = {v: v.bind(val) for v, val in var_vals.items()}
-    return [buffer_tensor(fresh[i], tuple(_sub(s, bind) for s in shape)) for i, shape in rec.output_map]
+    return [_replay_output(fresh[i], tuple([_sub(s, bind) for s in shape])) for i, shape in rec.output_map]
 
 
 def _sub(s: sint, bind: dict[UOp, UOp]) -> sint:
