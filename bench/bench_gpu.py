@@ -7,7 +7,8 @@ several launches of the already-compiled kernels (tg) or of the op (torch), sync
 Figures: the MNIST train step (batch 512, jitted Adam) vs tinygrad and torch; tiny realize; TinyJit replay per
 kernel (CUDA graph, and JIT=2 launches); conv2d forward kernel and jitted forward+backward (the seed conv
 (16,3,64,64)x(16,3,3,3) and (64,64,56,56)x(64,64,3,3)); elementwise and sum on 2^26 floats, as kernels and
-through a TinyJit replay; matmul 4096 fp32/tf32/fp16/bf16 (--beam N adds BEAM=N matmuls). --only mnist: the step.
+through a TinyJit replay; matmul 4096 fp32/tf32/fp16/bf16 (--beam N adds BEAM=N matmuls); a GPT-2-small block's
+train step vs torch and torch.compile (bench/transformer_block.py). --only mnist: the step.
 """
 
 from __future__ import annotations
@@ -472,6 +473,7 @@ def main() -> None:
         ("elementwise", lambda: bench_elementwise(n_elem, reps)),
         ("elementwise_jit", lambda: bench_jit_elementwise(n_elem, 3 if quick else 100)),
         ("matmul", lambda: bench_matmul(n, reps)),
+        ("transformer", lambda: bench_transformer_block(quick)),
     ]
     if args.beam:
         figures.append(("matmul_beam", lambda: bench_matmul_beam(n, reps, args.beam)))
@@ -483,6 +485,17 @@ def main() -> None:
                 run()
             except Exception:  # one broken figure must not cost the others (GPU time is scarce)
                 print(f"# {name} failed:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
+
+
+def bench_transformer_block(quick: bool) -> None:
+    """One GPT-2-small block (768 wide, 12 heads), batch 8 x 512 tokens, fp32: forward, backward and an SGD
+    update, tg's TinyJit next to torch eager and torch.compile (bench/transformer_block.py)."""
+    import transformer_block
+
+    if quick:
+        transformer_block.run(emit, 2, 32, 64, 4, 3, "cuda")
+    else:
+        transformer_block.run(emit, 8, 512, 768, 12, 20, "cuda")
 
 
 def bench_matmul_beam(n: int, reps: int, beam: int) -> None:

@@ -77,8 +77,10 @@ class Attention:
         into it at positions `pos`..`pos`+time-1 and the queries attend to every cached position <= theirs."""
         b, t, c = (int(s) for s in x.shape)
         hd = c // self.n_head
-        qkv = self.c_attn(x).reshape(b, t, 3, self.n_head, hd).permute(2, 0, 3, 1, 4)
-        q, k, v = qkv[0], qkv[1], qkv[2]
+        # (split along the features, as GPT-2 does: the gradient of q, k and v is then one (b, t, 3c) buffer, the
+        # plain matmul operand of c_attn's two gradient matmuls; indexing a (3, b, heads, t, hd) view left it in
+        # that layout, read through a view that no matmul tile takes)
+        q, k, v = (u.reshape(b, t, self.n_head, hd).transpose(1, 2) for u in self.c_attn(x).split(c, dim=-1))
         if cache is None:
             y = q.scaled_dot_product_attention(k, v, is_causal=True)
         else:
