@@ -99,3 +99,52 @@ def test_matmul_of_a_transposed_view(cl: str) -> None:
     out = Tensor(a, device=cl).realize() @ Tensor(b, device=cl).realize().T
     opts = [Opt(OptOps.LOCAL, 0, 4), Opt(OptOps.LOCAL, 1, 8), Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UNROLL, 0, 4)]
     np.testing.assert_allclose(_run_last_kernel(out, lambda _: opts).reshape(40, 32), a @ b.T, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("n", [64, 128])
+def test_batched_matmul_tile(cl: str, n: int) -> None:
+    """Attention's matmuls are batched over heads: the GPU heuristic stages a 128 x n tile per head (n = 64: an
+    attention head's width), the batch axis left in the grid; against numpy."""
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((64, 256, 32)).astype(np.float32), rng.standard_normal((64, 32, n)).astype(np.float32)
+    out = Tensor(a, device=cl).realize() @ Tensor(b, device=cl).realize()
+    items = out.schedule()
+    for item in items:
+        current().unqueue(item)
+    item = items[-1]
+    opts = hand_coded_optimizations(Kernel(item.ast, Device[cl].renderer))
+    assert Opt(OptOps.STAGE) in opts, opts
+    for buf in item.bufs:
+        buf.ensure_allocated()
+    CompiledRunner(get_program(item.ast, Device[cl].renderer, opts=opts))(item.bufs)
+    got = np.frombuffer(item.bufs[0].as_bytes(), np.float32).reshape(64, 256, n)
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_causal_attention_fwd_bwd_with_staged_tiles(cl: str) -> None:
+    """scaled_dot_product_attention (causal) forward and backward where the heuristic stages its batched matmuls
+    (64 heads of 256 x 64), against numpy's attention and its gradients."""
+    rng = np.random.default_rng(6)
+    q, k, v, g = (rng.standard_normal((4, 16, 256, 64)).astype(np.float32) for _ in range(4))
+    tq, tk, tv = (Tensor(a, device=cl, requires_grad=True) for a in (q, k, v))
+    out = tq.scaled_dot_product_attention(tk, tv, is_causal=True)
+    (out * Tensor(g, device=cl)).sum().backward()
+    assert tq.grad is not None and tk.grad is not None and tv.grad is not None
+    items = Tensor.schedule(out, tq.grad, tk.grad, tv.grad)  # (queued: run by the reads below)
+    renderer = Device[cl].renderer
+    staged = [
+        it
+        for it in items
+        if it.ast.op.name == "SINK" and Opt(OptOps.STAGE) in hand_coded_optimizations(Kernel(it.ast, renderer))
+    ]
+    assert len(staged) >= 4, [it.ast.op for it in items]  # S = QK^T, P @ V and the gradients' matmuls
+    scale = 1 / np.sqrt(64)
+    s = np.where(np.tril(np.ones((256, 256), bool)), q @ k.swapaxes(-1, -2) * scale, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    dp = g @ v.swapaxes(-1, -2)
+    ds = p * (dp - (dp * p).sum(-1, keepdims=True))
+    np.testing.assert_allclose(out.numpy(), p @ v, rtol=1e-3, atol=1e-4)
+    np.testing.assert_allclose(tv.grad.numpy(), p.swapaxes(-1, -2) @ g, rtol=1e-3, atol=1e-4)
+    np.testing.assert_allclose(tq.grad.numpy(), ds @ k * scale, rtol=1e-3, atol=1e-4)
+    np.testing.assert_allclose(tk.grad.numpy(), ds.swapaxes(-1, -2) @ q * scale, rtol=1e-3, atol=1e-4)

@@ -222,7 +222,7 @@ def _gpu(k: Kernel) -> None:
     if not (k.reduceops and not k.axes_of(AxisType.GROUP) and _broadcast_axes(k)):
         _gpu_locals(k, budget)
         return
-    if staged_matmul(k, _broadcast_axes(k)):  # a big plain matmul: operand tiles in shared memory (stage.py)
+    if staged_matmul(k, _load_strides(k)):  # a big matmul: operand tiles in shared memory (stage.py)
         return
     tiled = k.copy()
     for opt in _gpu_tile(k, budget):

@@ -193,21 +193,50 @@ class Stager:
 STAGE_MIN_WORKGROUPS = 128  # fewer 128x128 blocks than this leave SMs idle: the plain register tile instead
 
 
-def staged_matmul(k: Kernel, broadcast: list[int]) -> bool:
-    """Apply a shared-memory staged tile to a plain 2-D matmul (`broadcast`: its output axes along which some
-    input does not move); False, and `k` unchanged, where it does not fit."""
+def matmul_axes(k: Kernel, strides: list[tuple[int | None, ...]]) -> tuple[int, int, list[int]] | None:
+    """(M, N, batch axes) of a matmul-like kernel, as full-shape axes, from its loads' strides (one tuple per load;
+    None: not affine, moving): its two largest operands that move along the one reduce axis are A and B; M is the
+    one output axis along which only A moves, N the one along which only B does, and both move along the batch
+    axes (the batch and heads of attention's matmuls). Smaller loads (a bias added to an operand, a scale) do not
+    count. None where the kernel is not of that form (a conv: three output axes move only its input)."""
     globals_ = [a for a in k.axes_of(AxisType.GLOBAL) if k.full_shape[a] != 1]
     reduces = k.axes_of(AxisType.REDUCE)
+    if len(reduces) != 1:
+        return None
+    moving = [st for st in strides if st[reduces[0]] != 0]
+    if len(moving) < 2:
+        return None
+
+    def footprint(st: tuple[int | None, ...]) -> int:
+        return int(prod(int(k.full_shape[a]) for a in range(len(st)) if st[a] != 0))
+
+    a, b = sorted(moving, key=footprint, reverse=True)[:2]
+    m = [ax for ax in globals_ if a[ax] != 0 and b[ax] == 0]
+    n = [ax for ax in globals_ if b[ax] != 0 and a[ax] == 0]
+    if len(m) != 1 or len(n) != 1 or any(a[ax] == 0 and b[ax] == 0 for ax in globals_):
+        return None
+    return m[0], n[0], [ax for ax in globals_ if ax not in (m[0], n[0])]
+
+
+def staged_matmul(k: Kernel, strides: list[tuple[int | None, ...]]) -> bool:
+    """Apply a shared-memory staged tile to a matmul (`strides`: its loads' strides, see matmul_axes); False, and
+    `k` unchanged, where it does not fit. Batch axes stay in the grid. The tile is 128x128 (16x16 threads, 8x8
+    each), or 128x64 (8x4 each) where N is a multiple of 64 only (an attention head's width)."""
     if k.applied_opts or not k.opts.has_shared or len(k.reduceops) != 1 or k.reduceops[0].arg[0] is not Ops.ADD:
         return False
-    if len(globals_) != 2 or len(broadcast) != 2 or len(reduces) != 1:
+    if (found := matmul_axes(k, strides)) is None:
         return False
-    sizes = [int(k.full_shape[a]) for a in globals_]
-    if any(s % 128 for s in sizes) or (sizes[0] // 128) * (sizes[1] // 128) < STAGE_MIN_WORKGROUPS:
+    axes = k.axes_of(AxisType.GLOBAL)
+    # (in axis order, but a 128-multiple first: N may be the 64 wide one)
+    pair = sorted((axes.index(found[0]), axes.index(found[1])))
+    m, n = sorted(pair, key=lambda g: int(k.full_shape[axes[g]]) % 128 != 0)
+    size_m, size_n = int(k.full_shape[axes[m]]), int(k.full_shape[axes[n]])
+    tile_n = 128 if size_n % 128 == 0 else 64
+    batch = prod(int(k.full_shape[a]) for a in found[2])
+    if size_m % 128 or size_n % tile_n or (size_m // 128) * (size_n // tile_n) * batch < STAGE_MIN_WORKGROUPS:
         return False
-    m, n = broadcast
-    opts = [Opt(OptOps.LOCAL, m, 16), Opt(OptOps.LOCAL, n, 16), Opt(OptOps.UPCAST, m, 8), Opt(OptOps.UPCAST, n, 8)]
-    opts += [Opt(OptOps.UNROLL, 0, 16), Opt(OptOps.STAGE)]
+    opts = [Opt(OptOps.LOCAL, m, 16), Opt(OptOps.LOCAL, n, 16), Opt(OptOps.UPCAST, m, 8)]
+    opts += [Opt(OptOps.UPCAST, n, tile_n // 16), Opt(OptOps.UNROLL, 0, 16), Opt(OptOps.STAGE)]
     trial = k.copy()
     try:
         trial.apply_opts(opts)
