@@ -106,14 +106,15 @@ def test_gpu_conv_window_needs_stride_one_and_short_taps() -> None:
         assert not any(o.op is OptOps.UNROLL and o.arg == 0 for o in opts), opts
 
 
-def test_gpu_matmul_keeps_the_wide_workgroup_and_8x4_tile() -> None:
-    """Up to 1024 (64 blocks of 128 x 128: too few for the staged tile), the register tile of 8x4 per thread."""
+def test_gpu_matmul_1024_takes_the_narrow_staged_tile() -> None:
+    """At 1024, 64 blocks of 128 x 128 are too few for an H100: 128 blocks of 128 x 64 (8x4 per thread), staged
+    (fp32 on an H100: 22.1 TFLOPS against 8.4 for the register tile without shared memory, bench_tc_opts.py)."""
     opts = hand_coded_optimizations(Kernel(_matmul(1024), CUDARenderer()))
     threads = 1
     for o in opts:
         threads *= o.arg if o.op is OptOps.LOCAL and o.arg is not None else 1
     assert threads == 256
-    assert sorted(o.arg or 0 for o in _upcasts(opts)) == [4, 8] and Opt(OptOps.STAGE) not in opts
+    assert sorted(o.arg or 0 for o in _upcasts(opts)) == [4, 8] and Opt(OptOps.STAGE) in opts
 
 
 def test_big_gpu_matmul_stages_its_tiles_in_shared_memory() -> None:

@@ -87,7 +87,8 @@ class Attention:
             assert pos is not None
             keys, values, visible = cache.write(k, v, pos)
             y = q.scaled_dot_product_attention(keys, values, attn_mask=visible)
-        y = y.permute(0, 2, 1, 3).reshape(b, t, c)
+        # (contiguous: c_proj and its weight gradient then read a plain (b*t, c) operand, not the heads' layout)
+        y = y.permute(0, 2, 1, 3).reshape(b, t, c).contiguous()
         return self.c_proj(y).dropout(self.dropout)
 
 
