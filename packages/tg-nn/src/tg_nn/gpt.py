@@ -87,8 +87,11 @@ class Attention:
             assert pos is not None
             keys, values, visible = cache.write(k, v, pos)
             y = q.scaled_dot_product_attention(keys, values, attn_mask=visible)
-        # (contiguous: c_proj and its weight gradient then read a plain (b*t, c) operand, not the heads' layout)
-        y = y.permute(0, 2, 1, 3).reshape(b, t, c).contiguous()
+        y = y.permute(0, 2, 1, 3).reshape(b, t, c)
+        if cache is None:
+            # c_proj and its weight gradient then read a plain (b*t, c) operand, not the heads' layout (a decode
+            # step's one position is in that layout already: no copy kernel there)
+            y = y.contiguous()
         return self.c_proj(y).dropout(self.dropout)
 
 

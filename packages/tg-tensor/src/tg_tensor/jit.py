@@ -436,8 +436,8 @@ def _check_host_data(name: str, warmup: list[bytes], capture: list[bytes]) -> No
 
 def _spec(t: Tensor) -> Spec:
     shape = t.shape
-    for s in shape:
-        if isinstance(s, UOp):  # (a symbolic shape: compared without its bound values)
+    for dim in shape:
+        if isinstance(dim, UOp):  # (a symbolic shape: compared without its bound values)
             shape = tuple(_unbound(s) for s in shape)
             break
     return (shape, t.dtype, t.device)
