@@ -134,9 +134,19 @@ def test_wide_loads_of_every_dtype_compile(dt: DType) -> None:
     assert COMPILER.compile(spec.src)[:4] == b"\x7fELF"
 
 
+def _last_ast(t: Tensor) -> UOp:
+    items = t.schedule()
+    for item in items:
+        current().unqueue(item)
+    return items[-1].ast
+
+
 STAGE_CASES = {
     # the heuristic's staged tile for a big fp32 matmul (stage.py)
     "matmul_heuristic": (lambda: _matmul_ast(dtypes.float32, 2048, 256, 2048), None),
+    # its 128x64 tile: too few 128x128 tiles at 1024, and a batch of attention heads 64 wide (the batch in the grid)
+    "matmul_narrow_heuristic": (lambda: _matmul_ast(dtypes.float32, 1024, 1024, 1024), None),
+    "batched_heads_heuristic": (lambda: _last_ast(Tensor.empty(64, 256, 32) @ Tensor.empty(64, 32, 64)), None),
     # a small one with a masked (padded) operand and a tile the threads do not divide
     "matmul_masked": (
         lambda: _matmul_ast(dtypes.float32, 60, 24, 30),
