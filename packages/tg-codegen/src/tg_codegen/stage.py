@@ -201,7 +201,7 @@ def matmul_axes(k: Kernel, strides: list[tuple[int | None, ...]]) -> tuple[int, 
     count. None where the kernel is not of that form (a conv: three output axes move only its input)."""
     globals_ = [a for a in k.axes_of(AxisType.GLOBAL) if k.full_shape[a] != 1]
     reduces = k.axes_of(AxisType.REDUCE)
-    if len(reduces) != 1:
+    if len(reduces) != 1 or not all(isinstance(s, int) for s in k.full_shape):  # (a symbolic size: no tile)
         return None
     moving = [st for st in strides if st[reduces[0]] != 0]
     if len(moving) < 2:
