@@ -190,7 +190,11 @@ class Stager:
 # 16x16 threads, each an 8x8 register tile (a 128x128 block of C), K staged 16 at a time: fp32 matmul 4096 on an
 # H100 33.3 TFLOPS with 8 at a time, 34.5 with 16, against 27.7 for the register tile without shared memory
 # (torch 50.9; bench/bench_tc_opts.py --dtype fp32)
-STAGE_MIN_WORKGROUPS = 128  # fewer 128x128 blocks than this leave SMs idle: the plain register tile instead
+STAGE_MIN_WORKGROUPS = 128  # fewer 128x128 blocks than this leave SMs idle: 128x64 blocks instead
+# 128x64 blocks are staged down to this many (fp32 matmul 768 on an H100: 72 blocks, 10.9 TFLOPS against 6.8 for the
+# register tile; a GPT-2-small block's c_proj weight gradient likewise, bench_tc_opts.py / bench_gpu.py); below it
+# the register tile
+STAGE_MIN_NARROW = 64
 
 
 def matmul_axes(k: Kernel, strides: list[tuple[int | None, ...]]) -> tuple[int, int, list[int]] | None:
@@ -232,11 +236,10 @@ def staged_matmul(k: Kernel, strides: list[tuple[int | None, ...]]) -> bool:
     m, n = sorted(pair, key=lambda g: int(k.full_shape[axes[g]]) % 128 != 0)
     size_m, size_n = int(k.full_shape[axes[m]]), int(k.full_shape[axes[n]])
     batch = prod(int(k.full_shape[a]) for a in found[2])
-    # the wide tile where it divides N and leaves enough workgroups, else the narrow one (more workgroups: the
+    # the wide tile where it divides N and leaves enough workgroups, else the narrow one (twice the workgroups: the
     # c_attn weight gradient of GPT-2 small, 2304 x 768, makes 108 wide tiles for an H100's 132 SMs)
-    tile_n = next(
-        (t for t in (128, 64) if size_n % t == 0 and size_m // 128 * (size_n // t) * batch >= STAGE_MIN_WORKGROUPS), 0
-    )
+    tiles = ((128, STAGE_MIN_WORKGROUPS), (64, STAGE_MIN_NARROW))
+    tile_n = next((t for t, least in tiles if size_n % t == 0 and size_m // 128 * (size_n // t) * batch >= least), 0)
     if size_m % 128 or not tile_n:
         return False
     opts = [Opt(OptOps.LOCAL, m, 16), Opt(OptOps.LOCAL, n, 16), Opt(OptOps.UPCAST, m, 8)]
