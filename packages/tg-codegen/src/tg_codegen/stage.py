@@ -225,7 +225,8 @@ def matmul_axes(k: Kernel, strides: list[tuple[int | None, ...]]) -> tuple[int, 
 def staged_matmul(k: Kernel, strides: list[tuple[int | None, ...]]) -> bool:
     """Apply a shared-memory staged tile to a matmul (`strides`: its loads' strides, see matmul_axes); False, and
     `k` unchanged, where it does not fit. Batch axes stay in the grid. The tile is 128x128 (16x16 threads, 8x8
-    each), or 128x64 (8x4 each) where N is a multiple of 64 only (an attention head's width)."""
+    each), or 128x64 (8x4 each) where N is a multiple of 64 only (an attention head's width) or 128x128 tiles
+    would be too few (STAGE_MIN_WORKGROUPS, STAGE_MIN_NARROW)."""
     if k.applied_opts or not k.opts.has_shared or len(k.reduceops) != 1 or k.reduceops[0].arg[0] is not Ops.ADD:
         return False
     if (found := matmul_axes(k, strides)) is None:
