@@ -51,7 +51,7 @@ from tg_tensor.jit_args import JitArgError, describe_change, flatten_call
 from tg_tensor.multi import pending_multi_writes
 from tg_tensor.realize import run_pending
 from tg_tensor.realizer import ScheduleItem, current
-from tg_tensor.schedule import buffer_of
+from tg_tensor.schedule import buffer_of, recorded_view
 from tg_tensor.tensor import Tensor
 from tg_uop import DType, Ops, UOp
 from tg_uop.helpers import DEBUG, JIT, ContextVar, GlobalCounters
@@ -68,6 +68,7 @@ class JitError(RuntimeError):
 
 # how many sets of non-tensor argument values one jitted function records (each holds its own buffers)
 JIT_MAX_CAPTURES = ContextVar("JIT_MAX_CAPTURES", 8)
+
 
 def check_host_read(what: str) -> None:
     """Raise JitError when tensor data is read to the host inside a jitted function (called by Tensor)."""
@@ -86,17 +87,14 @@ def buffer_tensor(buf: Buffer, shape: tuple[int, ...]) -> Tensor:
     >>> buffer_tensor(b, (2,)).tolist()
     [1, 2]
     """
-    u = UOp.new_buffer(buf.device, buf.size, buf.dtype)
-    current().buffers[u] = buf
-    return Tensor(u.reshape(tuple(shape)))
+    return Tensor(_filed(buf).reshape(tuple(shape)))
 
 
-def _replay_output(buf: Buffer, shape: tuple[sint, ...]) -> Tensor:
-    """buffer_tensor for a replay's output, whose shape holds `buf.size` elements by construction (it was
-    checked when recorded): the view is built without checking it again (every replay makes its outputs)."""
+def _filed(buf: Buffer) -> UOp:
+    """A new BUFFER node standing for the existing Buffer `buf`."""
     u = UOp.new_buffer(buf.device, buf.size, buf.dtype)
     current().buffers[u] = buf
-    return Tensor(u if shape == (buf.size,) else UOp(Ops.RESHAPE, u.dtype, (u,), shape))
+    return u
 
 
 def _is_buffer(u: UOp) -> bool:
@@ -376,7 +374,9 @@ class TinyJit(Generic[ReturnType]):
 def _outputs(rec: _Recording, fresh: list[Buffer], var_vals: dict[UOp, int]) -> list[Tensor]:
     """The returned tensors of a replay: fresh buffers in the recorded shapes, symbolic dims bound to this call."""
     bind = {v: v.bind(val) for v, val in var_vals.items()}
-    return [_replay_output(fresh[i], tuple([_sub(s, bind) for s in shape])) for i, shape in rec.output_map]
+    return [
+        Tensor(recorded_view(_filed(fresh[i]), tuple([_sub(s, bind) for s in shape]))) for i, shape in rec.output_map
+    ]
 
 
 def _sub(s: sint, bind: dict[UOp, UOp]) -> sint:

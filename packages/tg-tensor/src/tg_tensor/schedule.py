@@ -31,7 +31,7 @@ from tg_tensor.symbolic import max_size
 from tg_uop import DType, GroupOp, Ops, UOp, dtypes
 from tg_uop.helpers import prod
 from tg_uop.structure import merge_leaves, structure
-from tg_uop.uop import arg_key
+from tg_uop.uop import arg_key, sint
 
 Movement = tuple[tuple[Ops, object], ...]
 
@@ -555,12 +555,13 @@ def _replay_launches(
     launches = [
         (ast, [pick[kind][i] for kind, i in refs], dict(vals) if vals else {}) for ast, refs, vals in recipe.items
     ]
-    # (the shapes were checked when the recipe was recorded: the views are built without checking them again)
-    views = [
-        new[i] if shape == (new[i].arg[1],) else UOp(Ops.RESHAPE, new[i].dtype, (new[i],), shape)
-        for i, shape in recipe.roots
-    ]
-    return launches, views
+    return launches, [recorded_view(new[i], shape) for i, shape in recipe.roots]
+
+
+def recorded_view(buf: UOp, shape: tuple[sint, ...]) -> UOp:
+    """The BUFFER node `buf` viewed at `shape`, a shape of its size checked when it was recorded (a replayed
+    schedule's or TinyJit recording's output): built without UOp.reshape's checks, which every replay would repeat."""
+    return buf if shape == (buf.arg[1],) else UOp(Ops.RESHAPE, buf.dtype, (buf,), shape)
 
 
 def _replay(rz: Realizer, recipe: _Recipe, leaves: list[UOp]) -> tuple[list[ScheduleItem], list[UOp]]:
