@@ -171,3 +171,48 @@ def test_staged_tiles_compile(arch: str, case: str, monkeypatch: pytest.MonkeyPa
     assert "__shared__ __align__(16)" in spec.src and spec.src.count("__syncthreads();") == 2
     assert NVRTCCompiler(arch).compile(spec.src)[:4] == b"\x7fELF"
 
+
+PIPELINED_TC = TC_OPTS["tc_warps_tiles"] + [Opt(OptOps.UNROLL, 0, 2)]
+
+
+def _transposed_matmul_ast(dt: DType, a_t: bool, b_t: bool, n: int = 64, k: int = 128, m: int = 64) -> UOp:
+    """(n, k) @ (k, m) with A stored (k, n) and/or B stored (m, k) and read transposed."""
+    rng = np.random.default_rng(0)
+    a = Tensor(rng.standard_normal((k, n) if a_t else (n, k)).astype(np.float32)).cast(dt).contiguous()
+    b = Tensor(rng.standard_normal((m, k) if b_t else (k, m)).astype(np.float32)).cast(dt).contiguous()
+    with Context(CPU_PACK=0):
+        items = (a.T if a_t else a).matmul(b.T if b_t else b).schedule()
+    for item in items:
+        current().unqueue(item)
+    return items[-1].ast
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("dt", [dtypes.float16, dtypes.bfloat16, dtypes.float32])
+@pytest.mark.parametrize("layout", ["nn", "tn", "nt", "tt"])
+@pytest.mark.parametrize("depth", [2, 3])
+def test_pipelined_tensor_core_tiles_compile(arch: str, dt: DType, layout: str, depth: int) -> None:
+    """Pipelined tiles (STAGE with 2-3 slots): 16-byte cp.async copies, a prologue before the loop, one wait per
+    step, ldmatrix fragments (16-bit inputs, and TF32 where K is contiguous); NVRTC compiles them."""
+    ast = _transposed_matmul_ast(dt, layout[0] == "t", layout[1] == "t")
+    with Context(ALLOW_TF32=1):
+        spec = get_program(ast, CUDARenderer(arch), opts=PIPELINED_TC + [Opt(OptOps.STAGE, None, depth)])
+    src = spec.src
+    assert src.count("__tg_cp_async_commit();") == depth and f"__tg_cp_async_wait<{depth - 1}>();" in src
+    assert src.count("__syncthreads();") == 2 and "__tg_cp_async16(" in src
+    if dt != dtypes.float32:  # A by four 8x8 matrices, B by two; transposed where M (N) is contiguous
+        assert f"__tg_ldmatrix_x4{'_trans' if layout[0] == 't' else ''}<" in src
+        assert f"__tg_ldmatrix_x2{'' if layout[1] == 't' else '_trans'}<" in src
+    else:  # no transposing ldmatrix for 32-bit elements
+        assert ("__tg_ldmatrix_x4<" in src) == (layout[0] == "n") and ("__tg_ldmatrix_x2<" in src) == (layout[1] == "t")
+    assert NVRTCCompiler(arch).compile(src)[:4] == b"\x7fELF"
+
+
+def test_pipelined_tiles_without_async_copies() -> None:
+    """Before sm_80 (no cp.async, no ldmatrix) a pipelined STAGE copies through registers into its slots."""
+    ast = _matmul_ast(dtypes.float32, 256, 128, 256)
+    opts = [Opt(OptOps.LOCAL, 0, 16), Opt(OptOps.LOCAL, 1, 16), Opt(OptOps.UNROLL, 0, 8), Opt(OptOps.STAGE, None, 2)]
+    src = get_program(ast, CUDARenderer("sm_75"), opts=opts).src
+    assert "cp_async" not in src and "ldmatrix" not in src and src.count("__syncthreads();") == 2
+    assert "float stage0[256];" in src  # 2 slots of 16 rows x 8 of K

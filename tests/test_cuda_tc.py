@@ -164,3 +164,48 @@ def test_tf32_explicit_opts(name: str) -> None:
     runner(item.bufs, wait=True)
     out = np.frombuffer(item.bufs[0].as_bytes(), dtype=np.float32).reshape(m, n)
     np.testing.assert_allclose(out.astype(np.float64), ref, rtol=1e-2, atol=1e-2 * np.sqrt(k))
+
+
+# ---- pipelined tiles (STAGE with 2 or 3 slots): cp.async copies, ldmatrix fragments from swizzled tiles
+
+PIPELINED = [Opt(OptOps.TC, 0, 0), Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.LOCAL, 1, 2), Opt(OptOps.UPCAST, 0, 2)]
+PIPELINED += [Opt(OptOps.UPCAST, 1, 2), Opt(OptOps.UNROLL, 0, 2)]
+
+
+@pytest.mark.parametrize("dt", ["fp16", "bf16", "tf32"])
+@pytest.mark.parametrize("layout", ["nn", "tn", "nt", "tt"])
+@pytest.mark.parametrize("depth", [2, 3])
+@pytest.mark.parametrize("k", [64, 160])
+def test_pipelined_tiles(dt: str, layout: str, depth: int, k: int) -> None:
+    """A (t: stored K x M, read transposed) times B (t: stored N x K) through pipelined staged tiles; k=64 in
+    fp16 is two steps of the reduce loop (fewer than 3 slots), 160 is five (ten in TF32)."""
+    _cuda_or_skip()
+    m, n = 64, 64
+    rng = np.random.default_rng(7)
+    an, bn = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+    cast = dtypes.float32 if dt == "tf32" else DTYPES[dt]
+
+    def stored(x: np.ndarray, transposed: bool) -> Tensor:
+        t = Tensor(np.ascontiguousarray(x.T) if transposed else x, device="CUDA").cast(cast).contiguous().realize()
+        return t.T if transposed else t
+
+    a, b = stored(an, layout[0] == "t"), stored(bn, layout[1] == "t")
+    ref = a.cast(dtypes.float32).numpy().astype(np.float64) @ b.cast(dtypes.float32).numpy().astype(np.float64)
+    with Context(ALLOW_TF32=int(dt == "tf32")):
+        items = a.matmul(b).schedule()
+        for item in items:
+            current().unqueue(item)
+            for buf in item.bufs:
+                buf.ensure_allocated()
+        *_, item = items
+        spec = get_program(item.ast, Device["CUDA"].renderer, opts=PIPELINED + [Opt(OptOps.STAGE, None, depth)])
+    assert "__tg_cp_async16(" in spec.src and "__tg_cp_async_wait<" in spec.src
+    if dt != "tf32":
+        assert "__tg_ldmatrix_x4" in spec.src and "__tg_ldmatrix_x2" in spec.src
+    CompiledRunner(spec)(item.bufs, wait=True)
+    npdt = {"fp16": np.float16, "bf16": np.uint16, "tf32": np.float32}[dt]
+    out = np.frombuffer(item.bufs[0].as_bytes(), dtype=npdt)
+    if dt == "bf16":
+        out = (out.astype(np.uint32) << 16).view(np.float32)
+    tol = 1e-2 if dt == "tf32" else 2e-2
+    np.testing.assert_allclose(out.reshape(m, n).astype(np.float64), ref, rtol=tol, atol=tol * np.sqrt(k))

@@ -140,9 +140,20 @@ LOCAL_COMBOS = [
     [Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.LOCAL, 1, 2), Opt(OptOps.UNROLL, 0, 2), Opt(OptOps.STAGE)],
     [Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.LOCAL, 1, 4), Opt(OptOps.UNROLL, 0, 3), Opt(OptOps.STAGE)],  # 8 threads
     [Opt(OptOps.LOCAL, 1, 2), Opt(OptOps.STAGE), Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.UPCAST, 0, 2)],
-    [Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.LOCAL, 1, 2), Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UPCAST, 1, 2),
-     Opt(OptOps.UNROLL, 0, 0), Opt(OptOps.STAGE)],  # fmt: skip
+    [
+        Opt(OptOps.LOCAL, 0, 2),
+        Opt(OptOps.LOCAL, 1, 2),
+        Opt(OptOps.UPCAST, 0, 2),
+        Opt(OptOps.UPCAST, 1, 2),
+        Opt(OptOps.UNROLL, 0, 0),
+        Opt(OptOps.STAGE),
+    ],  # fmt: skip
     [Opt(OptOps.PADTO, 1, 3), Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.UNROLL, 0, 2), Opt(OptOps.STAGE)],  # masked B
+    # pipelined: 2 or 3 slots per tile, the next steps copied before this one is read (a prologue before the loop)
+    [Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.LOCAL, 1, 2), Opt(OptOps.UNROLL, 0, 2), Opt(OptOps.STAGE, None, 2)],
+    [Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.LOCAL, 1, 4), Opt(OptOps.UNROLL, 0, 3), Opt(OptOps.STAGE, None, 3)],
+    [Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.STAGE, None, 4)],  # more slots than some kernels have steps
+    [Opt(OptOps.PADTO, 1, 3), Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.UNROLL, 0, 2), Opt(OptOps.STAGE, None, 2)],
 ]
 
 
@@ -369,26 +380,31 @@ def test_fuzz_gpu_opts_within_tight_limits(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_fuzz_stage_on_cl() -> None:
-    """Random LOCAL/UNROLL/UPCAST sequences ending in STAGE on random matmuls and convs, on CL against numpy."""
+    """Random LOCAL/UNROLL/UPCAST sequences ending in STAGE (one slot or pipelined) on random matmuls and convs, on CL
+    against numpy."""
     if "CL" not in DEVICES:
         pytest.skip("no CL device here")
     from tg_codegen.kernel import Kernel
 
     rng = random.Random(7)
     np.random.seed(7)
-    staged = 0
+    staged = pipelined = 0
     for _ in range(GPU_FUZZ_CASES):
         case = _random_case(rng)
         k = Kernel(case[0], Device["CL"].renderer)
-        for actions, most in ((GPU_LOCALS[:12], 2), (GPU_UNROLLS, 1), (GPU_AFTER, 2), ([Opt(OptOps.STAGE)], 1)):
+        for actions, most in ((GPU_LOCALS[:12], 2), (GPU_UNROLLS, 1), (GPU_AFTER, 2)):
             for _ in range(rng.randint(1, most)):
                 try:
                     k.apply_opt(rng.choice(actions))
                 except KernelOptError:
                     pass
+        # pipelined in 2 or 3 slots (one reduce loop only), else one slot
+        k.apply_first([Opt(OptOps.STAGE, None, d) for d in (rng.choice((0, 2, 3)), 0)])
         staged += k.staged
+        pipelined += k.stage_depth >= 2
         np.testing.assert_allclose(run(case, "CL", list(k.applied_opts)), case[2], rtol=1e-4, atol=1e-5)
     assert staged >= GPU_FUZZ_CASES // 8, f"only {staged} of {GPU_FUZZ_CASES} kernels were staged"
+    assert pipelined >= GPU_FUZZ_CASES // 16, f"only {pipelined} of {GPU_FUZZ_CASES} kernels were pipelined"
 
 
 @pytest.mark.parametrize("rows", [1, 16, 512])
@@ -436,3 +452,28 @@ def test_big_groups_combine_in_two_stages_on_cl(op: Ops, opts: list[Opt], barrie
     want = a.sum(1, keepdims=True) if op is Ops.ADD else a.max(1, keepdims=True)
     assert get_program(ast, Device["CL"].renderer, opts=opts).src.count("barrier(") == barriers
     np.testing.assert_allclose(run((ast, [a], want), "CL", opts), want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("depth", [2, 3, 4])
+@pytest.mark.parametrize("k", [2, 3, 5])
+def test_pipelined_stage_with_few_steps(depth: int, k: int) -> None:
+    """A pipelined STAGE whose reduce loop has fewer steps than the tiles in flight (the prologue's copies past
+    the end are skipped, the loop's are gated off) still computes the matmul."""
+    if "CL" not in DEVICES:
+        pytest.skip("no CL device here")
+    case = matmul(4, k, 6)
+    got = run(case, "CL", [Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.LOCAL, 1, 2), Opt(OptOps.STAGE, None, depth)])
+    np.testing.assert_allclose(got, case[2], rtol=1e-5)
+
+
+def test_pipelined_stage_refusals() -> None:
+    """More tiles in flight than STAGE keeps, or a pipeline over two reduce loops, is refused."""
+    from tg_codegen.kernel import Kernel
+    from tg_codegen.renderer.opencl import OpenCLRenderer
+
+    with pytest.raises(KernelOptError, match="at most 4"):
+        Kernel(matmul(4, 4, 4)[0], OpenCLRenderer()).apply_opts([Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.STAGE, None, 5)])
+    with pytest.raises(KernelOptError, match="one reduce loop, got 3"):
+        Kernel(conv(2, 2, 4, 6, 6)[0], OpenCLRenderer()).apply_opts(
+            [Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.STAGE, None, 2)]
+        )

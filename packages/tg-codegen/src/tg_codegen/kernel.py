@@ -62,6 +62,7 @@ class Kernel:
         self.applied_opts: list[Opt] = []
         self.dont_use_locals = False
         self.staged = False  # STAGE applied: shared operand tiles go through shared memory (stage.py)
+        self.stage_depth = 0  # STAGE's arg: tiles in flight (2 or more: pipelined copies)
 
     # ---- shape plumbing ----
     @property

@@ -56,7 +56,7 @@ def actions(renderer: Renderer) -> list[Opt]:
         ret += [Opt(op, a, n) for op in (OptOps.GROUP, OptOps.GROUPTOP) for a in range(2) for n in (8, 16, 32)]
         ret += [Opt(OptOps.NOLOCALS)]
     if renderer.has_local and renderer.has_shared:
-        ret += [Opt(OptOps.STAGE)]
+        ret += [Opt(OptOps.STAGE, None, depth) for depth in (0, 2, 3)]
     if renderer.tensor_cores:
         ret += [Opt(OptOps.TC, a, 0) for a in range(2)]
     return ret

@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING
 
 from tg_codegen.axes import AxisType
 from tg_codegen.opt import KernelOptError, Opt, OptOps
+from tg_codegen.wideload import _aligned, _base_offset
 from tg_shape import ShapeTracker
-from tg_uop import Ops, UOp, dtypes
+from tg_uop import DType, Ops, UOp, dtypes
 from tg_uop.helpers import prod
 
 if TYPE_CHECKING:
@@ -48,6 +49,10 @@ class Tile:
     strides: tuple[int, ...]
     size: int
     copy_order: tuple[int, ...]  # the axes as the copy walks them, fastest last
+
+    def offset(self, idxs: dict[int, UOp] | tuple[UOp, ...], zero: UOp) -> UOp:
+        """The element offset in the tile of the position `idxs` (indexed by kernel axis)."""
+        return functools.reduce(lambda x, y: x + y, [idxs[a] * s for a, s in zip(self.axes, self.strides)], zero)
 
 
 def _real_strides(load: UOp) -> tuple[object, ...]:
@@ -71,22 +76,27 @@ def staged_loads(k: Kernel) -> list[UOp]:
     return ret
 
 
+def copied_layout(k: Kernel) -> bool:
+    """Are `k`'s tiles stored in the order they are copied (the global layout, compacted)? For pipelined tensor-core
+    tiles on a renderer with asynchronous copies: 16-byte pieces are then contiguous in global and shared memory
+    alike, and 8 neighbouring elements of a fragment's row are contiguous for `ldmatrix`."""
+    return k.stage_depth >= 2 and k.opts.has_async_copy and bool(k.axes_of(AxisType.TCK))
+
+
 def tile_of(k: Kernel, load: UOp) -> Tile:
     """The shared-memory tile of a staged load in kernel `k` (its current axes)."""
     strides = _real_strides(load)
     rank = {t: i for i, t in enumerate(TILE_AXES)}
-    axes = sorted(
-        (a for a in k.axes_of(*TILE_AXES) if strides[a] != 0 and k.full_shape[a] != 1),
-        key=lambda a: (rank[k.axis_types[a]], a),
-    )
-    sizes = [int(k.full_shape[a]) for a in axes]
-    smem = tuple(int(prod(sizes[i + 1 :])) for i in range(len(sizes)))
 
     def global_stride(a: int) -> int:
         s = strides[a]
         return abs(s) if isinstance(s, int) else 1 << 40
 
-    copy_order = tuple(sorted(axes, key=lambda a: (-global_stride(a), a)))
+    found = [a for a in k.axes_of(*TILE_AXES) if strides[a] != 0 and k.full_shape[a] != 1]
+    copy_order = tuple(sorted(found, key=lambda a: (-global_stride(a), a)))
+    axes = copy_order if copied_layout(k) else tuple(sorted(found, key=lambda a: (rank[k.axis_types[a]], a)))
+    sizes = [int(k.full_shape[a]) for a in axes]
+    smem = tuple(int(prod(sizes[i + 1 :])) for i in range(len(sizes)))
     return Tile(tuple(axes), smem, int(prod(sizes)), copy_order)
 
 
@@ -94,7 +104,7 @@ def stage_bytes(k: Kernel) -> int:
     """Shared memory the staged tiles of `k` take (0 when STAGE is not applied)."""
     if not k.staged:
         return 0
-    return sum(tile_of(k, u).size * u.dtype.itemsize for u in staged_loads(k))
+    return max(1, k.stage_depth) * sum(tile_of(k, u).size * u.dtype.itemsize for u in staged_loads(k))
 
 
 def apply_stage(k: Kernel, opt: Opt) -> None:
@@ -107,50 +117,213 @@ def apply_stage(k: Kernel, opt: Opt) -> None:
         raise KernelOptError(f"{opt}: STAGE does not combine with GROUP")
     if not k.axes_of(AxisType.LOCAL):
         raise KernelOptError(f"{opt}: STAGE needs a workgroup (LOCAL axes) whose threads share loads")
-    k.staged = True
+    if opt.arg > MAX_STAGE_DEPTH:
+        raise KernelOptError(f"{opt}: arg {opt.arg} tiles in flight; STAGE keeps at most {MAX_STAGE_DEPTH}")
+    if opt.arg >= 2 and len(reduce_loops(k)) != 1:
+        raise KernelOptError(f"{opt}: a pipelined STAGE (arg >= 2) needs one reduce loop, got {len(reduce_loops(k))}")
+    k.staged, k.stage_depth = True, opt.arg
     if not staged_loads(k):
         raise KernelOptError(f"{opt}: no load of the reduction is shared by the workgroup's threads")
 
 
+MAX_STAGE_DEPTH = 4  # tiles in flight at most (`Opt(OptOps.STAGE, None, depth)`)
+
+
+def reduce_loops(k: Kernel) -> list[int]:
+    """The reduce axes of `k` that are loops (size > 1)."""
+    return [a for a in k.axes_of(AxisType.REDUCE) if k.full_shape[a] != 1]
+
+
+@dataclass(frozen=True)
+class Ldmatrix:
+    """How a tensor-core operand's fragment is read from its tile with one `ldmatrix` per lane (see Stager.fragment).
+
+    role: "a" (x4: four 8x8 matrices) or "b" (x2); trans: the tile is contiguous along the fragment's rows (M of A,
+    N of B) rather than along K, and `ldmatrix.trans` transposes; row_axis: the axis the 8 row addresses of one
+    matrix step along; chunks_per_row: that axis's stride in 16-byte pieces (the XOR swizzle's row length)."""
+
+    role: str
+    trans: bool
+    row_axis: int
+    chunks_per_row: int
+
+
 class Stager:
-    """Builds a kernel's staged tiles while it is lowered: the copies, the barriers and the shared-memory reads."""
+    """Builds a kernel's staged tiles while it is lowered: the copies, the barriers and the shared-memory reads.
+
+    With `Opt(OptOps.STAGE, None, depth)`, depth >= 2, the tiles are pipelined: `depth` slots per tile, the copies of
+    steps 0..depth-2 before the reduce loop, and in step r the copy of step r+depth-1 goes out before step r's
+    tiles are read. Where the renderer has asynchronous copies (CUDA's cp.async), 16-byte pieces are copied without
+    passing through registers and step r waits only for its own group of copies; tensor-core fragments are then
+    read with `ldmatrix` from tiles whose 16-byte pieces are XOR-swizzled (no bank conflicts)."""
 
     def __init__(self, lw: Lowerer) -> None:
         self.lw, self.k = lw, lw.k
         self.loads = staged_loads(self.k)
-        self.bufs: dict[UOp, tuple[UOp, Tile]] = {}
-        self.ready: UOp | None = None  # the barrier after every tile is copied
-
-    def read(self, load: UOp, idxs: tuple[UOp, ...]) -> UOp | None:
-        """`load` at `idxs` read from its staged tile, or None when `load` is not staged."""
-        if load not in self.loads:
-            return None
-        if self.ready is None:
-            self.ready = self._copy_all()
-        buf, tile = self.bufs[load]
-        addr = functools.reduce(lambda x, y: x + y, [idxs[a] * s for a, s in zip(tile.axes, tile.strides)], self._c(0))
-        return UOp(Ops.LOAD, load.dtype, (UOp(Ops.INDEX, buf.dtype, (buf, addr, self.ready)),))
+        self.depth = max(1, self.k.stage_depth)
+        self.tiles = {u: tile_of(self.k, u) for u in self.loads}
+        self.bufs: dict[UOp, UOp] = {}
+        self.chunk: dict[UOp, int] = {}  # elements per asynchronous 16-byte copy (0: copied element by element)
+        self.ldsm: dict[UOp, Ldmatrix] = {}  # tensor-core operands read with ldmatrix (set by the TC lowerer)
+        self.skewed: dict[UOp, int] = {}  # TF32 operands read element by element along K rows: pieces per row
+        self.ready: UOp | None = None  # the barrier after every tile of this step is copied
+        self.rng: UOp | None = None  # the pipelined reduce loop
 
     def _c(self, v: int) -> UOp:
         return UOp.const(self.lw.idx_dt, v)
 
+    # ---- reading
+    def read(self, load: UOp, idxs: tuple[UOp, ...]) -> UOp | None:
+        """`load` at `idxs` read from its staged tile, or None when `load` is not staged."""
+        if load not in self.loads:
+            return None
+        ready = self._ready()
+        return UOp(
+            Ops.LOAD,
+            load.dtype,
+            (UOp(Ops.INDEX, self.bufs[load].dtype, (self.bufs[load], self._addr(load, idxs), ready)),),
+        )
+
+    def fragment(self, load: UOp, idxs: tuple[UOp, ...], dtype: DType) -> UOp | None:
+        """A tensor-core fragment of `load` read with one ldmatrix: `idxs` is this lane's row address (the lane's
+        coordinates from `ldmatrix_rows`); None when `load` is not read that way."""
+        if load not in self.ldsm:
+            return None
+        ready = self._ready()
+        lds = self.ldsm[load]
+        buf = self.bufs[load]
+        shape = ("x4" if lds.role == "a" else "x2") + (".trans" if lds.trans else "")
+        ptr = UOp(Ops.INDEX, buf.dtype, (buf, self._addr(load, idxs), ready))
+        return UOp(Ops.CUSTOM, dtype, (ptr,), f"__tg_ldmatrix_{shape.replace('.', '_')}<{{T}}>({{0}})")
+
+    def plan_ldmatrix(self, load: UOp, role: str, tc_axes: tuple[int, int, int]) -> None:
+        """Read `load` (operand `role` of the tensor core) with ldmatrix where its tile allows it."""
+        if load not in self.loads or not self.k.opts.has_async_copy or self.depth < 2:
+            return
+        tile, size = self.tiles[load], load.dtype.itemsize
+        if not copied_layout(self.k) or size not in (2, 4):
+            return
+        per = 16 // size
+        m_or_n = tc_axes[0] if role == "a" else tc_axes[1]
+        inner = tile.axes[-1]
+        if inner == tc_axes[2]:
+            trans, row_axis = False, m_or_n
+        elif inner == m_or_n and size == 2:
+            trans, row_axis = True, tc_axes[2]
+        elif inner == m_or_n and tc_axes[2] in tile.axes:
+            # TF32 contiguous along M (N): no transposing ldmatrix for 32-bit elements; a lane reads (row k = t,
+            # column g) one element at a time, and rows t = 0..3 would fall in the same banks: skewed instead
+            rows = tile.strides[tile.axes.index(tc_axes[2])] // per
+            if tile.strides[tile.axes.index(tc_axes[2])] % per == 0 and rows % 8 == 0:
+                self.skewed[load] = rows
+            return
+        else:
+            return
+        if int(self.k.full_shape[inner]) % per or row_axis not in tile.axes:
+            return
+        stride = tile.strides[tile.axes.index(row_axis)]
+        if stride % per:
+            return
+        self.ldsm[load] = Ldmatrix(role, trans, row_axis, stride // per)
+
+    def _addr(self, load: UOp, idxs: tuple[UOp, ...] | dict[int, UOp]) -> UOp:
+        tile = self.tiles[load]
+        addr = self._swizzle(load, tile.offset(idxs, self._c(0)))
+        if self.depth == 1:
+            return addr
+        assert self.rng is not None
+        return addr + (self.rng % self.depth) * tile.size
+
+    def _swizzle(self, load: UOp, addr: UOp) -> UOp:
+        """The XOR swizzle of a tile copied in 16-byte pieces and read by ldmatrix: piece q of a row of R pieces is
+        stored at q ^ ((q // max(R, 8)) % min(R, 8)), so the 8 rows one ldmatrix matrix reads (and the pieces a warp
+        copies) fall in distinct banks; TF32 tiles read element by element along K rows are skewed (see
+        plan_ldmatrix). Other tiles are stored as they are."""
+        per = self.chunk.get(load, 0)
+        if per and load in self.skewed:  # piece q of row r at q ^ 2*(r % 4): a warp's 4 rows x 2 pieces, 32 banks
+            q = addr // per
+            return (q ^ (((q // self.skewed[load]) % 4) * 2)) * per + addr % per
+        if not per or load not in self.ldsm:
+            return addr
+        rows = self.ldsm[load].chunks_per_row
+        if min(rows, 8) == 1:
+            return addr
+        q = addr // per
+        return (q ^ ((q // max(rows, 8)) % min(rows, 8))) * per + addr % per
+
+    # ---- copying
+    def _ready(self) -> UOp:
+        if self.ready is None:
+            self.ready = self._copy_all()
+        return self.ready
+
     def _copy_all(self) -> UOp:
         lw, k = self.lw, self.k
         loops = tuple(lw.loop[a] for a in k.axes_of(AxisType.REDUCE) if lw.loop[a].op is Ops.RANGE)
-        # every thread has read the previous step's tiles before any thread overwrites them
-        done = UOp(Ops.BARRIER, dtypes.void, loops)
-        stores: list[UOp] = []
         for load in self.loads:
-            tile = tile_of(k, load)
-            buf = UOp(Ops.DEFINE_LOCAL, load.dtype.ptr(tile.size, local=True), (), f"stage{lw.n_locals}")
+            tile = self.tiles[load]
+            self.bufs[load] = UOp(
+                Ops.DEFINE_LOCAL, load.dtype.ptr(tile.size * self.depth, local=True), (), f"stage{lw.n_locals}"
+            )
             lw.n_locals += 1
-            self.bufs[load] = (buf, tile)
-            stores += self._copy(load, buf, tile, done)
-        return UOp(Ops.BARRIER, dtypes.void, tuple(stores))
+            self.chunk[load] = self._chunk(load)
+        if self.depth == 1:
+            # every thread has read the previous step's tiles before any thread overwrites them
+            done = UOp(Ops.BARRIER, dtypes.void, loops)
+            copies = [st for load in self.loads for st in self._copy(load, None, self._c(0), done, None)]
+            return UOp(Ops.BARRIER, dtypes.void, tuple(copies))
+        (axis,) = reduce_loops(k)
+        self.rng, n = lw.loop[axis], int(k.full_shape[axis])
+        asynchronous = any(self.chunk.values())
+        before: tuple[UOp, ...] = ()
+        for j in range(self.depth - 1):  # the prologue: steps 0..depth-2, before the loop
+            first = tuple(
+                st
+                for load in self.loads
+                if j < n
+                for st in self._copy(load, self._c(j), self._c(j * self.tiles[load].size), None, None)
+            )
+            before = (UOp(Ops.CUSTOM, dtypes.void, before + first, COMMIT),) if asynchronous else before + first
+        done = UOp(Ops.BARRIER, dtypes.void, (self.rng, *before))
+        step = self.rng + (self.depth - 1)
+        slot = step % self.depth
+        nxt = tuple(
+            st for load in self.loads for st in self._copy(load, step, slot * self.tiles[load].size, done, step < n)
+        )
+        if asynchronous:  # this step's pieces (committed depth - 1 groups ago) have landed
+            nxt = (UOp(Ops.CUSTOM, dtypes.void, nxt, f"{COMMIT}; {WAIT.format(self.depth - 1)}"),)
+        return UOp(Ops.BARRIER, dtypes.void, nxt)
 
-    def _copy(self, load: UOp, buf: UOp, tile: Tile, done: UOp) -> list[UOp]:
-        """Each thread copies elements tid, tid + threads, ... of the tile (in copy order) to shared memory."""
+    def _chunk(self, load: UOp) -> int:
+        """Elements per 16-byte asynchronous copy of `load`'s tile, or 0 where it is copied element by element: the
+        renderer copies asynchronously, the tile is pipelined, its innermost axis is contiguous in global memory,
+        a multiple of a piece and not masked, and every piece starts 16-byte aligned (proved on the index)."""
+        k, tile = self.k, self.tiles[load]
+        per = 16 // load.dtype.itemsize if load.dtype.itemsize in (1, 2, 4, 8) else 0
+        if not per or self.depth < 2 or not k.opts.has_async_copy or load.dtype.count != 1:
+            return 0
+        st: ShapeTracker = load.src[1].arg
+        inner = tile.axes[-1]
+        if len(st.views) != 1 or inner != tile.copy_order[-1] or _real_strides(load)[inner] != 1:
+            return 0
+        view = st.views[0]
+        if int(k.full_shape[inner]) % per or (view.mask is not None and view.mask[inner] != (0, view.shape[inner])):
+            return 0
+        idxs = [self._c(0) if a in tile.axes else self.lw.loop[a] for a in range(len(k.full_shape))]
+        for a in tile.axes:  # every piece's first element: multiples of `per` along the innermost axis
+            idxs[a] = UOp.variable(f"t{a}", 0, int(k.full_shape[a]) - 1, self.lw.idx_dt)
+        idxs[inner] = idxs[inner] * per
+        index, _ = st.to_indexed_uops(idxs)
+        base, off = _base_offset(index)
+        return per if off % per == 0 and _aligned(base, per) else 0
+
+    def _copy(self, load: UOp, step: UOp | None, slot: UOp, done: UOp | None, ok: UOp | None) -> list[UOp]:
+        """This thread's share of one step's copy of `load`'s tile into the tile's `slot` (an element offset): pieces
+        (or elements) tid, tid + threads, ... in copy order. `step` replaces the reduce loop's index (None: the loop
+        itself), `done` orders the copy after the barrier that frees the slot, `ok` gates it (a step past the end)."""
         lw, k = self.lw, self.k
+        buf, tile = self.bufs[load], self.tiles[load]
+        per = max(1, self.chunk[load])
         locals_ = [a for a in k.axes_of(AxisType.LOCAL) if k.full_shape[a] != 1]
         sizes = [int(k.full_shape[a]) for a in locals_]
         lane = getattr(lw, "lane", None)  # tensor cores: the warp's 32 lanes are threads too (tc_lower.py)
@@ -161,27 +334,62 @@ class Stager:
         if lane is not None and k.axes_of(AxisType.TCK):
             tid, threads = tid * 32 + lane, threads * 32
         st: ShapeTracker = load.src[1].arg
-        smem_stride = dict(zip(tile.axes, tile.strides))
-        order_sizes = [int(k.full_shape[a]) for a in tile.copy_order]
+        order_sizes = [int(k.full_shape[a]) // (per if a == tile.axes[-1] else 1) for a in tile.copy_order]
+        pieces = tile.size // per
+        reduce_axis = reduce_loops(k)[0] if step is not None else None
         stores = []
-        for j in range(-(-tile.size // threads)):
+        for j in range(-(-pieces // threads)):
             flat = tid + j * threads
             coords = {
                 a: (flat // int(prod(order_sizes[i + 1 :]))) % order_sizes[i] for i, a in enumerate(tile.copy_order)
             }
+            if per > 1:
+                coords[tile.axes[-1]] = coords[tile.axes[-1]] * per
             idxs = [
-                coords[a] if a in coords else self._c(0) if t in TILE_AXES else lw.loop[a]
+                coords[a]
+                if a in coords
+                else self._c(0)
+                if t in TILE_AXES
+                else step
+                if a == reduce_axis and step is not None
+                else lw.loop[a]
                 for a, t in enumerate(k.axis_types)
             ]
             index, valid = st.to_indexed_uops(idxs)
-            inside = (flat < tile.size,) if tile.size % threads else ()
-            gates = ((valid,) if not (valid.op is Ops.CONST and valid.arg is True) else ()) + inside
-            gate = (functools.reduce(lambda x, y: x & y, gates),) if gates else ()
-            value = UOp(Ops.LOAD, load.dtype, (UOp(Ops.INDEX, load.src[0].dtype, (load.src[0], index)),) + gate)
-            addr = functools.reduce(lambda x, y: x + y, [coords[a] * smem_stride[a] for a in tile.axes], self._c(0))
+            inside = (flat < pieces,) if pieces % threads else ()
+            gates = (
+                ((valid,) if not (valid.op is Ops.CONST and valid.arg is True) else ())
+                + inside
+                + ((ok,) if ok is not None else ())
+            )
+            gate = functools.reduce(lambda x, y: x & y, gates) if gates else None
+            dst = UOp(
+                Ops.INDEX,
+                buf.dtype,
+                (buf, slot + self._swizzle(load, tile.offset(coords, self._c(0))))
+                + ((done,) if done is not None else ()),
+            )
+            if per > 1:  # 16 bytes without registers; a gated-off piece is zero-filled (nothing read)
+                src = UOp(
+                    Ops.INDEX,
+                    load.src[0].dtype,
+                    (load.src[0], index if gate is None else gate.where(index, index.const_like(0))),
+                )
+                on = gate if gate is not None else UOp.const(dtypes.bool, True)
+                stores.append(UOp(Ops.CUSTOM, dtypes.void, (dst, src, on), "__tg_cp_async16({0}, {1}, {2})"))
+                continue
+            value = UOp(
+                Ops.LOAD,
+                load.dtype,
+                (UOp(Ops.INDEX, load.src[0].dtype, (load.src[0], index)),) + ((gate,) if gate is not None else ()),
+            )
             # past the tile's end (when threads do not divide it) the store is skipped as well as the load
-            stores.append(UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, buf.dtype, (buf, addr, done)), value) + inside))
+            stores.append(UOp(Ops.STORE, dtypes.void, (dst, value) + inside))
         return stores
+
+
+COMMIT = "__tg_cp_async_commit()"
+WAIT = "__tg_cp_async_wait<{}>()"
 
 
 # ---------------------------------------------------------------------------------------------

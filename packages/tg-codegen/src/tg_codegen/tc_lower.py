@@ -19,7 +19,8 @@ from tg_codegen.axes import AxisType
 from tg_codegen.gpudims import special_indexes
 from tg_codegen.kernel import Kernel
 from tg_codegen.lowerer import Lowerer, drop_true_gates
-from tg_codegen.tensorcore import TC_AXIS_TYPES, Layout, applied_tensor_core, mma_operands, moving
+from tg_codegen.stage import copied_layout
+from tg_codegen.tensorcore import TC_AXIS_TYPES, Layout, applied_tensor_core, mma_operands, moving, native_layout
 from tg_codegen.wideload import widen_loads
 from tg_uop import DType, Ops, UOp, dtypes, graph_rewrite, run_pass
 from tg_uop.symbolic import symbolic
@@ -30,18 +31,24 @@ class TCLowerer(Lowerer):
 
     def __init__(self, k: Kernel) -> None:
         self.lane = UOp.const(dtypes.int32, 0)
-        self.tc = applied_tensor_core(k)
+        # pipelined tiles on a renderer with async copies: fragments in the PTX layout, read with ldmatrix (stage.py)
+        self.native = copied_layout(k)
+        self.tc = native_layout(applied_tensor_core(k)) if self.native else applied_tensor_core(k)
         super().__init__(k)
-        self.tc_axes = tuple(k.axes_of(t)[0] for t in TC_AXIS_TYPES)
+        tm, tn, tk = (k.axes_of(t)[0] for t in TC_AXIS_TYPES)
+        self.tc_axes = (tm, tn, tk)
         for a in self.tc_axes:
             self.loop[a] = UOp.const(dtypes.int32, 0)
         ops = mma_operands(k.reduceops[0])
         assert ops is not None, "apply_tc checked the kernel's shape"
         self.a, self.b = ops[::-1] if moving(ops[0], self.tc_axes[1]) else ops
         lane = self.lane
-        self.terms = {"g": lane // 4, "2t": (lane % 4) * 2, "4t": (lane % 4) * 4}
+        self.terms = {"g": lane // 4, "t": lane % 4, "2t": (lane % 4) * 2, "4t": (lane % 4) * 4}
         n_up = [x for x in k.axes_of(AxisType.UPCAST) if moving(self.b, x) and not moving(self.a, x)]
-        self.n_up = n_up[-1] if n_up else None
+        self.n_up = n_up[-1] if n_up and not self.native else None
+        if self.stager is not None:
+            self.stager.plan_ldmatrix(self.a, "a", self.tc_axes)
+            self.stager.plan_ldmatrix(self.b, "b", self.tc_axes)
         self.elem = 0
         self.reduce_memo: dict[tuple[UOp, tuple[tuple[int, int], ...]], UOp] = {}
 
@@ -114,8 +121,27 @@ class TCLowerer(Lowerer):
         return UOp(Ops.REDUCE, acc_dt, (val, *rngs), Ops.ADD) if rngs else val
 
     def _fragment(self, load: UOp, fixed: dict[int, int], tiles: list[tuple[UOp, UOp, UOp]]) -> UOp:
+        dtype = load.dtype.vec(len(tiles))
+        if self.stager is not None and (lds := self.stager.ldsm.get(load)) is not None:
+            at = self._ldmatrix_row(lds.role, lds.trans, 16 // load.dtype.itemsize)
+            frag = self.stager.fragment(load, self._tc_idxs(fixed, at, inside_reduce=True), dtype)
+            assert frag is not None
+            return frag
         elems = tuple(self._lower(load, self._tc_idxs(fixed, t, inside_reduce=True), fixed) for t in tiles)
         return UOp(Ops.VECTORIZE, load.dtype.vec(len(elems)), elems)
+
+    def _ldmatrix_row(self, role: str, trans: bool, per: int) -> tuple[UOp, UOp, UOp]:
+        """The (m, n, k) tile position whose address this lane gives ldmatrix: lanes 8i..8i+7 give the 8 rows of
+        matrix i (x4 for A: matrices (m, k) = (0, 0), (8, 0), (0, 8), (8, 8); x2 for B: (n, k) = (0, 0), (0, 8)).
+        `per` is the elements of a row (8 of 16 bits, 4 of TF32's 32)."""
+        lane, zero = self.lane, UOp.const(dtypes.int32, 0)
+        if role == "a":
+            if trans:  # the tile is contiguous along M: row i of a matrix is its k = i
+                return ((lane // 8) % 2) * 8, zero, lane % 8 + (lane // 16) * 8
+            return lane % 16, zero, (lane // 16) * per
+        if trans:  # contiguous along N: rows are k
+            return zero, zero, lane % 16
+        return zero, lane % 8, ((lane // 8) % 2) * per
 
 
 def lower_tc(k: Kernel) -> UOp:

@@ -25,7 +25,7 @@ element is a GEP of the accumulator stored at its own (row, col).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tg_codegen.axes import AxisType
 from tg_codegen.kernel import Kernel
@@ -104,6 +104,18 @@ def _m16n8k8_tf32() -> TensorCore:
         c_rows=_terms("g", (0, 0, 8, 8)),
         c_cols=_terms("2t", (0, 1, 0, 1)),
     )
+
+
+def native_layout(tc: TensorCore) -> TensorCore:
+    """`tc` with K in the PTX ISA's own order (no permutation): the layout `ldmatrix` delivers fragments in, used where
+    fragments are read from pipelined shared-memory tiles (stage.py). Term "t" is lane % 4.
+
+    >>> native_layout(TENSOR_CORES_SM80[0]).a_cols[4:]
+    (('2t', 8), ('2t', 9), ('2t', 8), ('2t', 9))
+    """
+    if tc.dims[2] == 16:
+        return replace(tc, a_cols=_terms("2t", (0, 1, 0, 1, 8, 9, 8, 9)), b_rows=_terms("2t", (0, 1, 8, 9)))
+    return replace(tc, a_cols=_terms("t", (0, 0, 4, 4)), b_rows=_terms("t", (0, 4)))
 
 
 TENSOR_CORES_SM80 = (_m16n8k16(dtypes.float16), _m16n8k16(dtypes.bfloat16), _m16n8k8_tf32())
@@ -219,7 +231,9 @@ def tc_optimizations(k: Kernel) -> bool:
 
     Workgroups of 2x2 warps (LOCAL on the outer M and N axes), each warp a block of up to 4x8 tiles (UPCAST), the
     K loop unrolled by 2 (the sweep in bench/bench_tc_opts.py found this fastest at 4096 on an H100: 110 TFLOPS
-    against 94 without the unroll and 61-97 for other tilings). Returns whether TC was applied.
+    against 94 without the unroll and 61-97 for other tilings); where the renderer copies asynchronously (CUDA sm_80+),
+    the operand tiles pipelined through shared memory in 2 slots (`Opt(OptOps.STAGE, None, 2)`, stage.py), fragments
+    read with ldmatrix. Returns whether TC was applied.
     """
     if not getenv("TC", 1) or not k.opts.tensor_cores or k.applied_opts:
         return False
@@ -237,5 +251,7 @@ def tc_optimizations(k: Kernel) -> bool:
         for tile, amts in ((m_tile, (4, 2)), (n_tile, (8, 4, 2))):
             k.apply_first([Opt(OptOps.UPCAST, tile, amt) for amt in amts])
         k.apply_first([Opt(OptOps.UNROLL, 0, 2)])
+        if k.opts.has_async_copy:  # pipelined operand tiles (stage.py): fp16 4096 on an H100 169 -> 327 TFLOPS
+            k.apply_first([Opt(OptOps.STAGE, None, 2)])
         return True
     return False

@@ -83,6 +83,7 @@ class Renderer:
     device: str = ""
     has_local: bool = False  # GPU-style launch grid with local (workgroup) ids
     has_shared: bool = False  # local/shared memory
+    has_async_copy: bool = False  # global -> shared copies without registers, waited for by group (CUDA cp.async)
     has_threads: bool = False  # CPU threads over the outermost loop (OptOps.THREAD)
     threads: int = 1  # how many CPU threads the device runs
     supports_float4: bool = False  # scalar loads of neighbouring addresses merge into wide loads (wideload.py)

@@ -272,6 +272,13 @@ class CStyleLanguage(Renderer):
             elif op in self.code_for_op:
                 names[u] = fresh("alu")
                 line(f"{self.render_dtype(u.dtype)} {names[u]} = {self.render_alu(op, r, src)};")
+            elif op is Ops.CUSTOM:  # arg: C text with {0}, {1}... for the sources and {T} for the dtype
+                text = str(u.arg).format(*r, T=self.render_dtype(u.dtype))
+                if u.dtype == dtypes.void:
+                    line(f"{text};")
+                else:
+                    names[u] = fresh("cust")
+                    line(f"{self.render_dtype(u.dtype)} {names[u]} = {text};")
             elif op in (Ops.SINK, Ops.NOOP):
                 continue
             else:

@@ -37,6 +37,8 @@ class CUDARenderer(CStyleLanguage):
         self.limits = limits if limits is not None else LaunchLimits()  # the device's, when it is open
         # mma.sync m16n8k16 with f16/bf16 inputs needs sm_80 (Ampere) or newer
         self.tensor_cores = TENSOR_CORES_SM80 if int(arch[3:]) >= 80 else ()
+        # cp.async (global -> shared without registers) and ldmatrix also came with sm_80
+        self.has_async_copy = int(arch[3:]) >= 80
 
     # ---- vectors: small structs (CUDA's own float4 etc. have no indexing), only tensor-core fragments use them
     def render_dtype(self, dt: DType) -> str:
@@ -132,5 +134,37 @@ class CUDARenderer(CStyleLanguage):
         headers = [f"#include <{h}>" for h, t in (("cuda_fp16.h", "half"), ("cuda_bf16.h", "nv_bfloat16")) if t in text]
         if "__tg_bitcast" in text:
             headers.append(prelude)
+        headers += [code for name, code in _ASYNC_HELPERS.items() if name in text]
         src = super().render_kernel(function_name, body, params, vec_dts)
         return "\n".join([*headers, src])
+
+
+# STAGE's pipelined tiles (stage.py): 16-byte copies global -> shared without registers, zero-filled when `on` is
+# false (src-size 0: nothing is read); commit / wait by group; ldmatrix reads of tensor-core fragments (4 or 2 8x8
+# matrices of 16-bit elements, each lane giving one row's address), optionally transposed.
+_SMEM = "(unsigned)__cvta_generic_to_shared"
+_ASYNC_HELPERS = {
+    "__tg_cp_async16": (
+        "__device__ inline void __tg_cp_async16(void* dst, const void* src, bool on) {\n"
+        f'  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"({_SMEM}(dst)), "l"(src), '
+        '"r"(on ? 16 : 0) : "memory");\n}'
+    ),
+    "__tg_cp_async_commit": (
+        '__device__ inline void __tg_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }'
+    ),
+    "__tg_cp_async_wait": (
+        "template <int N> __device__ inline void __tg_cp_async_wait() "
+        '{ asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory"); }'
+    ),
+}
+for _n, _regs in (("x4", 4), ("x2", 2)):
+    for _t in ("", ".trans"):
+        _name = f"__tg_ldmatrix_{_n}{_t.replace('.', '_')}"
+        _outs = ",".join(f"%{i}" for i in range(_regs))
+        _binds = ", ".join(f'"=r"(u[{i}])' for i in range(_regs))
+        _ASYNC_HELPERS[_name] = (
+            f"template <class T> __device__ inline T {_name}(const void* p) {{\n"
+            f"  T r; unsigned* u = reinterpret_cast<unsigned*>(&r);\n"
+            f'  asm volatile("ldmatrix.sync.aligned.m8n8.{_n}{_t}.shared.b16 {{{_outs}}}, [%{_regs}];" : {_binds} '
+            f': "r"({_SMEM}(p)));\n  return r;\n}}'
+        )
