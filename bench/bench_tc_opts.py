@@ -12,6 +12,7 @@ import argparse
 import functools
 import json
 import os
+import time
 
 import numpy as np
 
@@ -43,6 +44,18 @@ CANDIDATES = [
     [(L, 0, 4), (L, 1, 2), (U, 0, 2), (U, 1, 8), (R, 0, 2), (S, None, 0)],
     [(L, 0, 2), (L, 1, 2), (U, 0, 2), (U, 1, 8), (R, 0, 4), (S, None, 0)],
     [(L, 0, 4), (L, 1, 4), (U, 0, 2), (U, 1, 4), (R, 0, 4), (S, None, 0)],
+    # pipelined: 2-4 slots per tile, cp.async copies, ldmatrix fragments from swizzled tiles (stage.py)
+    [(L, 0, 2), (L, 1, 2), (U, 0, 4), (U, 1, 8), (R, 0, 2), (S, None, 2)],
+    [(L, 0, 2), (L, 1, 2), (U, 0, 4), (U, 1, 8), (R, 0, 2), (S, None, 3)],
+    [(L, 0, 2), (L, 1, 4), (U, 0, 4), (U, 1, 8), (R, 0, 2), (S, None, 2)],
+    [(L, 0, 2), (L, 1, 2), (U, 0, 4), (U, 1, 4), (R, 0, 2), (S, None, 3)],
+    [(L, 0, 2), (L, 1, 2), (U, 0, 4), (U, 1, 4), (R, 0, 2), (S, None, 4)],
+    [(L, 0, 2), (L, 1, 4), (U, 0, 4), (U, 1, 4), (R, 0, 2), (S, None, 2)],
+    [(L, 0, 2), (L, 1, 4), (U, 0, 4), (U, 1, 4), (R, 0, 2), (S, None, 3)],
+    [(L, 0, 4), (L, 1, 2), (U, 0, 2), (U, 1, 8), (R, 0, 2), (S, None, 3)],
+    [(L, 0, 2), (L, 1, 2), (U, 0, 2), (U, 1, 8), (R, 0, 2), (S, None, 3)],
+    [(L, 0, 4), (L, 1, 4), (U, 0, 2), (U, 1, 4), (R, 0, 2), (S, None, 2)],
+    [(L, 0, 4), (L, 1, 2), (U, 0, 4), (U, 1, 8), (R, 0, 2), (S, None, 2)],
 ]
 
 
@@ -75,6 +88,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--dtype", choices=("fp16", "fp32", "tf32"), default="fp16")
     parser.add_argument("--stage-only", action="store_true", help="only the default and the lists with STAGE")
+    parser.add_argument("--pipelined-only", action="store_true", help="only the default and pipelined STAGE lists")
     args = parser.parse_args()
     npdt = np.float16 if args.dtype == "fp16" else np.float32
     import torch
@@ -84,7 +98,29 @@ def main() -> None:
     n = args.n
     rng = np.random.default_rng(0)
     an, bn = (rng.standard_normal((n, n)).astype(npdt) for _ in range(2))
-    ref = (torch.from_numpy(an).cuda() @ torch.from_numpy(bn).cuda()).float().cpu().numpy()
+    ta, tb = torch.from_numpy(an).cuda(), torch.from_numpy(bn).cuda()
+    ref = (ta @ tb).float().cpu().numpy()
+    # the peer in the same run: torch's matmul of the same operands (TF32 allowed for --dtype tf32)
+    torch.backends.cuda.matmul.allow_tf32 = args.dtype == "tf32"
+    for _ in range(3):
+        ta @ tb
+    best_torch = float("inf")
+    for _ in range(args.reps):
+        torch.cuda.synchronize()
+        st = time.perf_counter()
+        ta @ tb
+        torch.cuda.synchronize()
+        best_torch = min(best_torch, time.perf_counter() - st)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    value = round(2 * n**3 / best_torch * 1e-12, 2)
+    line = {
+        "bench": "tc_opts",
+        "impl": "torch",
+        "value": value,
+        "unit": "TFLOPS",
+        "params": {"n": n, "dtype": args.dtype},
+    }
+    print(json.dumps(line), flush=True)
     a, b = Tensor(an).realize(), Tensor(bn).realize()
     items = scheduled(a.matmul(b))
     *_, item = items
@@ -98,6 +134,10 @@ def main() -> None:
         lists += [([Opt(op, ax, amt) for op, ax, amt in c], 0) for c in FP32_CANDIDATES]
     if args.stage_only:
         lists = lists[:1] + [(opts, mb) for opts, mb in lists if Opt(S) in opts]
+    if args.pipelined_only:  # and the heuristic's choice without its STAGE, to compare
+        unstaged = [o for o in default if o.op is not S]
+        pipelined = [(opts, mb) for opts, mb in lists[1:] if any(o.op is S and o.arg >= 2 for o in opts)]
+        lists = lists[:1] + ([(unstaged, 0)] if unstaged != default else []) + pipelined
     for opts, min_blocks in lists:
         renderer.min_blocks_per_sm = min_blocks  # type: ignore[attr-defined]
         with Context(ALLOW_TF32=int(args.dtype == "tf32")):
