@@ -216,3 +216,13 @@ def test_pipelined_tiles_without_async_copies() -> None:
     src = get_program(ast, CUDARenderer("sm_75"), opts=opts).src
     assert "cp_async" not in src and "ldmatrix" not in src and src.count("__syncthreads();") == 2
     assert "float stage0[256];" in src  # 2 slots of 16 rows x 8 of K
+
+
+@needs_nvrtc
+def test_pipelined_copy_of_a_tile_smaller_than_the_workgroup() -> None:
+    """B's 16 x 8 tile is 16 pieces for 64 threads: the threads past its end issue no copy at all (a zero-filled
+    piece there would land past the tile)."""
+    opts = [Opt(OptOps.TC, 0, 0), Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.STAGE, None, 2)]
+    src = get_program(_matmul_ast(dtypes.float16), CUDARenderer("sm_90"), opts=opts).src
+    assert "__tg_cp_async16(" in src and ") __tg_cp_async16(" in src  # a guarded copy: `if (inside) ...`
+    assert NVRTCCompiler("sm_90").compile(src)[:4] == b"\x7fELF"

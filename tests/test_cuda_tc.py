@@ -209,3 +209,21 @@ def test_pipelined_tiles(dt: str, layout: str, depth: int, k: int) -> None:
         out = (out.astype(np.uint32) << 16).view(np.float32)
     tol = 1e-2 if dt == "tf32" else 2e-2
     np.testing.assert_allclose(out.reshape(m, n).astype(np.float64), ref, rtol=tol, atol=tol * np.sqrt(k))
+
+
+def test_pipelined_tile_smaller_than_the_workgroup() -> None:
+    """2 warps (64 threads) copy B's 16 x 8 tile of 16 pieces: the guarded copies leave the next slot intact."""
+    _cuda_or_skip()
+    a, b, ref = _inputs(64, 32, 128, dtypes.float16, seed=8)
+    items = a.matmul(b).schedule()
+    for item in items:
+        current().unqueue(item)
+        for buf in item.bufs:
+            buf.ensure_allocated()
+    *_, item = items
+    opts = [Opt(OptOps.TC, 0, 0), Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.STAGE, None, 2)]
+    spec = get_program(item.ast, Device["CUDA"].renderer, opts=opts)
+    assert ") __tg_cp_async16(" in spec.src
+    CompiledRunner(spec)(item.bufs, wait=True)
+    out = np.frombuffer(item.bufs[0].as_bytes(), dtype=np.float16)
+    _check(out.reshape(64, 32), ref, 128)

@@ -185,8 +185,8 @@ class Stager:
         )
 
     def fragment(self, load: UOp, idxs: tuple[UOp, ...], dtype: DType) -> UOp | None:
-        """A tensor-core fragment of `load` read with one ldmatrix: `idxs` is this lane's row address (the lane's
-        coordinates from `ldmatrix_rows`); None when `load` is not read that way."""
+        """A tensor-core fragment of `load` read with one ldmatrix: `idxs` is the position whose address this lane
+        gives (TCLowerer._ldmatrix_row); None when `load` is not read that way."""
         if load not in self.ldsm:
             return None
         ready = self._ready()
@@ -376,7 +376,9 @@ class Stager:
                     (load.src[0], index if gate is None else gate.where(index, index.const_like(0))),
                 )
                 on = gate if gate is not None else UOp.const(dtypes.bool, True)
-                stores.append(UOp(Ops.CUSTOM, dtypes.void, (dst, src, on), "__tg_cp_async16({0}, {1}, {2})"))
+                # past the tile's end (threads do not divide its pieces) nothing is written, not even zeros
+                text = "__tg_cp_async16({0}, {1}, {2})" if not inside else "if ({3}) __tg_cp_async16({0}, {1}, {2})"
+                stores.append(UOp(Ops.CUSTOM, dtypes.void, (dst, src, on) + inside, text))
                 continue
             value = UOp(
                 Ops.LOAD,
