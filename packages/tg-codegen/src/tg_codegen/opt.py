@@ -5,7 +5,8 @@ Axis numbering (`Opt.axis`) depends on the op:
   UNROLL, GROUP, GROUPTOP      -> the n-th reduce loop axis
   PADTO                        -> the n-th loop axis, outputs first then reduces
   NOLOCALS, STAGE              -> no axis (None)
-`arg` is the split amount (0 means the whole axis for UPCAST/UNROLL), the other axis for SWAP.
+`arg` is the split amount (0 means the whole axis for UPCAST/UNROLL), the other axis for SWAP, and for STAGE
+the tiles in flight (0 or 1: one slot per tile; 2-4: pipelined copies, stage.py).
 
 >>> Opt(OptOps.UPCAST, 0, 4)
 Opt(op=OptOps.UPCAST, axis=0, arg=4)
