@@ -56,6 +56,11 @@ CANDIDATES = [
     [(L, 0, 2), (L, 1, 2), (U, 0, 2), (U, 1, 8), (R, 0, 2), (S, None, 3)],
     [(L, 0, 4), (L, 1, 4), (U, 0, 2), (U, 1, 4), (R, 0, 2), (S, None, 2)],
     [(L, 0, 4), (L, 1, 2), (U, 0, 4), (U, 1, 8), (R, 0, 2), (S, None, 2)],
+    # K by one tensor-core step (no UNROLL) in 3-4 slots, or by 4 steps on narrower tiles (48 KiB at most)
+    [(L, 0, 2), (L, 1, 2), (U, 0, 4), (U, 1, 8), (S, None, 3)],
+    [(L, 0, 2), (L, 1, 2), (U, 0, 4), (U, 1, 8), (S, None, 4)],
+    [(L, 0, 2), (L, 1, 2), (U, 0, 4), (U, 1, 4), (R, 0, 4), (S, None, 2)],
+    [(L, 0, 2), (L, 1, 2), (U, 0, 2), (U, 1, 8), (R, 0, 4), (S, None, 2)],
 ]
 
 
@@ -136,7 +141,7 @@ def main() -> None:
         lists = lists[:1] + [(opts, mb) for opts, mb in lists if Opt(S) in opts]
     if args.pipelined_only:  # and the heuristic's choice without its STAGE, to compare
         unstaged = [o for o in default if o.op is not S]
-        pipelined = [(opts, mb) for opts, mb in lists[1:] if any(o.op is S and o.arg >= 2 for o in opts)]
+        pipelined = [(opts, mb) for opts, mb in lists[4:] if any(o.op is S and o.arg >= 2 for o in opts)]
         lists = lists[:1] + ([(unstaged, 0)] if unstaged != default else []) + pipelined
     for opts, min_blocks in lists:
         renderer.min_blocks_per_sm = min_blocks  # type: ignore[attr-defined]
