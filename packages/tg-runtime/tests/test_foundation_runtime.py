@@ -41,3 +41,20 @@ def test_unknown_device() -> None:
     with pytest.raises(KeyError, match="known devices"):
         Device["NOT_A_DEVICE"]
     assert Device.canonicalize("cpu:0") == "CPU"
+
+
+def test_cpu_vector_width_follows_the_host() -> None:
+    """64-byte vectors where the CPU has AVX-512 (F and VL), else 32; the renderer refuses other widths."""
+    import platform
+
+    from tg_codegen.renderer.cstyle import ClangRenderer
+    from tg_runtime.ops_cpu import host_vector_bytes
+
+    flags: list[str] = []
+    if platform.machine() in ("x86_64", "AMD64"):
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    assert host_vector_bytes() == (64 if {"avx512f", "avx512vl"} <= set(flags) else 32)
+    assert ClangRenderer(2, 64).vector_bytes == 64 and ClangRenderer().vector_bytes == 32
+    with pytest.raises(ValueError, match="vector_bytes must be 16, 32 or 64, got 48"):
+        ClangRenderer(1, 48)

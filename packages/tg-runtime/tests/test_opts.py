@@ -271,16 +271,25 @@ def packed_matmul(batch: int, n: int, k: int, m: int, panel: int) -> Case:
 
 @pytest.mark.parametrize("device", [d for d in DEVICES if d != "CL"])
 @pytest.mark.parametrize("shape", [(0, 16, 12, 32), (1, 16, 12, 32), (2, 24, 5, 48)])
+@pytest.mark.parametrize("vector_bytes", [32, 64])
 def test_heuristic_panel_order_matches_numpy(
-    device: str, shape: tuple[int, ...], monkeypatch: pytest.MonkeyPatch
+    device: str, shape: tuple[int, ...], vector_bytes: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The CPU heuristic's loop order for long reductions (SWAP of the tile loops, heuristic._panel_outer), with the
-    strip size it waits for lowered so that small kernels take it."""
+    strip size it waits for lowered so that small kernels take it; with AVX2- and AVX-512-wide vectors (twice the
+    lanes: the columns and panels scale with them)."""
     from tg_codegen import heuristic
     from tg_codegen.kernel import Kernel
 
     monkeypatch.setattr(heuristic, "CPU_PANEL_BYTES", 128)
-    c = packed_matmul(*shape, 16) if shape[0] else matmul(*shape[1:])  # batch 0: B as it is, not packed
+    wide = 1
+    if Device[device].renderer.vector_bytes:
+        monkeypatch.setattr(Device[device].renderer, "vector_bytes", vector_bytes)
+        wide = vector_bytes // 32
+    elif vector_bytes != 32:
+        pytest.skip(f"{device} writes no vector code")
+    shape = (*shape[:3], shape[3] * wide)
+    c = packed_matmul(*shape, 16 * wide) if shape[0] else matmul(*shape[1:])  # batch 0: B as it is, not packed
     opts = heuristic.hand_coded_optimizations(Kernel(c[0], Device[device].renderer))
     assert any(o.op is OptOps.SWAP for o in opts), opts
     np.testing.assert_allclose(run(c, device, opts), c[2], rtol=1e-4, atol=1e-5)

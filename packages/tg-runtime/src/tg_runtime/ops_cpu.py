@@ -377,6 +377,20 @@ def _all_arrays(bufs: tuple[Any, ...]) -> bool:
     return True
 
 
+@functools.cache
+def host_vector_bytes() -> int:
+    """The widest vector the kernels use on this host: 64 bytes where the CPU has AVX-512 (-march=native code may
+    use it), else 32."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return 32
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return 32
+    return 64 if "avx512f" in flags and "avx512vl" in flags else 32
+
+
 def open_device(name: str) -> Compiled:
     threads = int(os.getenv("THREADS", "0")) or len(os.sched_getaffinity(0))
-    return Compiled(name, CPUAllocator(), ClangRenderer(threads), ClangCompiler(), CPUProgram)
+    return Compiled(name, CPUAllocator(), ClangRenderer(threads, host_vector_bytes()), ClangCompiler(), CPUProgram)
