@@ -118,7 +118,7 @@ def _panel_outer(k: Kernel, mv: frozenset[int], mo: frozenset[int], v_amt: int) 
 
 # lanes of V and the most accumulators of a tile: contiguous loads along V (wide loads) take 16 lanes and
 # up to 128 accumulators (16 AVX registers), twice both with 64-byte vectors (AVX-512: matmul 1024 on 2 cores
-# 126-131 -> 143-154 GFLOPS, bench of the tile alone); lanes gathered from scattered addresses take 4 and up to 64
+# 123 -> 201 GFLOPS, best of 4 interleaved rounds); lanes gathered from scattered addresses take 4 and up to 64
 TILE_CONTIGUOUS, TILE_CONTIGUOUS_MAX = (16, 8), 128
 TILE_GATHERED, TILE_GATHERED_MAX = (4,), 64
 TILE_OTHER = (16, 8, 9, 6, 4, 3, 2)  # copies of O, the first that divides it and fits

@@ -361,7 +361,7 @@ class ClangRenderer(CStyleLanguage):
 
     def __init__(self, threads: int = 1, vector_bytes: int = 32) -> None:
         """`threads`: CPU threads of THREAD loops; `vector_bytes`: the widest vector, 32 (AVX2) or 64 where the host
-        has AVX-512 (its 32 vector registers hold the wider tiles: matmul 1024 on 2 cores 121 -> 153-164 GFLOPS)."""
+        has AVX-512 (its 32 vector registers hold the wider tiles of heuristic._tile_pair)."""
         if not isinstance(threads, int) or threads < 1:
             raise ValueError(f"ClangRenderer: threads must be an int >= 1, got {threads!r}")
         if vector_bytes not in (16, 32, 64):
