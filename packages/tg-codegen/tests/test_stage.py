@@ -78,3 +78,15 @@ def test_past_the_shared_memory_limit() -> None:
     with pytest.raises(KernelOptError, match="65536 bytes of shared memory per block; the device's limit is 49152"):
         k.apply_opts(opts + [Opt(OptOps.STAGE)])
     assert not k.staged and len(k.applied_opts) == len(opts)  # refused: the kernel is as before
+
+
+def test_pipelined_slots_count_against_the_shared_memory_limit() -> None:
+    """Each slot is a whole copy of the tiles: 128 x 16 tiles of A and B in fp32 are 16 KiB, 3 slots 48 KiB (the
+    limit, accepted), 4 slots 64 KiB (refused, naming the limit)."""
+    opts = [Opt(OptOps.LOCAL, 0, 16), Opt(OptOps.LOCAL, 1, 16), Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 8)]
+    opts += [Opt(OptOps.UNROLL, 0, 16)]
+    k = Kernel(matmul_ast(256, 64, 256), CUDARenderer("sm_90")).apply_opts(opts)
+    assert stage_bytes(k.copy().apply_opts([Opt(OptOps.STAGE, None, 3)])) == 3 * 2 * 128 * 16 * 4 == 49152
+    with pytest.raises(KernelOptError, match="65536 bytes of shared memory per block; the device's limit is 49152"):
+        k.apply_opt(Opt(OptOps.STAGE, None, 4))
+    assert not k.staged
