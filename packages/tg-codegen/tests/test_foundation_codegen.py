@@ -45,3 +45,16 @@ def test_source_compiles() -> None:
     src = get_program(sum_rows_ast(5, 3), ClangRenderer()).src
     proc = subprocess.run([cc, "-fsyntax-only", "-x", "c", "-"], input=src.encode(), capture_output=True)
     assert proc.returncode == 0, proc.stderr.decode()
+
+
+def test_renderers_say_which_dtypes_they_support() -> None:
+    """`supported_dtypes()` (tinygrad's renderer API): every dtype, except float64 on an OpenCL device without
+    cl_khr_fp64."""
+    from tg_codegen.renderer.cstyle import ClangRenderer
+    from tg_codegen.renderer.cuda import CUDARenderer
+    from tg_codegen.renderer.opencl import OpenCLRenderer
+    from tg_uop import dtypes as dt
+
+    for r in (ClangRenderer(), CUDARenderer("sm_90"), OpenCLRenderer()):
+        assert r.supported_dtypes() == set(dt.all), type(r).__name__
+    assert OpenCLRenderer(fp64=False).supported_dtypes() == set(dt.all) - {dt.float64}

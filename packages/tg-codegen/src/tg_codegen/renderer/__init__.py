@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tg_codegen.limits import LaunchLimits
-from tg_uop import DType, Ops, UOp
+from tg_uop import DType, Ops, UOp, dtypes
 
 
 class KernelParamError(ValueError):
@@ -94,6 +94,15 @@ class Renderer:
 
     def render(self, name: str, uops: list[UOp]) -> str:
         raise NotImplementedError(f"{type(self).__name__} does not render programs")
+
+    def supported_dtypes(self) -> set[DType]:
+        """The dtypes this renderer's programs can compute in and store (tinygrad's name for the question).
+
+        >>> from tg_uop import dtypes
+        >>> dtypes.float64 in Renderer().supported_dtypes()
+        True
+        """
+        return set(dtypes.all)
 
 
 def estimate(uops: list[UOp]) -> tuple[int, int]:

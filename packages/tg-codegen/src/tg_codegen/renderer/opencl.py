@@ -46,6 +46,10 @@ class OpenCLRenderer(CStyleLanguage):
             + (() if fp16 else (_ROUND_HALF,))
         )
 
+    def supported_dtypes(self) -> set[DType]:
+        """All but float64 on a device without cl_khr_fp64 (half and bfloat16 are computed in float where needed)."""
+        return super().supported_dtypes() - (set() if self.fp64 else {dtypes.float64})
+
     def render_float(self, x: float, dt: DType) -> str:
         # NaN through the `nan()` builtin, not the NAN macro: PoCL 3.1 (LLVM) turns `exp2(v * NAN)` into garbage
         # (1.6e-10, 0.0, ... instead of NaN) while `exp2(v * nan(0u))` gives NaN
