@@ -187,22 +187,20 @@ class Stager:
     def fragment(self, load: UOp, idxs: tuple[UOp, ...], dtype: DType) -> UOp | None:
         """A tensor-core fragment of `load` read with one ldmatrix: `idxs` is the position whose address this lane
         gives (TCLowerer._ldmatrix_row); None when `load` is not read that way."""
-        if load not in self.ldsm:
+        if (lds := self.ldsm.get(load)) is None:
             return None
         ready = self._ready()
-        lds = self.ldsm[load]
         buf = self.bufs[load]
-        shape = ("x4" if lds.role == "a" else "x2") + (".trans" if lds.trans else "")
+        name = f"__tg_ldmatrix_{'x4' if lds.role == 'a' else 'x2'}{'_trans' if lds.trans else ''}"
         ptr = UOp(Ops.INDEX, buf.dtype, (buf, self._addr(load, idxs), ready))
-        return UOp(Ops.CUSTOM, dtype, (ptr,), f"__tg_ldmatrix_{shape.replace('.', '_')}<{{T}}>({{0}})")
+        return UOp(Ops.CUSTOM, dtype, (ptr,), f"{name}<{{T}}>({{0}})")
 
     def plan_ldmatrix(self, load: UOp, role: str, tc_axes: tuple[int, int, int]) -> None:
         """Read `load` (operand `role` of the tensor core) with ldmatrix where its tile allows it."""
-        if load not in self.loads or not self.k.opts.has_async_copy or self.depth < 2:
+        # (copied_layout: pipelined tensor-core tiles on a renderer with asynchronous copies)
+        if load not in self.loads or not copied_layout(self.k) or load.dtype.itemsize not in (2, 4):
             return
         tile, size = self.tiles[load], load.dtype.itemsize
-        if not copied_layout(self.k) or size not in (2, 4):
-            return
         per = 16 // size
         m_or_n = tc_axes[0] if role == "a" else tc_axes[1]
         inner = tile.axes[-1]
@@ -213,9 +211,9 @@ class Stager:
         elif inner == m_or_n and tc_axes[2] in tile.axes:
             # TF32 contiguous along M (N): no transposing ldmatrix for 32-bit elements; a lane reads (row k = t,
             # column g) one element at a time, and rows t = 0..3 would fall in the same banks: skewed instead
-            rows = tile.strides[tile.axes.index(tc_axes[2])] // per
-            if tile.strides[tile.axes.index(tc_axes[2])] % per == 0 and rows % 8 == 0:
-                self.skewed[load] = rows
+            k_stride = tile.strides[tile.axes.index(tc_axes[2])]
+            if k_stride % per == 0 and (k_stride // per) % 8 == 0:
+                self.skewed[load] = k_stride // per
             return
         else:
             return
@@ -239,17 +237,16 @@ class Stager:
         stored at q ^ ((q // max(R, 8)) % min(R, 8)), so the 8 rows one ldmatrix matrix reads (and the pieces a warp
         copies) fall in distinct banks; TF32 tiles read element by element along K rows are skewed (see
         plan_ldmatrix). Other tiles are stored as they are."""
-        per = self.chunk.get(load, 0)
-        if per and load in self.skewed:  # piece q of row r at q ^ 2*(r % 4): a warp's 4 rows x 2 pieces, 32 banks
-            q = addr // per
-            return (q ^ (((q // self.skewed[load]) % 4) * 2)) * per + addr % per
-        if not per or load not in self.ldsm:
-            return addr
-        rows = self.ldsm[load].chunks_per_row
-        if min(rows, 8) == 1:
+        if not (per := self.chunk.get(load, 0)):
             return addr
         q = addr // per
-        return (q ^ ((q // max(rows, 8)) % min(rows, 8))) * per + addr % per
+        if load in self.skewed:  # piece q of row r at q ^ 2*(r % 4): a warp's 4 rows x 2 pieces, 32 banks
+            skew = ((q // self.skewed[load]) % 4) * 2
+        elif load in self.ldsm and min(rows := self.ldsm[load].chunks_per_row, 8) > 1:
+            skew = (q // max(rows, 8)) % min(rows, 8)
+        else:
+            return addr
+        return (q ^ skew) * per + addr % per
 
     # ---- copying
     def _ready(self) -> UOp:
@@ -336,7 +333,7 @@ class Stager:
         st: ShapeTracker = load.src[1].arg
         order_sizes = [int(k.full_shape[a]) // (per if a == tile.axes[-1] else 1) for a in tile.copy_order]
         pieces = tile.size // per
-        reduce_axis = reduce_loops(k)[0] if step is not None else None
+        reduce_axis = reduce_loops(k)[0] if step is not None else None  # (None: the loop's own index)
         stores = []
         for j in range(-(-pieces // threads)):
             flat = tid + j * threads
@@ -351,7 +348,7 @@ class Stager:
                 else self._c(0)
                 if t in TILE_AXES
                 else step
-                if a == reduce_axis and step is not None
+                if a == reduce_axis and step is not None  # (both or neither: step narrowed for the type checker)
                 else lw.loop[a]
                 for a, t in enumerate(k.axis_types)
             ]

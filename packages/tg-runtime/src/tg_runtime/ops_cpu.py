@@ -131,15 +131,23 @@ def compiler_version(cc: str) -> str:
 
 
 @functools.cache
-def host_cpu() -> str:
-    """The machine and CPU model (-march=native code is built for this CPU)."""
-    model = ""
+def _cpuinfo() -> dict[str, str]:
+    """Each field of /proc/cpuinfo ("model name", "flags", ...) at its first occurrence; empty where there is none."""
+    fields: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo") as f:
-            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+            for line in f:
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    return f"{platform.machine()} {model}"
+    return fields
+
+
+@functools.cache
+def host_cpu() -> str:
+    """The machine and CPU model (-march=native code is built for this CPU)."""
+    return f"{platform.machine()} {_cpuinfo().get('model name', '')}"
 
 
 class ClangCompiler(Compiler):
@@ -381,14 +389,8 @@ def _all_arrays(bufs: tuple[Any, ...]) -> bool:
 def host_vector_bytes() -> int:
     """The widest vector the kernels use on this host: 64 bytes where the CPU has AVX-512 (-march=native code may
     use it), else 32."""
-    if platform.machine() not in ("x86_64", "AMD64"):
-        return 32
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
-    except OSError:
-        return 32
-    return 64 if "avx512f" in flags and "avx512vl" in flags else 32
+    flags = _cpuinfo().get("flags", "").split()
+    return 64 if platform.machine() in ("x86_64", "AMD64") and "avx512f" in flags and "avx512vl" in flags else 32
 
 
 def open_device(name: str) -> Compiled:
