@@ -168,7 +168,7 @@ def test_staged_tiles_compile(arch: str, case: str, monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("TC", "0")  # fp16 inputs would take the tensor cores first
     spec = get_program(make(), CUDARenderer(arch), opts=None if opts is None else opts + [Opt(OptOps.STAGE)])
     assert OptOps.STAGE in [o.op for o in spec.applied_opts], spec.applied_opts
-    assert "__shared__ __align__(16)" in spec.src and spec.src.count("__syncthreads();") == 2
+    assert "__shared__ __align__(" in spec.src and spec.src.count("__syncthreads();") == 2
     assert NVRTCCompiler(arch).compile(spec.src)[:4] == b"\x7fELF"
 
 
@@ -207,6 +207,44 @@ def test_pipelined_tensor_core_tiles_compile(arch: str, dt: DType, layout: str, 
     else:  # no transposing ldmatrix for 32-bit elements
         assert ("__tg_ldmatrix_x4<" in src) == (layout[0] == "n") and ("__tg_ldmatrix_x2<" in src) == (layout[1] == "t")
     assert NVRTCCompiler(arch).compile(src)[:4] == b"\x7fELF"
+
+
+WGMMA = [Opt(OptOps.TC, 0, 1), Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.UNROLL, 0, 2)]
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("dt", [dtypes.float16, dtypes.bfloat16])
+@pytest.mark.parametrize("layout", ["nn", "tn", "nt", "tt"])
+@pytest.mark.parametrize("depth", [2, 3])
+def test_warpgroup_mma_tiles_compile(dt: DType, layout: str, depth: int) -> None:
+    """Hopper's warpgroup MMA (TC arg 1 on sm_90): both tiles pipelined in 1024-byte aligned slots, read by
+    descriptor (K-major tiles with the 64-byte swizzle, M/N-major ones in 64-element atoms with the 128-byte one),
+    the instruction's transpose flags set for M-/N-major operands, the copies fenced for the async proxy; NVRTC
+    compiles it (for sm_90a)."""
+    ast = _transposed_matmul_ast(dt, layout[0] == "t", layout[1] == "t", n=128, k=128, m=128)
+    spec = get_program(ast, CUDARenderer("sm_90"), opts=WGMMA + [Opt(OptOps.STAGE, None, depth)])
+    src, ptx = spec.src, {dtypes.float16: "f16", dtypes.bfloat16: "bf16"}[dt]
+    assert f"wgmma.mma_async.sync.aligned.m64n128k16.f32.{ptx}.{ptx}" in src
+    assert src.count(f"__tg_wgmma_{ptx}<{int(layout[0] == 't')},{int(layout[1] == 'n')}>(") == 2  # K by 2 x 16
+    assert src.count("__tg_wgmma_wait(") == 2 and "__tg_fence_proxy_async();" in src  # (the helper and its call)
+    k_major, mn_major = "16, 512, 2)", "4096, 1024, 1)"  # (lbo, sbo, swizzle mode) of a 32-wide K row / N atoms
+    assert src.count(k_major) + src.count(mn_major) == 4 and "__shared__ __align__(1024)" in src
+    assert (src.count(mn_major) == 2) == (layout in ("tt", "nn")) and (src.count(mn_major) == 4) == (layout == "tn")
+    assert NVRTCCompiler("sm_90").compile(src)[:4] == b"\x7fELF"
+
+
+def test_warpgroup_mma_needs_pipelined_tiles_and_hopper() -> None:
+    """Without pipelined tiles a warpgroup MMA has nothing to read: refused naming what it needs; sm_80 has none;
+    the heuristics take it on sm_90 and mma.sync on sm_80."""
+    ast = _transposed_matmul_ast(dtypes.float16, False, False, n=128, k=128, m=128)
+    with pytest.raises(KernelOptError, match="STAGE"):
+        get_program(ast, CUDARenderer("sm_90"), opts=WGMMA)
+    with pytest.raises(KernelOptError, match="arg 1 picks a tensor core"):
+        get_program(ast, CUDARenderer("sm_80"), opts=WGMMA)
+    assert Opt(OptOps.TC, 0, 1) in get_program(ast, CUDARenderer("sm_90")).applied_opts
+    assert Opt(OptOps.TC, 0, 0) in get_program(ast, CUDARenderer("sm_80")).applied_opts
+    odd = _transposed_matmul_ast(dtypes.float16, False, False, n=64, k=128, m=128)  # 64 rows: one warpgroup's
+    assert Opt(OptOps.TC, 0, 0) in get_program(odd, CUDARenderer("sm_90")).applied_opts
 
 
 def test_pipelined_tiles_without_async_copies() -> None:

@@ -227,3 +227,59 @@ def test_pipelined_tile_smaller_than_the_workgroup() -> None:
     CompiledRunner(spec)(item.bufs, wait=True)
     out = np.frombuffer(item.bufs[0].as_bytes(), dtype=np.float16)
     _check(out.reshape(64, 32), ref, 128)
+
+
+# ---- Hopper's warpgroup MMA (wgmma): operands read from the pipelined tiles by descriptor
+
+
+def _hopper_or_skip() -> None:
+    _cuda_or_skip()
+    if not any(getattr(tc, "wgmma", False) for tc in Device["CUDA"].renderer.tensor_cores):
+        pytest.skip("warpgroup MMAs need an sm_90 GPU (Hopper)")
+
+
+@pytest.mark.parametrize("dt", sorted(DTYPES))
+@pytest.mark.parametrize("layout", ["nn", "tn", "nt", "tt"])
+@pytest.mark.parametrize("depth", [2, 3])
+@pytest.mark.parametrize("shape", [(128, 128, 64), (256, 384, 160)])
+def test_warpgroup_mma_tiles(dt: str, layout: str, depth: int, shape: tuple[int, int, int]) -> None:
+    """A (t: stored K x M) times B (t: stored N x K) with TC arg 1 (wgmma m64n128k16, 2 warpgroups per block):
+    K=64 is two steps (fewer than 3 slots), 160 five; 256 x 384 makes 2 x 3 blocks."""
+    _hopper_or_skip()
+    m, n, k = shape
+    rng = np.random.default_rng(11)
+    an, bn = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+
+    def stored(x: np.ndarray, transposed: bool) -> Tensor:
+        t = Tensor(np.ascontiguousarray(x.T) if transposed else x, device="CUDA").cast(DTYPES[dt]).contiguous()
+        return t.realize().T if transposed else t.realize()
+
+    a, b = stored(an, layout[0] == "t"), stored(bn, layout[1] == "t")
+    ref = a.cast(dtypes.float32).numpy().astype(np.float64) @ b.cast(dtypes.float32).numpy().astype(np.float64)
+    items = a.matmul(b).schedule()
+    for item in items:
+        current().unqueue(item)
+        for buf in item.bufs:
+            buf.ensure_allocated()
+    *_, item = items
+    opts = [Opt(OptOps.TC, 0, 1), Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.UNROLL, 0, 2), Opt(OptOps.STAGE, None, depth)]
+    spec = get_program(item.ast, Device["CUDA"].renderer, opts=opts)
+    assert "wgmma.mma_async" in spec.src
+    CompiledRunner(spec)(item.bufs, wait=True)
+    out = np.frombuffer(item.bufs[0].as_bytes(), dtype=np.float16 if dt == "fp16" else np.uint16)
+    if dt == "bf16":
+        out = (out.astype(np.uint32) << 16).view(np.float32)
+    _check(out.reshape(m, n), ref, k)
+
+
+def test_warpgroup_mma_default_and_fused() -> None:
+    """The heuristics take the warpgroup MMA for a big fp16 matmul on Hopper; a fused epilogue (bias, relu) and
+    an output cast run after it."""
+    _hopper_or_skip()
+    a, b, ref = _inputs(256, 256, 512, dtypes.float16, seed=12)
+    bias = Tensor(np.linspace(-1, 1, 256).astype(np.float32), device="CUDA").cast(dtypes.float16).realize()
+    c = (a.matmul(b) + bias).relu()
+    spec = get_program(c.schedule()[-1].ast, Device["CUDA"].renderer)
+    assert Opt(OptOps.TC, 0, 1) in spec.applied_opts, spec.applied_opts
+    want = np.maximum(ref + bias.cast(dtypes.float32).numpy().astype(np.float64), 0)
+    _check(c.cast(dtypes.float32).numpy(), want, 512)

@@ -35,7 +35,7 @@ def test_heuristic_stages_a_big_fp32_matmul() -> None:
     assert list(spec.applied_opts) == STAGED
     assert tuple(spec.local_size or ()) == (16, 16) and tuple(spec.global_size or ()) == (16, 16)
     # two 128 x 16 tiles of 4 bytes, 16-byte aligned so a thread reads its 8 values as two float4
-    assert "__shared__ __align__(16) float stage0[2048];" in spec.src and "stage1[2048];" in spec.src
+    assert "__shared__ __align__(1024) float stage0[2048];" in spec.src and "stage1[2048];" in spec.src
     assert spec.src.count("__syncthreads();") == 2
     assert "*((tg_floatx4*)(stage0+" in spec.src and "*((tg_floatx4*)(stage1+" in spec.src
 
@@ -61,7 +61,7 @@ def test_tensor_core_fragments_from_the_tiles() -> None:
     """With TC, the warp's 32 lanes share the copy and the MMA fragments are read from the tiles."""
     opts = [Opt(OptOps.TC, 0, 0), Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.LOCAL, 1, 2), Opt(OptOps.STAGE)]
     spec = get_program(matmul_ast(64, 64, 64, dtypes.float16), CUDARenderer("sm_90"), opts=opts)
-    assert "mma.sync.aligned.m16n8k16" in spec.src and "__shared__ __align__(16) half stage0[512];" in spec.src
+    assert "mma.sync.aligned.m16n8k16" in spec.src and "__shared__ __align__(1024) half stage0[512];" in spec.src
     assert "(stage0+" in spec.src and "(stage1+" in spec.src
 
 
@@ -71,22 +71,47 @@ def test_refused_without_shared_memory() -> None:
 
 
 def test_past_the_shared_memory_limit() -> None:
-    """128 x 64 tiles of A and B in fp32 are 64 KiB: past the 48 KiB of static shared memory per block."""
+    """128 x 64 tiles of A and B in fp32 are 64 KiB: past the 48 KiB a block of an sm_75 GPU has; an sm_90 block
+    may opt in to 227 KiB, and the tiles are then declared in dynamic shared memory, which the launch asks for."""
     opts = [Opt(OptOps.LOCAL, 0, 32), Opt(OptOps.LOCAL, 1, 32), Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 4)]
     opts += [Opt(OptOps.UNROLL, 0, 64)]
-    k = Kernel(matmul_ast(256, 256, 256), CUDARenderer("sm_90"))
+    k = Kernel(matmul_ast(256, 256, 256), CUDARenderer("sm_75"))
     with pytest.raises(KernelOptError, match="65536 bytes of shared memory per block; the device's limit is 49152"):
         k.apply_opts(opts + [Opt(OptOps.STAGE)])
     assert not k.staged and len(k.applied_opts) == len(opts)  # refused: the kernel is as before
+    spec = get_program(matmul_ast(256, 256, 256), CUDARenderer("sm_90"), opts=opts + [Opt(OptOps.STAGE)])
+    assert spec.shared_bytes == 65536 and "extern __shared__ __align__(1024) unsigned char __tg_smem[];" in spec.src
+    assert "float* stage1 = (float*)(__tg_smem + 32768);" in spec.src
+    assert "__shared__ __align__(1024) float" not in spec.src
+    small = get_program(matmul_ast(256, 256, 256), CUDARenderer("sm_90"), opts=opts[:4] + [Opt(OptOps.UNROLL, 0, 16)])
+    assert small.shared_bytes == 0  # (no STAGE: nothing in shared memory)
+    with pytest.raises(KernelOptError, match="262144 bytes of shared memory per block; the device's limit is 232448"):
+        Kernel(matmul_ast(256, 256, 256), CUDARenderer("sm_90")).apply_opts(opts + [Opt(OptOps.STAGE, None, 4)])
 
 
 def test_pipelined_slots_count_against_the_shared_memory_limit() -> None:
     """Each slot is a whole copy of the tiles: 128 x 16 tiles of A and B in fp32 are 16 KiB, 3 slots 48 KiB (the
-    limit, accepted), 4 slots 64 KiB (refused, naming the limit)."""
+    limit of an sm_75 block, accepted), 4 slots 64 KiB (refused, naming the limit)."""
     opts = [Opt(OptOps.LOCAL, 0, 16), Opt(OptOps.LOCAL, 1, 16), Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 8)]
     opts += [Opt(OptOps.UNROLL, 0, 16)]
-    k = Kernel(matmul_ast(256, 64, 256), CUDARenderer("sm_90")).apply_opts(opts)
+    k = Kernel(matmul_ast(256, 64, 256), CUDARenderer("sm_75")).apply_opts(opts)
     assert stage_bytes(k.copy().apply_opts([Opt(OptOps.STAGE, None, 3)])) == 3 * 2 * 128 * 16 * 4 == 49152
     with pytest.raises(KernelOptError, match="65536 bytes of shared memory per block; the device's limit is 49152"):
         k.apply_opt(Opt(OptOps.STAGE, None, 4))
     assert not k.staged
+
+
+def test_warpgroup_mma_tile_layouts() -> None:
+    """wgmma's canonical layouts (stage.WgmmaTile): A stored M x K is K-major, rows of 32 halfs (64 bytes, the 64-byte
+    swizzle, 8 rows = 512 bytes apart); B stored K x N is N-major, its rows (a block's 128 columns) split into
+    64-element atoms (the 128-byte swizzle; atoms 32 rows x 128 bytes = 4096 bytes apart, 8 rows of K 1024 apart)."""
+    from tg_codegen.tc_lower import TCLowerer
+
+    opts = [Opt(OptOps.TC, 0, 1), Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.UNROLL, 0, 2), Opt(OptOps.STAGE, None, 2)]
+    k = Kernel(matmul_ast(128, 64, 256, dtypes.float16), CUDARenderer("sm_90")).apply_opts(opts)
+    lw = TCLowerer(k)
+    assert lw.stager is not None
+    a, b = (lw.stager.wgmma[x] for x in (lw.a, lw.b))
+    assert (a.k_major, a.row, a.atom, a.rows, a.sbo, a.mode) == (True, 32, 32, 128, 512, 2)
+    assert (b.k_major, b.row, b.atom, b.rows, b.lbo, b.sbo, b.mode) == (False, 128, 64, 32, 4096, 1024, 1)
+    assert lw.wg_trans == (0, 1) and stage_bytes(k) == 2 * (128 * 32 + 32 * 128) * 2

@@ -94,8 +94,10 @@ def test_tc_must_come_first_and_refuses_group() -> None:
     k = Kernel(_matmul(), CUDARenderer()).apply_opts([TC])
     with pytest.raises(KernelOptError, match="tensor cores"):
         k.apply_opt(Opt(OptOps.GROUPTOP, 0, 2))
-    with pytest.raises(KernelOptError, match="arg 1 picks a tensor core"):
-        Kernel(_matmul(), CUDARenderer()).apply_opt(Opt(OptOps.TC, 0, 1))
+    with pytest.raises(KernelOptError, match="arg 1 picks a tensor core"):  # (Ampere: mma.sync only)
+        Kernel(_matmul(), CUDARenderer("sm_80")).apply_opt(Opt(OptOps.TC, 0, 1))
+    with pytest.raises(KernelOptError, match="arg 2 picks a tensor core"):  # (Hopper: mma.sync and wgmma)
+        Kernel(_matmul(), CUDARenderer("sm_90")).apply_opt(Opt(OptOps.TC, 0, 2))
 
 
 def test_heuristics_pick_tc_for_half_matmuls_on_cuda_only() -> None:

@@ -63,6 +63,7 @@ class Kernel:
         self.dont_use_locals = False
         self.staged = False  # STAGE applied: shared operand tiles go through shared memory (stage.py)
         self.stage_depth = 0  # STAGE's arg: tiles in flight (2 or more: pipelined copies)
+        self.wgmma = False  # TC picked a warpgroup MMA (Hopper): operands read from the staged tiles by descriptor
 
     # ---- shape plumbing ----
     @property

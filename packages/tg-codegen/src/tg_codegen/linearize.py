@@ -48,6 +48,8 @@ def _accumulator(ctx: list[int], u: UOp) -> UOp:
     upd = acc.alu(u.arg, val) if u.arg is not Ops.MAX else acc.maximum(val)
     if u.arg is Ops.ADD and val.op is Ops.WMMA:
         upd = _accumulate_into(val, acc)
+    elif u.arg is Ops.ADD and val.op is Ops.CUSTOM and len(val.src) == 1 and val.src[0].op is Ops.WMMA:
+        upd = val.replace(src=(_accumulate_into(val.src[0], acc),))  # a wait around a chain (warpgroup MMAs)
     slot = acc_slot(u.dtype.scalar())
     if u.dtype.count > 1:  # the value was packed lane by lane into vectors (vectorize.py)
         slot = UOp(Ops.VECTORIZE, u.dtype, (slot,) * u.dtype.count)

@@ -110,6 +110,7 @@ def program_for_kernel(k: Kernel, name_override: str | None = None) -> ProgramSp
         estimated_ops=ops,
         estimated_mem=mem,
         applied_opts=tuple(k.applied_opts),
+        shared_bytes=renderer.dynamic_shared_bytes(uops),
     )
 
 

@@ -89,6 +89,7 @@ def _to_data(spec: ProgramSpec) -> dict[str, Any] | None:
         "estimated_ops": spec.estimated_ops,
         "estimated_mem": spec.estimated_mem,
         "applied_opts": opts,
+        "shared_bytes": spec.shared_bytes,
     }
 
 
@@ -113,6 +114,7 @@ def _from_data(data: Any) -> ProgramSpec | None:
             estimated_ops=int(data["estimated_ops"]),
             estimated_mem=int(data["estimated_mem"]),
             applied_opts=tuple(Opt(OptOps[str(op)], axis, arg) for op, axis, arg in data["applied_opts"]),
+            shared_bytes=int(data.get("shared_bytes", 0)),
         )
     except (KeyError, TypeError, ValueError, AttributeError):
         return None

@@ -57,8 +57,8 @@ def actions(renderer: Renderer) -> list[Opt]:
         ret += [Opt(OptOps.NOLOCALS)]
     if renderer.has_local and renderer.has_shared:
         ret += [Opt(OptOps.STAGE, None, depth) for depth in (0, 2, 3)]
-    if renderer.tensor_cores:
-        ret += [Opt(OptOps.TC, a, 0) for a in range(2)]
+    if renderer.tensor_cores:  # (arg 1: Hopper's warpgroup MMA, which needs a pipelined STAGE to lower)
+        ret += [Opt(OptOps.TC, a, t) for a in range(2) for t in range(2)]
     return ret
 
 

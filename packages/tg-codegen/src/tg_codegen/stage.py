@@ -71,7 +71,8 @@ def staged_loads(k: Kernel) -> list[UOp]:
         if u.op is not Ops.LOAD or len(u.src) != 2 or u.src[0].op is not Ops.DEFINE_GLOBAL:
             continue  # gathered loads (extra index sources) are read in place
         strides = _real_strides(u)
-        if any(strides[a] != 0 for a in reduces) and any(strides[a] == 0 for a in locals_):
+        # (a warpgroup MMA reads both operands from shared memory, even one each warpgroup reads alone)
+        if any(strides[a] != 0 for a in reduces) and (any(strides[a] == 0 for a in locals_) or k.wgmma):
             ret.append(u)
     return ret
 
@@ -148,6 +149,26 @@ class Ldmatrix:
     chunks_per_row: int
 
 
+@dataclass(frozen=True)
+class WgmmaTile:
+    """How a warpgroup MMA (wgmma, Hopper) reads an operand's tile from shared memory by descriptor.
+
+    The tile is stored as rows of `row` elements along its contiguous dimension (K: "K-major"; M or N: "MN-major"),
+    split into atoms of `atom` elements (128 bytes at most) stored one after another (all rows of atom 0, then of
+    atom 1, ...), each 16-byte piece XOR-swizzled by its row within the atom's 8-row group: the canonical layouts of
+    the PTX ISA's wgmma section (swizzle mode 128, 64 or 32 bytes = the atom's width). lbo and sbo are the
+    descriptor's leading and stride byte offsets: K-major, sbo steps 8 rows (lbo unused); MN-major, lbo steps one
+    atom along M or N and sbo 8 rows of K."""
+
+    k_major: bool
+    row: int
+    atom: int
+    rows: int
+    lbo: int
+    sbo: int
+    mode: int  # the descriptor's swizzle mode: 1 = 128-byte, 2 = 64-byte, 3 = 32-byte
+
+
 class Stager:
     """Builds a kernel's staged tiles while it is lowered: the copies, the barriers and the shared-memory reads.
 
@@ -166,6 +187,7 @@ class Stager:
         self.chunk: dict[UOp, int] = {}  # elements per asynchronous 16-byte copy (0: copied element by element)
         self.ldsm: dict[UOp, Ldmatrix] = {}  # tensor-core operands read with ldmatrix (set by the TC lowerer)
         self.skewed: dict[UOp, int] = {}  # TF32 operands read element by element along K rows: pieces per row
+        self.wgmma: dict[UOp, WgmmaTile] = {}  # operands a warpgroup MMA reads by descriptor (plan_wgmma)
         self.ready: UOp | None = None  # the barrier after every tile of this step is copied
         self.rng: UOp | None = None  # the pipelined reduce loop
 
@@ -224,9 +246,58 @@ class Stager:
             return
         self.ldsm[load] = Ldmatrix(role, trans, row_axis, stride // per)
 
+    def plan_wgmma(self, load: UOp, tc_axes: tuple[int, int, int], tc_axis: int) -> WgmmaTile | None:
+        """Lay out `load`'s tile for a warpgroup MMA (`tc_axis`: its TCM or TCN axis); None where the tile cannot
+        take a canonical layout: it must be copied in 16-byte pieces, its contiguous dimension's axes last (the
+        tensor core's axis innermost among them) and the other dimension's likewise, a row at most 128 bytes when
+        K is contiguous (a multiple of 128 when M or N is), and rows in groups of 8."""
+        if load not in self.loads or not copied_layout(self.k) or load.dtype.itemsize != 2 or not self._chunk(load):
+            return None
+        k, tile, size = self.k, self.tiles[load], load.dtype.itemsize
+        is_k = [k.axis_types[a] in (AxisType.UNROLL, AxisType.TCK) for a in tile.axes]
+        n_inner = next((i for i in range(len(is_k)) if all(x == is_k[-1] for x in is_k[i:])), 0)
+        inner, outer = tile.axes[n_inner:], tile.axes[:n_inner]
+        k_major = is_k[-1]
+        if not outer or any(is_k[i] == k_major for i in range(n_inner)):
+            return None  # the other dimension's axes are not all outside the contiguous one's
+        if inner[-1] != (tc_axes[2] if k_major else tc_axis) or outer[-1] != (tc_axis if k_major else tc_axes[2]):
+            return None
+        row = int(prod(int(k.full_shape[a]) for a in inner))
+        atom = min(row, 128 // size)
+        rows = tile.size // row
+        if atom * size not in (32, 64, 128) or row % atom or rows % 8 or (k_major and row != atom):
+            return None
+        mode = {128: 1, 64: 2, 32: 3}[atom * size]
+        if k_major:
+            lbo, sbo = 16, 8 * row * size
+        else:
+            lbo, sbo = rows * atom * size, 8 * atom * size
+        self.wgmma[load] = WgmmaTile(k_major, row, atom, rows, lbo, sbo, mode)
+        return self.wgmma[load]
+
+    def descriptor(self, load: UOp, idxs: tuple[UOp, ...]) -> UOp:
+        """The 64-bit shared-memory descriptor of `load`'s tile with its corner at `idxs` (the tensor core's axes
+        at 0) for a warpgroup MMA: the corner's unswizzled address, the tile's byte offsets and swizzle mode."""
+        wg = self.wgmma[load]
+        ready = self._ready()
+        buf = self.bufs[load]
+        off = self._split(load, self.tiles[load].offset(idxs, self._c(0)))
+        if self.depth > 1:
+            assert self.rng is not None
+            off = off + (self.rng % self.depth) * self.tiles[load].size
+        ptr = UOp(Ops.INDEX, buf.dtype, (buf, off, ready))
+        return UOp(Ops.CUSTOM, dtypes.uint64, (ptr,), f"__tg_wgmma_desc({{0}}, {wg.lbo}, {wg.sbo}, {wg.mode})")
+
+    def _split(self, load: UOp, off: UOp) -> UOp:
+        """A wgmma tile's element offset `off` (row-major rows of `row`) in its layout of atoms (see WgmmaTile)."""
+        if (wg := self.wgmma.get(load)) is None or wg.row == wg.atom:
+            return off
+        r, i = off // wg.row, off % wg.row
+        return (i // wg.atom) * (wg.rows * wg.atom) + r * wg.atom + i % wg.atom
+
     def _addr(self, load: UOp, idxs: tuple[UOp, ...] | dict[int, UOp]) -> UOp:
         tile = self.tiles[load]
-        addr = self._swizzle(load, tile.offset(idxs, self._c(0)))
+        addr = self._swizzle(load, self._split(load, tile.offset(idxs, self._c(0))))
         if self.depth == 1:
             return addr
         assert self.rng is not None
@@ -244,6 +315,8 @@ class Stager:
             skew = ((q // self.skewed[load]) % 4) * 2
         elif load in self.ldsm and min(rows := self.ldsm[load].chunks_per_row, 8) > 1:
             skew = (q // max(rows, 8)) % min(rows, 8)
+        elif load in self.wgmma:  # the canonical swizzle: piece q of an atom's row r (8-row groups) at q ^ (r % 8)
+            skew = (q // 8) % (self.wgmma[load].atom * load.dtype.itemsize // 16)
         else:
             return addr
         return (q ^ skew) * per + addr % per
@@ -288,7 +361,9 @@ class Stager:
             st for load in self.loads for st in self._copy(load, step, slot * self.tiles[load].size, done, step < n)
         )
         if asynchronous:  # this step's pieces (committed depth - 1 groups ago) have landed
-            nxt = (UOp(Ops.CUSTOM, dtypes.void, nxt, f"{COMMIT}; {WAIT.format(self.depth - 1)}"),)
+            # (a warpgroup MMA reads shared memory through the async proxy: the copies are fenced for it)
+            fence = f"; {PROXY_FENCE}" if self.k.wgmma else ""
+            nxt = (UOp(Ops.CUSTOM, dtypes.void, nxt, f"{COMMIT}; {WAIT.format(self.depth - 1)}{fence}"),)
         return UOp(Ops.BARRIER, dtypes.void, nxt)
 
     def _chunk(self, load: UOp) -> int:
@@ -328,8 +403,9 @@ class Stager:
             lambda x, y: x + y, [lw.loop[a] * int(prod(sizes[i + 1 :])) for i, a in enumerate(locals_)], self._c(0)
         )
         threads = int(prod(sizes))
-        if lane is not None and k.axes_of(AxisType.TCK):
-            tid, threads = tid * 32 + lane, threads * 32
+        if lane is not None and k.axes_of(AxisType.TCK):  # (32 lanes of a warp, 128 of a warpgroup)
+            lanes = int(getattr(getattr(lw, "tc", None), "threads", 32))
+            tid, threads = tid * lanes + lane, threads * lanes
         st: ShapeTracker = load.src[1].arg
         order_sizes = [int(k.full_shape[a]) // (per if a == tile.axes[-1] else 1) for a in tile.copy_order]
         pieces = tile.size // per
@@ -363,7 +439,7 @@ class Stager:
             dst = UOp(
                 Ops.INDEX,
                 buf.dtype,
-                (buf, slot + self._swizzle(load, tile.offset(coords, self._c(0))))
+                (buf, slot + self._swizzle(load, self._split(load, tile.offset(coords, self._c(0)))))
                 + ((done,) if done is not None else ()),
             )
             if per > 1:  # 16 bytes without registers; a gated-off piece is zero-filled (nothing read)
@@ -389,6 +465,7 @@ class Stager:
 
 COMMIT = "__tg_cp_async_commit()"
 WAIT = "__tg_cp_async_wait<{}>()"
+PROXY_FENCE = "__tg_fence_proxy_async()"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from tg_codegen.axes import AxisType
 from tg_codegen.gpudims import special_indexes
 from tg_codegen.kernel import Kernel
 from tg_codegen.lowerer import Lowerer, drop_true_gates
+from tg_codegen.opt import KernelOptError
 from tg_codegen.stage import copied_layout
 from tg_codegen.tensorcore import TC_AXIS_TYPES, Layout, applied_tensor_core, mma_operands, moving, native_layout
 from tg_codegen.wideload import widen_loads
@@ -33,7 +34,8 @@ class TCLowerer(Lowerer):
         self.lane = UOp.const(dtypes.int32, 0)
         # pipelined tiles on a renderer with async copies: fragments in the PTX layout, read with ldmatrix (stage.py)
         self.native = copied_layout(k)
-        self.tc = native_layout(applied_tensor_core(k)) if self.native else applied_tensor_core(k)
+        tc = applied_tensor_core(k)
+        self.tc = native_layout(tc) if self.native and not tc.wgmma else tc
         super().__init__(k)
         tm, tn, tk = (k.axes_of(t)[0] for t in TC_AXIS_TYPES)
         self.tc_axes = (tm, tn, tk)
@@ -44,9 +46,22 @@ class TCLowerer(Lowerer):
         self.a, self.b = ops[::-1] if moving(ops[0], self.tc_axes[1]) else ops
         lane = self.lane
         self.terms = {"g": lane // 4, "t": lane % 4, "2t": (lane % 4) * 2, "4t": (lane % 4) * 4}
+        self.terms["wg"] = (lane // 32) * 16 + (lane % 32) // 4  # a warpgroup's thread: 16 rows per warp
         n_up = [x for x in k.axes_of(AxisType.UPCAST) if moving(self.b, x) and not moving(self.a, x)]
         self.n_up = n_up[-1] if n_up and not self.native else None
-        if self.stager is not None:
+        self.wg_trans = (0, 0)  # a warpgroup MMA's operands stored M-major (A) / N-major (B): the instruction's flags
+        if self.tc.wgmma:
+            planned = [
+                self.stager.plan_wgmma(op, self.tc_axes, axis) if self.stager is not None else None
+                for op, axis in ((self.a, tm), (self.b, tn))
+            ]
+            if planned[0] is None or planned[1] is None:
+                raise KernelOptError(
+                    f"{self.tc.name} reads its operands from shared memory: it needs both tiles pipelined "
+                    "(Opt(OptOps.STAGE, None, 2 or more)) in 16-byte copies, each a canonical wgmma layout"
+                )
+            self.wg_trans = (int(not planned[0].k_major), int(not planned[1].k_major))
+        elif self.stager is not None:
             self.stager.plan_ldmatrix(self.a, "a", self.tc_axes)
             self.stager.plan_ldmatrix(self.b, "b", self.tc_axes)
         self.elem = 0
@@ -115,8 +130,15 @@ class TCLowerer(Lowerer):
         b_tiles = [(zero, self._at(tc.b_cols, j), self._at(tc.b_rows, j)) for j in range(len(tc.b_rows))]
         for c in self._combos((AxisType.UNROLL,)):
             f = {**fixed, **c}
+            if tc.wgmma and self.stager is not None:  # descriptors of the tiles' corners for this step of K
+                corner = self._tc_idxs(f, (zero, zero, zero), inside_reduce=True)
+                descs = (self.stager.descriptor(self.a, corner), self.stager.descriptor(self.b, corner))
+                val = UOp(Ops.WMMA, acc_dt, (*descs, val), f"{tc.name}<{self.wg_trans[0]},{self.wg_trans[1]}>")
+                continue
             frags = (self._fragment(self.a, f, a_tiles), self._fragment(self.b, f, b_tiles))
             val = UOp(Ops.WMMA, acc_dt, (*frags, val), tc.name)
+        if tc.wgmma:  # the warpgroup MMAs run asynchronously: wait for them before the accumulator is used
+            val = UOp(Ops.CUSTOM, acc_dt, (val,), WGMMA_WAIT)
         rngs = tuple(self.loop[x] for x in self.k.axes_of(AxisType.REDUCE) if self.loop[x].op is Ops.RANGE)
         return UOp(Ops.REDUCE, acc_dt, (val, *rngs), Ops.ADD) if rngs else val
 
@@ -142,6 +164,11 @@ class TCLowerer(Lowerer):
         if trans:  # contiguous along N: rows are k
             return zero, zero, lane % 16
         return zero, lane % 8, ((lane // 8) % 2) * per
+
+
+# commits this step's warpgroup MMAs and waits for them (binding the accumulator's registers: nothing reads them
+# before the asynchronous MMAs have written them)
+WGMMA_WAIT = "__tg_wgmma_wait({0})"
 
 
 def lower_tc(k: Kernel) -> UOp:

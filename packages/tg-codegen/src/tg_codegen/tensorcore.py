@@ -21,10 +21,14 @@ element is a GEP of the accumulator stored at its own (row, col).
 >>> from tg_codegen.tensorcore import TENSOR_CORES_SM80
 >>> [tc.name for tc in TENSOR_CORES_SM80]
 ['m16n8k16_half_float', 'm16n8k16_bfloat16_float', 'm16n8k8_float_float']
+
+On Hopper (sm_90) the warpgroup MMA (wgmma) joins them: 128 threads, operands read from pipelined shared-memory
+tiles by descriptor (stage.py); it needs `Opt(OptOps.STAGE, None, depth >= 2)` with asynchronous copies.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, replace
 
 from tg_codegen.axes import AxisType
@@ -61,6 +65,9 @@ class TensorCore:
     c_rows: Layout
     c_cols: Layout
     threads: int = 32
+    # Hopper's warpgroup MMA (wgmma.mma_async, sm_90a): 4 warps together, A and B read from shared memory through
+    # descriptors (no fragments in registers: a_* and b_* are empty), only C's layout is given
+    wgmma: bool = False
 
     @property
     def name(self) -> str:
@@ -106,6 +113,30 @@ def _m16n8k8_tf32() -> TensorCore:
     )
 
 
+def _wgmma_m64n128k16(dtype_in: DType) -> TensorCore:
+    """PTX wgmma.mma_async.sync.aligned.m64n128k16.f32.{f16,bf16}: a warpgroup of 128 threads multiplies a 64x16 tile
+    of A by a 16x128 tile of B, both in shared memory (stage.py lays them out and describes them). Thread w*32 + l
+    (warp w, lane l) holds C's rows 16w + l//4 (+8) at columns 8j + 2(l%4) (+1) for j = 0..15: term "wg" is
+    16 * (lane // 32) + (lane % 32) // 4."""
+    rows, cols = [], []
+    for j in range(16):
+        rows += [("wg", 0), ("wg", 0), ("wg", 8), ("wg", 8)]
+        cols += [("2t", 8 * j), ("2t", 8 * j + 1), ("2t", 8 * j), ("2t", 8 * j + 1)]
+    return TensorCore(
+        dims=(64, 128, 16),
+        dtype_in=dtype_in,
+        dtype_out=dtypes.float32,
+        a_rows=(),
+        a_cols=(),
+        b_rows=(),
+        b_cols=(),
+        c_rows=tuple(rows),
+        c_cols=tuple(cols),
+        threads=128,
+        wgmma=True,
+    )
+
+
 def native_layout(tc: TensorCore) -> TensorCore:
     """`tc` with K in the PTX ISA's own order (no permutation): the layout `ldmatrix` delivers fragments in, used where
     fragments are read from pipelined shared-memory tiles (stage.py). Term "t" is lane % 4.
@@ -119,6 +150,8 @@ def native_layout(tc: TensorCore) -> TensorCore:
 
 
 TENSOR_CORES_SM80 = (_m16n8k16(dtypes.float16), _m16n8k16(dtypes.bfloat16), _m16n8k8_tf32())
+# Hopper (sm_90) adds the warpgroup MMAs: for fp16/bf16 `Opt(OptOps.TC, axis, 1)` picks them (arg 0: mma.sync)
+TENSOR_CORES_SM90 = TENSOR_CORES_SM80 + (_wgmma_m64n128k16(dtypes.float16), _wgmma_m64n128k16(dtypes.bfloat16))
 # fp32 matmuls run on the TF32 tensor core only when the user allows it (Context(ALLOW_TF32=1) or ALLOW_TF32=1 in
 # the environment): TF32 keeps 10 of fp32's 23 mantissa bits. Off by default, as in tinygrad and torch's matmuls.
 ALLOW_TF32 = ContextVar("ALLOW_TF32", 0)
@@ -209,6 +242,7 @@ def apply_tc(k: Kernel, opt: Opt) -> None:
     # each split moves its tile part to the end, so the other axes keep their numbers
     for axis, size, kind in zip((m.m_axis, m.n_axis, m.k_axis), m.tc.dims, TC_AXIS_TYPES):
         k._split(axis, size, kind, inner=True)
+    k.wgmma = m.tc.wgmma
 
 
 def applied_tensor_core(k: Kernel) -> TensorCore:
@@ -237,6 +271,8 @@ def tc_optimizations(k: Kernel) -> bool:
     """
     if not getenv("TC", 1) or not k.opts.tensor_cores or k.applied_opts:
         return False
+    if _warpgroup_optimizations(k):
+        return True
     for axis in range(len(k.axes_of(AxisType.REDUCE))):
         opt = Opt(OptOps.TC, axis, 0)
         try:
@@ -253,5 +289,35 @@ def tc_optimizations(k: Kernel) -> bool:
         k.apply_first([Opt(OptOps.UNROLL, 0, 2)])
         if k.opts.has_async_copy:  # pipelined operand tiles (stage.py): fp16 4096 on an H100 169 -> 327 TFLOPS
             k.apply_first([Opt(OptOps.STAGE, None, 2)])
+        return True
+    return False
+
+
+def _warpgroup_optimizations(k: Kernel) -> bool:
+    """On Hopper, a matmul whose tiles fit takes the warpgroup MMA: 128x128 blocks of 2 warpgroups (LOCAL 2 on M),
+    each a 64x128 wgmma tile, K by 64 (UNROLL 4; by 32 where K is not a multiple of 64) pipelined through shared
+    memory in 2 slots (64 KiB: dynamic shared memory). fp16 4096 on an H200: 474 TFLOPS against 414 with K by 32
+    and 346 for the mma.sync tile (bench/bench_tc_opts.py); 3 or 4 slots were slower. The choice is lowered once
+    to check that both operand tiles take a wgmma layout; False (k unchanged) where anything does not fit."""
+    from tg_codegen.tc_lower import lower_tc  # (tc_lower imports this module)
+
+    if not k.opts.has_async_copy or (ops := mma_operands(k.reduceops[0]) if len(k.reduceops) == 1 else None) is None:
+        return False
+    cands = [tc for tc in usable_tensor_cores(k) if tc.dtype_in == ops[0].dtype]
+    if not any(tc.wgmma for tc in cands):
+        return False
+    arg = next(i for i, tc in enumerate(cands) if tc.wgmma)
+    for axis, unroll in itertools.product(range(len(k.axes_of(AxisType.REDUCE))), (4, 2)):
+        trial = k.copy()
+        try:
+            match = _match(trial, Opt(OptOps.TC, axis, arg))
+            trial.apply_opt(Opt(OptOps.TC, axis, arg))
+            m_tile = trial.axes_of(AxisType.GLOBAL).index(match.m_axis)
+            opts = [Opt(OptOps.LOCAL, m_tile, 2), Opt(OptOps.UNROLL, 0, unroll), Opt(OptOps.STAGE, None, 2)]
+            trial.apply_opts(opts)
+            lower_tc(trial)
+        except KernelOptError:
+            continue
+        k.apply_opts([Opt(OptOps.TC, axis, arg), *opts])
         return True
     return False

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, ClassVar, Protocol
 
-from tg_codegen.renderer import Renderer
+from tg_codegen.renderer import ProgramSpec, Renderer
 from tg_uop import DType
 from tg_uop.helpers import DEBUG, GlobalCounters, LRUCache, getenv
 
@@ -132,7 +132,14 @@ class Program(Protocol):
     ) -> float | None: ...
 
 
-ProgramFactory = Callable[[str, bytes], Program]
+# (function name, binary[, dynamic shared bytes: CUDA's kernels over 48 KiB of shared memory, see program_extra])
+ProgramFactory = Callable[..., Program]
+
+
+def program_extra(spec: ProgramSpec) -> tuple[int, ...]:
+    """The arguments after (name, binary) a device's program factory takes for `spec`: its dynamic shared memory,
+    where it asks for any (only CUDA's renderer does), else none (every device's factory takes the two)."""
+    return (spec.shared_bytes,) if spec.shared_bytes else ()
 
 
 def bind_program(

@@ -144,8 +144,11 @@ class NVRTCCompiler(Compiler):
             self.lib.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), b"kernel.cu", 0, None, None), "create"
         )
         try:
-            opts = (ctypes.c_char_p * len(self.options))(*(o.encode() for o in self.options))
-            status = self.lib.nvrtcCompileProgram(prog, len(self.options), opts)
+            options = self.options
+            if self.arch == "sm_90" and "wgmma." in src:  # Hopper's warpgroup MMAs exist only in sm_90a (not portable)
+                options = tuple("--gpu-architecture=sm_90a" if o == "--gpu-architecture=sm_90" else o for o in options)
+            opts = (ctypes.c_char_p * len(options))(*(o.encode() for o in options))
+            status = self.lib.nvrtcCompileProgram(prog, len(options), opts)
             if status != 0:
                 self._check(status, "compile", prog)
             size = ctypes.c_size_t()
@@ -191,12 +194,14 @@ class Driver:
 
     def limits(self) -> LaunchLimits:
         """The launch limits the driver reports (threads, block and grid sizes, shared memory, registers)."""
-        a = self.attribute  # CU_DEVICE_ATTRIBUTE_*: 1 threads/block, 2-4 block dims, 5-7 grid dims, 8 smem, 12 regs
+        # CU_DEVICE_ATTRIBUTE_*: 1 threads/block, 2-4 block dims, 5-7 grid dims, 12 regs, 97 the shared memory a
+        # block may opt in to (a kernel over the static 48 KiB asks for it at launch: CUDAProgram)
+        a = self.attribute
         return LaunchLimits(
             max_threads=a(1),
             block=(a(2), a(3), a(4)),
             grid=(a(5), a(6), a(7)),
-            shared_bytes=a(8),
+            shared_bytes=a(97),
             registers_per_block=a(12),
         )
 
@@ -296,10 +301,11 @@ class CUDAAllocator(Allocator):
 
 
 class CUDAProgram:
-    """A loaded CUBIN function; launches on the default stream and times with events when asked."""
+    """A loaded CUBIN function; launches on the default stream and times with events when asked. `shared_bytes`:
+    the dynamic shared memory each launch asks for (the kernel's tiles over the static 48 KiB)."""
 
-    def __init__(self, drv: Driver, name: str, lib: bytes) -> None:
-        self.drv, self.name = drv, name
+    def __init__(self, drv: Driver, name: str, lib: bytes, shared_bytes: int = 0) -> None:
+        self.drv, self.name, self.shared_bytes = drv, name, shared_bytes
         drv.use()
         self.module = ctypes.c_void_p()
         drv.check(drv.lib.cuModuleLoadData(ctypes.byref(self.module), lib), f"cuModuleLoadData({name})")
@@ -308,6 +314,10 @@ class CUDAProgram:
             drv.lib.cuModuleGetFunction(ctypes.byref(self.fxn), self.module, name.encode()),
             f"cuModuleGetFunction({name})",
         )
+        if shared_bytes > 0:  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: opt in to more than 48 KiB
+            drv.check(
+                drv.lib.cuFuncSetAttribute(self.fxn, 8, shared_bytes), f"cuFuncSetAttribute({name}, {shared_bytes})"
+            )
 
     def __call__(
         self,
@@ -324,7 +334,9 @@ class CUDAProgram:
         st = time.perf_counter()
         self.drv.use()
         self.drv.check(
-            self.drv.lib.cuLaunchKernel(self.fxn, gs[0], gs[1], gs[2], ls[0], ls[1], ls[2], 0, None, params, None),
+            self.drv.lib.cuLaunchKernel(
+                self.fxn, gs[0], gs[1], gs[2], ls[0], ls[1], ls[2], self.shared_bytes, None, params, None
+            ),
             f"cuLaunchKernel({self.name}, grid={gs[:3]}, block={ls[:3]})",
         )
         if not wait:
@@ -343,7 +355,7 @@ class CUDADevice(Compiled):
             CUDAAllocator(drv),
             CUDARenderer(drv.arch, drv.limits()),
             NVRTCCompiler(drv.arch),
-            lambda fname, lib: CUDAProgram(drv, fname, lib),
+            lambda fname, lib, shared_bytes=0: CUDAProgram(drv, fname, lib, shared_bytes),
         )
 
     def synchronize(self) -> None:
@@ -433,7 +445,7 @@ class CUDAGraph:
             b[0],
             b[1],
             b[2],
-            0,
+            prog.shared_bytes,
             ctypes.cast(ptrs, ctypes.POINTER(ctypes.c_void_p)),
             None,
             None,

@@ -17,7 +17,7 @@ from tg_codegen.program_cache import get_program_cached
 from tg_codegen.renderer import ProgramSpec
 from tg_codegen.search import beam_search
 from tg_codegen.tensorcore import ALLOW_TF32
-from tg_runtime.device import Buffer, Device, Program, launcher_of
+from tg_runtime.device import Buffer, Device, Program, launcher_of, program_extra
 from tg_runtime.search import DeviceSearchTarget
 from tg_uop import UOp
 from tg_uop.helpers import BEAM, DEBUG, GlobalCounters, LRUCache, colored, getenv
@@ -42,7 +42,7 @@ class CompiledRunner:
         self.lib = dev.compiler.compile_cached(spec.src)
         self.compile_s = time.perf_counter() - st
         TRACE.event(spec.name, "compile", self.device, start_us, self.compile_s * 1e6)
-        self.program: Program = dev.runtime(spec.function_name, self.lib)
+        self.program: Program = dev.runtime(spec.function_name, self.lib, *program_extra(spec))
         self._launch = launcher_of(self.program, spec.global_size, spec.local_size)  # (run_replayed's launch)
 
     @property

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tg_codegen.renderer import ProgramSpec
-from tg_runtime.device import Buffer, Device
+from tg_runtime.device import Buffer, Device, program_extra
 from tg_uop import DType, Ops, UOp
 
 
@@ -39,7 +39,7 @@ class DeviceSearchTarget:
 
     def time(self, spec: ProgramSpec, lib: bytes, runs: int, cutoff: float) -> float:
         """Best of `runs` launches in seconds (stops early when a launch is slower than `cutoff`)."""
-        prg = Device[self.device].runtime(spec.function_name, lib)
+        prg = Device[self.device].runtime(spec.function_name, lib, *program_extra(spec))
         spec.check_buffers([b.dtype for b in self.bufs])
         opaque = [b.opaque for b in self.bufs]
         vals = tuple(int(v.arg[2]) for v in spec.vars)  # symbolic sizes at their largest (the buffers fit those)

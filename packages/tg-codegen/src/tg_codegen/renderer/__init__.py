@@ -62,6 +62,7 @@ class ProgramSpec:
     estimated_ops: int = 0
     estimated_mem: int = 0
     applied_opts: tuple[object, ...] = field(default_factory=tuple)
+    shared_bytes: int = 0  # dynamic shared memory per block, given at launch (CUDA: tiles over the static 48 KiB)
 
     def check_buffers(self, dts: Sequence[DType]) -> None:
         """Raise KernelParamError unless a launch's buffers (given by dtype) match the parameters one for one.
@@ -94,6 +95,10 @@ class Renderer:
 
     def render(self, name: str, uops: list[UOp]) -> str:
         raise NotImplementedError(f"{type(self).__name__} does not render programs")
+
+    def dynamic_shared_bytes(self, uops: list[UOp]) -> int:
+        """Shared memory the program's launch must ask for (0: none, or declared statically in the source)."""
+        return 0
 
     def supported_dtypes(self) -> set[DType]:
         """The dtypes this renderer's programs can compute in and store (tinygrad's name for the question).

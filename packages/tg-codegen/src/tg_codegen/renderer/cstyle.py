@@ -151,6 +151,15 @@ class CStyleLanguage(Renderer):
     def render_vectorize(self, lanes: list[str], dt: DType) -> str:
         return f"(({self.render_dtype(dt)}){{{','.join(lanes)}}})"
 
+    def render_local(self, u: UOp) -> str:
+        """The declaration of a DEFINE_LOCAL (a workgroup's shared buffer)."""
+        assert isinstance(u.dtype, PtrDType)
+        return f"{self.smem_prefix}{self.render_dtype(u.dtype.base)} {u.arg}[{u.dtype.size}];"
+
+    def render_wmma(self, arg: str, r: list[str], src: tuple[UOp, ...]) -> str:
+        """A tensor-core op (arg: the tensor core's name); renderers with tensor cores override it."""
+        return self.render_alu(Ops.WMMA, r, src)
+
     def render_alu(self, op: Ops, r: list[str], src: tuple[UOp, ...]) -> str:
         """One ALU op; on vectors without a native operator it is written lane by lane."""
         sdt = src[-1].dtype if op is Ops.WHERE else src[0].dtype
@@ -227,7 +236,7 @@ class CStyleLanguage(Renderer):
             elif op is Ops.DEFINE_LOCAL:
                 names[u] = u.arg
                 assert isinstance(u.dtype, PtrDType)
-                line(f"{self.smem_prefix}{self.render_dtype(u.dtype.base)} {u.arg}[{u.dtype.size}];")
+                line(self.render_local(u))
             elif op is Ops.BARRIER:
                 line(self.barrier)
             elif op is Ops.RANGE:
@@ -269,6 +278,9 @@ class CStyleLanguage(Renderer):
             elif op is Ops.BITCAST:
                 names[u] = fresh("bcast")
                 line(f"{self.render_dtype(u.dtype)} {names[u]} = {self.render_bitcast(r[0], src[0].dtype, u.dtype)};")
+            elif op is Ops.WMMA:
+                names[u] = fresh("alu")
+                line(f"{self.render_dtype(u.dtype)} {names[u]} = {self.render_wmma(str(u.arg), r, src)};")
             elif op in self.code_for_op:
                 names[u] = fresh("alu")
                 line(f"{self.render_dtype(u.dtype)} {names[u]} = {self.render_alu(op, r, src)};")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from tg_codegen.limits import LaunchLimits
 from tg_codegen.renderer.cstyle import CStyleLanguage
-from tg_codegen.tensorcore import TENSOR_CORES_SM80, TensorCore
+from tg_codegen.tensorcore import TENSOR_CORES_SM80, TENSOR_CORES_SM90, TensorCore
 from tg_uop import DType, Ops, PtrDType, UOp, dtypes
 
 _SPECIAL_NAMES = {"g": "blockIdx", "l": "threadIdx"}
@@ -34,9 +34,13 @@ class CUDARenderer(CStyleLanguage):
         if not isinstance(arch, str) or not arch.startswith("sm_") or not arch[3:].isdigit():
             raise ValueError(f"CUDARenderer: arch must look like 'sm_90', got {arch!r}")
         self.arch = arch
-        self.limits = limits if limits is not None else LaunchLimits()  # the device's, when it is open
-        # mma.sync m16n8k16 with f16/bf16 inputs needs sm_80 (Ampere) or newer
-        self.tensor_cores = TENSOR_CORES_SM80 if int(arch[3:]) >= 80 else ()
+        # the device's, when it is open; else those of the arch, with the shared memory a block may opt in to
+        self.limits = limits if limits is not None else LaunchLimits(shared_bytes=_OPTIN_SHARED.get(arch, 48) * 1024)
+        self._dynamic: dict[str, int] | None = None  # while rendering: shared buffers' offsets in dynamic memory
+        # mma.sync m16n8k16 with f16/bf16 inputs needs sm_80 (Ampere) or newer; the warpgroup MMAs sm_90 (Hopper,
+        # compiled for sm_90a by tg_runtime's NVRTC compiler)
+        sm = int(arch[3:])
+        self.tensor_cores = TENSOR_CORES_SM90 if sm == 90 else TENSOR_CORES_SM80 if sm >= 80 else ()
         # cp.async (global -> shared without registers) and ldmatrix also came with sm_80
         self.has_async_copy = int(arch[3:]) >= 80
 
@@ -61,6 +65,10 @@ class CUDARenderer(CStyleLanguage):
         for tc in self.tensor_cores:
             if not isinstance(tc, TensorCore):
                 continue
+            if tc.wgmma:
+                if tc.dtype_out.vec(len(tc.c_rows)) in dts:
+                    lines.append(self._wgmma_function(tc))
+                continue
             frags = (tc.dtype_in.vec(len(tc.a_rows)), tc.dtype_in.vec(len(tc.b_rows)), tc.dtype_out.vec(len(tc.c_rows)))
             if all(f in dts for f in frags):
                 lines.append(self._mma_function(*frags))
@@ -84,6 +92,71 @@ class CUDARenderer(CStyleLanguage):
                 "}",
             ]
         )
+
+    def _wgmma_function(self, tc: TensorCore) -> str:
+        """wgmma.mma_async (fenced first) of one warpgroup, operands by descriptor, the accumulator in registers,
+        operands stored M-/N-major where TA/TB are 1; and (once per accumulator type) the commit-and-wait that
+        binds the accumulator's registers."""
+        acc = self.render_dtype(tc.dtype_out.vec(len(tc.c_rows)))
+        n = len(tc.c_rows)
+        regs = ",".join(f"%{i}" for i in range(n))
+        binds = ", ".join(f'"+f"(c.v[{i}])' for i in range(n))
+        ptx = {dtypes.float16: "f16", dtypes.bfloat16: "bf16"}[tc.dtype_in]
+        m, nn, k = tc.dims
+        instr = f"wgmma.mma_async.sync.aligned.m{m}n{nn}k{k}.f32.{ptx}.{ptx}"
+        lines = [
+            f"template <int TA, int TB> __device__ inline {acc} __tg_wgmma_{ptx}"
+            f"(unsigned long long da, unsigned long long db, {acc} c) {{",
+            f'  asm volatile("wgmma.fence.sync.aligned;\\n{instr} {{{regs}}}, %{n}, %{n + 1}, 1, 1, 1, '
+            f'%{n + 2}, %{n + 3};"',
+            f'    : {binds} : "l"(da), "l"(db), "n"(TA), "n"(TB));',
+            "  return c;",
+            "}",
+        ]
+        if tc is next(t for t in self.tensor_cores if isinstance(t, TensorCore) and t.wgmma):
+            lines += [
+                f"__device__ inline {acc} __tg_wgmma_wait({acc} c) {{",
+                '  asm volatile("wgmma.commit_group.sync.aligned;\\nwgmma.wait_group.sync.aligned 0;"',
+                f'    : {binds} :: "memory");',
+                "  return c;",
+                "}",
+            ]
+        return "\n".join(lines)
+
+    def render_wmma(self, arg: str, r: list[str], src: tuple[UOp, ...]) -> str:
+        """mma.sync by fragments, or a warpgroup MMA by descriptors (arg: "<name><TA,TB>", tc_lower.py)."""
+        name, _, flags = arg.partition("<")
+        tc = next((t for t in self.tensor_cores if isinstance(t, TensorCore) and t.name == name), None)
+        if tc is not None and tc.wgmma:
+            ptx = {dtypes.float16: "f16", dtypes.bfloat16: "bf16"}[tc.dtype_in]
+            return f"__tg_wgmma_{ptx}<{flags.rstrip('>')}>({r[0]},{r[1]},{r[2]})"
+        return self.render_alu(Ops.WMMA, r, src)
+
+    def render_local(self, u: UOp) -> str:
+        """Shared buffers of whole KiBs (pipelined tiles) 1024-byte aligned: the 128-byte swizzle of a warpgroup
+        MMA's tiles is on address bits, so a tile's 8-row groups must start on 1024-byte boundaries. Over 48 KiB
+        in all (the most a block declares statically), they are pointers into dynamic shared memory."""
+        assert isinstance(u.dtype, PtrDType)
+        t = self.render_dtype(u.dtype.base)
+        if self._dynamic is not None:
+            first = "extern __shared__ __align__(1024) unsigned char __tg_smem[]; " if self._dynamic[u.arg] == 0 else ""
+            return f"{first}{t}* {u.arg} = ({t}*)(__tg_smem + {self._dynamic[u.arg]});"
+        return f"__shared__ __align__({_smem_align(u)}) {t} {u.arg}[{u.dtype.size}];"
+
+    def _shared_offsets(self, uops: list[UOp]) -> tuple[dict[str, int], int]:
+        """Each shared buffer's byte offset, aligned as render_local aligns it, and the bytes of all."""
+        offsets, total = {}, 0
+        for u in uops:
+            if u.op is Ops.DEFINE_LOCAL and isinstance(u.dtype, PtrDType):
+                total = -(-total // _smem_align(u)) * _smem_align(u)
+                offsets[str(u.arg)] = total
+                total += u.dtype.size * u.dtype.base.itemsize
+        return offsets, total
+
+    def dynamic_shared_bytes(self, uops: list[UOp]) -> int:
+        """The bytes of shared memory a launch asks for: all of it where it exceeds the static 48 KiB, else 0."""
+        _, total = self._shared_offsets(uops)
+        return total if total > STATIC_SHARED_BYTES else 0
 
     def render_alu(self, op: Ops, r: list[str], src: tuple[UOp, ...]) -> str:
         if op is Ops.WMMA:
@@ -110,7 +183,12 @@ class CUDARenderer(CStyleLanguage):
     def render(self, name: str, uops: list[UOp]) -> str:
         """The kernel, declared with __launch_bounds__(threads per block): nvcc then never uses more registers
         than a launch of that size can have (without it, big blocks fail with 'too many resources requested')."""
-        src = super().render(name, uops)
+        offsets, total = self._shared_offsets(uops)
+        self._dynamic = offsets if total > STATIC_SHARED_BYTES else None
+        try:
+            src = super().render(name, uops)
+        finally:
+            self._dynamic = None
         threads = 1
         for u in uops:
             if u.op is Ops.SPECIAL and str(u.arg[0]).startswith("lidx"):
@@ -139,6 +217,16 @@ class CUDARenderer(CStyleLanguage):
         return "\n".join([*headers, src])
 
 
+STATIC_SHARED_BYTES = 48 * 1024  # the most shared memory a kernel declares statically; beyond it, dynamic
+# the shared memory (KiB) a block may opt in to, by arch (CUDA programming guide, compute capabilities table)
+_OPTIN_SHARED = {"sm_80": 163, "sm_86": 99, "sm_87": 163, "sm_89": 99, "sm_90": 227}
+
+
+def _smem_align(u: UOp) -> int:
+    assert isinstance(u.dtype, PtrDType)
+    return 1024 if (u.dtype.size * u.dtype.base.itemsize) % 1024 == 0 else 16
+
+
 # STAGE's pipelined tiles (stage.py): 16-byte copies global -> shared without registers, zero-filled when `on` is
 # false (src-size 0: nothing is read); commit / wait by group; ldmatrix reads of tensor-core fragments (4 or 2 8x8
 # matrices of 16-bit elements, each lane giving one row's address), optionally transposed.
@@ -151,6 +239,17 @@ _ASYNC_HELPERS = {
     ),
     "__tg_cp_async_commit": (
         '__device__ inline void __tg_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }'
+    ),
+    "__tg_fence_proxy_async": (  # this thread's shared-memory writes, made visible to the async proxy (wgmma)
+        "__device__ inline void __tg_fence_proxy_async() "
+        '{ asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }'
+    ),
+    "__tg_wgmma_desc": (  # a warpgroup MMA's shared-memory matrix descriptor (the PTX ISA's 64-bit layout)
+        "__device__ inline unsigned long long __tg_wgmma_desc(const void* p, unsigned lbo, unsigned sbo, "
+        "unsigned mode) {\n"
+        f"  unsigned long long a = {_SMEM}(p);\n"
+        "  return ((a & 0x3FFFF) >> 4) | ((unsigned long long)(lbo >> 4) << 16)"
+        " | ((unsigned long long)(sbo >> 4) << 32) | ((unsigned long long)mode << 62);\n}"
     ),
     "__tg_cp_async_wait": (
         "template <int N> __device__ inline void __tg_cp_async_wait() "
