@@ -64,6 +64,16 @@ CANDIDATES = [
 ]
 
 
+# Hopper's warpgroup MMA (TC arg 1, sm_90): 2 warpgroups on M, K by 32 or 64, 2-4 slots (over 48 KiB: dynamic)
+WGMMA_CANDIDATES = [
+    [(L, 0, 2), (R, 0, 2), (S, None, 2)],
+    [(L, 0, 2), (R, 0, 2), (S, None, 3)],
+    [(L, 0, 2), (R, 0, 4), (S, None, 2)],
+    [(L, 0, 2), (R, 0, 4), (S, None, 3)],
+    [(L, 0, 2), (R, 0, 4), (S, None, 4)],
+]
+
+
 FP32_CANDIDATES = [
     [(L, 0, 16), (L, 1, 16), (U, 0, 4), (U, 1, 4)],
     [(L, 0, 16), (L, 1, 16), (U, 0, 8), (U, 1, 8)],
@@ -135,6 +145,8 @@ def main() -> None:
     lists = [(default, 0)] + [(default, mb) for mb in (1, 2, 3)]  # 2nd: min blocks per SM for __launch_bounds__
     if args.dtype in ("fp16", "tf32"):
         lists += [([Opt(TC, 0, 0)] + [Opt(op, ax, amt) for op, ax, amt in c], 0) for c in CANDIDATES]
+    if args.dtype == "fp16" and any(getattr(tc, "wgmma", False) for tc in renderer.tensor_cores):
+        lists += [([Opt(TC, 0, 1)] + [Opt(op, ax, amt) for op, ax, amt in c], 0) for c in WGMMA_CANDIDATES]
     else:
         lists += [([Opt(op, ax, amt) for op, ax, amt in c], 0) for c in FP32_CANDIDATES]
     if args.stage_only:
@@ -142,7 +154,9 @@ def main() -> None:
     if args.pipelined_only:  # and the heuristic's choice without its STAGE, to compare
         unstaged = [o for o in default if o.op is not S]
         pipelined = [(opts, mb) for opts, mb in lists[4:] if any(o.op is S and o.arg >= 2 for o in opts)]
-        lists = lists[:1] + ([(unstaged, 0)] if unstaged != default else []) + pipelined
+        # (a warpgroup MMA has no unstaged form)
+        keep = unstaged != default and Opt(TC, 0, 1) not in default
+        lists = lists[:1] + ([(unstaged, 0)] if keep else []) + pipelined
     for opts, min_blocks in lists:
         renderer.min_blocks_per_sm = min_blocks  # type: ignore[attr-defined]
         with Context(ALLOW_TF32=int(args.dtype == "tf32")):
