@@ -283,3 +283,27 @@ def test_warpgroup_mma_default_and_fused() -> None:
     assert Opt(OptOps.TC, 0, 1) in spec.applied_opts, spec.applied_opts
     want = np.maximum(ref + bias.cast(dtypes.float32).numpy().astype(np.float64), 0)
     _check(c.cast(dtypes.float32).numpy(), want, 512)
+
+
+def test_warpgroup_mma_dynamic_shared_memory_in_a_cuda_graph() -> None:
+    """The heuristic's wgmma tile asks for 64 KiB of dynamic shared memory: launched directly and replayed by TinyJit
+    as a CUDA-graph node (whose parameters carry the size), every call gives its own product."""
+    _hopper_or_skip()
+    from tg import TinyJit
+
+    a, b, _ = _inputs(256, 256, 512, dtypes.float16, seed=13)
+    spec = get_program(a.matmul(b).schedule()[-1].ast, Device["CUDA"].renderer)
+    assert spec.shared_bytes == 64 * 1024 and "extern __shared__" in spec.src
+
+    @TinyJit
+    def f(x: Tensor, y: Tensor) -> Tensor:
+        return x.matmul(y).realize()
+
+    outs = []
+    for i in range(5):
+        x, y, ref = _inputs(256, 256, 512, dtypes.float16, seed=20 + i)
+        outs.append((f(x, y), ref))
+        if i >= 2:
+            assert f.recording is not None and f.recording.graph is not None  # replays are graph launches
+    for out, ref in outs:
+        _check(out.cast(dtypes.float32).numpy(), ref, 512)

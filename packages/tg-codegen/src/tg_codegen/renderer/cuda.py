@@ -42,7 +42,7 @@ class CUDARenderer(CStyleLanguage):
         sm = int(arch[3:])
         self.tensor_cores = TENSOR_CORES_SM90 if sm == 90 else TENSOR_CORES_SM80 if sm >= 80 else ()
         # cp.async (global -> shared without registers) and ldmatrix also came with sm_80
-        self.has_async_copy = int(arch[3:]) >= 80
+        self.has_async_copy = sm >= 80
 
     # ---- vectors: small structs (CUDA's own float4 etc. have no indexing), only tensor-core fragments use them
     def render_dtype(self, dt: DType) -> str:
