@@ -233,6 +233,34 @@ def test_warpgroup_mma_tiles_compile(dt: DType, layout: str, depth: int) -> None
     assert NVRTCCompiler("sm_90").compile(src)[:4] == b"\x7fELF"
 
 
+@needs_nvrtc
+@pytest.mark.parametrize("layout", ["nn", "tn", "nt", "tt"])
+def test_warpgroup_mma_tf32_tiles_compile(layout: str) -> None:
+    """TF32's warpgroup MMA (m64n128k8, TC arg 1 for fp32 under ALLOW_TF32) reads K-major tiles only: an operand
+    whose M or N is contiguous is copied element by element into a K-major tile (rows of 32 floats, the 128-byte
+    swizzle), a K-contiguous one in 16-byte cp.async pieces; no transpose flags; NVRTC compiles it."""
+    ast = _transposed_matmul_ast(dtypes.float32, layout[0] == "t", layout[1] == "t", n=128, k=128, m=128)
+    opts = [Opt(OptOps.TC, 0, 1), Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.UNROLL, 0, 4), Opt(OptOps.STAGE, None, 2)]
+    with Context(ALLOW_TF32=1):
+        spec = get_program(ast, CUDARenderer("sm_90"), opts=opts)
+    src = spec.src
+    assert "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32" in src and src.count("__tg_wgmma_tf32<0,0>(") == 4
+    assert src.count("16, 1024, 1)") == 8 and spec.shared_bytes == 2 * 2 * 128 * 32 * 4  # all K-major, 64 KiB
+    async_tiles = (layout[0] == "n") + (layout[1] == "t")  # the K-contiguous operands
+    assert ("__tg_cp_async16(" in src) == (async_tiles > 0) and "__tg_fence_proxy_async();" in src
+    assert NVRTCCompiler("sm_90").compile(src)[:4] == b"\x7fELF"
+
+
+def test_tf32_heuristic_takes_wgmma_only_for_k_contiguous_operands() -> None:
+    """TF32 on Hopper: A @ B.T (both operands contiguous along K: cp.async pieces) takes the warpgroup MMA (248 vs
+    160 TFLOPS at 4096 on an H100); A @ B with a row-major B keeps mma.sync (its element-wise transposing copy ran
+    142 vs 175)."""
+    for b_t, arg in ((True, 1), (False, 0)):
+        ast = _transposed_matmul_ast(dtypes.float32, False, b_t, n=256, k=256, m=256)
+        with Context(ALLOW_TF32=1):
+            assert get_program(ast, CUDARenderer("sm_90")).applied_opts[0] == Opt(OptOps.TC, 0, arg)
+
+
 def test_warpgroup_mma_needs_pipelined_tiles_and_hopper() -> None:
     """Without pipelined tiles a warpgroup MMA has nothing to read: refused naming what it needs; sm_80 has none;
     the heuristics take it on sm_90 and mma.sync on sm_80."""

@@ -96,6 +96,8 @@ def tile_of(k: Kernel, load: UOp) -> Tile:
     found = [a for a in k.axes_of(*TILE_AXES) if strides[a] != 0 and k.full_shape[a] != 1]
     copy_order = tuple(sorted(found, key=lambda a: (-global_stride(a), a)))
     axes = copy_order if copied_layout(k) else tuple(sorted(found, key=lambda a: (rank[k.axis_types[a]], a)))
+    if k.wgmma and load.dtype.itemsize == 4:  # TF32 warpgroup MMAs read K-major tiles only: K innermost
+        axes = tuple(sorted(axes, key=lambda a: k.axis_types[a] in (AxisType.UNROLL, AxisType.TCK)))
     sizes = [int(k.full_shape[a]) for a in axes]
     smem = tuple(int(prod(sizes[i + 1 :])) for i in range(len(sizes)))
     return Tile(tuple(axes), smem, int(prod(sizes)), copy_order)
@@ -251,13 +253,18 @@ class Stager:
         take a canonical layout: it must be copied in 16-byte pieces, its contiguous dimension's axes last (the
         tensor core's axis innermost among them) and the other dimension's likewise, a row at most 128 bytes when
         K is contiguous (a multiple of 128 when M or N is), and rows in groups of 8."""
-        if load not in self.loads or not copied_layout(self.k) or load.dtype.itemsize != 2 or not self._chunk(load):
+        if load not in self.loads or not copied_layout(self.k) or load.dtype.itemsize not in (2, 4):
             return None
         k, tile, size = self.k, self.tiles[load], load.dtype.itemsize
+        # 16-bit tiles come in 16-byte pieces; TF32 ones may be copied element by element (a transposing copy)
+        if size == 2 and not self._chunk(load):
+            return None
         is_k = [k.axis_types[a] in (AxisType.UNROLL, AxisType.TCK) for a in tile.axes]
         n_inner = next((i for i in range(len(is_k)) if all(x == is_k[-1] for x in is_k[i:])), 0)
         inner, outer = tile.axes[n_inner:], tile.axes[:n_inner]
         k_major = is_k[-1]
+        if size == 4 and not k_major:
+            return None  # (tile_of stores TF32 wgmma tiles K-major)
         if not outer or any(is_k[i] == k_major for i in range(n_inner)):
             return None  # the other dimension's axes are not all outside the contiguous one's
         if inner[-1] != (tc_axes[2] if k_major else tc_axis) or outer[-1] != (tc_axis if k_major else tc_axes[2]):
@@ -307,8 +314,10 @@ class Stager:
         """The XOR swizzle of a tile copied in 16-byte pieces and read by ldmatrix: piece q of a row of R pieces is
         stored at q ^ ((q // max(R, 8)) % min(R, 8)), so the 8 rows one ldmatrix matrix reads (and the pieces a warp
         copies) fall in distinct banks; TF32 tiles read element by element along K rows are skewed (see
-        plan_ldmatrix). Other tiles are stored as they are."""
-        if not (per := self.chunk.get(load, 0)):
+        plan_ldmatrix); a warpgroup MMA's tiles take the canonical swizzle however they are copied. Other tiles are
+        stored as they are."""
+        # (a warpgroup MMA's tile is swizzled however it is copied: TF32 B tiles are copied element by element)
+        if not (per := self.chunk.get(load, 0) or (16 // load.dtype.itemsize if load in self.wgmma else 0)):
             return addr
         q = addr // per
         if load in self.skewed:  # piece q of row r at q ^ 2*(r % 4): a warp's 4 rows x 2 pieces, 32 banks
@@ -364,6 +373,8 @@ class Stager:
             # (a warpgroup MMA reads shared memory through the async proxy: the copies are fenced for it)
             fence = f"; {PROXY_FENCE}" if self.k.wgmma else ""
             nxt = (UOp(Ops.CUSTOM, dtypes.void, nxt, f"{COMMIT}; {WAIT.format(self.depth - 1)}{fence}"),)
+        elif self.k.wgmma:  # (TF32 tiles all copied through registers)
+            nxt = (UOp(Ops.CUSTOM, dtypes.void, nxt, PROXY_FENCE),)
         return UOp(Ops.BARRIER, dtypes.void, nxt)
 
     def _chunk(self, load: UOp) -> int:

@@ -113,17 +113,17 @@ def _m16n8k8_tf32() -> TensorCore:
     )
 
 
-def _wgmma_m64n128k16(dtype_in: DType) -> TensorCore:
-    """PTX wgmma.mma_async.sync.aligned.m64n128k16.f32.{f16,bf16}: a warpgroup of 128 threads multiplies a 64x16 tile
-    of A by a 16x128 tile of B, both in shared memory (stage.py lays them out and describes them). Thread w*32 + l
-    (warp w, lane l) holds C's rows 16w + l//4 (+8) at columns 8j + 2(l%4) (+1) for j = 0..15: term "wg" is
-    16 * (lane // 32) + (lane % 32) // 4."""
+def _wgmma_m64n128(dtype_in: DType) -> TensorCore:
+    """PTX wgmma.mma_async.sync.aligned.m64n128k16.f32.{f16,bf16}, or m64n128k8.f32.tf32 for fp32 inputs under
+    ALLOW_TF32: a warpgroup of 128 threads multiplies a 64xK tile of A by a Kx128 tile of B, both in shared memory
+    (stage.py lays them out and describes them). Thread w*32 + l (warp w, lane l) holds C's rows 16w + l//4 (+8)
+    at columns 8j + 2(l%4) (+1) for j = 0..15: term "wg" is 16 * (lane // 32) + (lane % 32) // 4."""
     rows, cols = [], []
     for j in range(16):
         rows += [("wg", 0), ("wg", 0), ("wg", 8), ("wg", 8)]
         cols += [("2t", 8 * j), ("2t", 8 * j + 1), ("2t", 8 * j), ("2t", 8 * j + 1)]
     return TensorCore(
-        dims=(64, 128, 16),
+        dims=(64, 128, 8 if dtype_in == dtypes.float32 else 16),
         dtype_in=dtype_in,
         dtype_out=dtypes.float32,
         a_rows=(),
@@ -150,8 +150,10 @@ def native_layout(tc: TensorCore) -> TensorCore:
 
 
 TENSOR_CORES_SM80 = (_m16n8k16(dtypes.float16), _m16n8k16(dtypes.bfloat16), _m16n8k8_tf32())
-# Hopper (sm_90) adds the warpgroup MMAs: for fp16/bf16 `Opt(OptOps.TC, axis, 1)` picks them (arg 0: mma.sync)
-TENSOR_CORES_SM90 = TENSOR_CORES_SM80 + (_wgmma_m64n128k16(dtypes.float16), _wgmma_m64n128k16(dtypes.bfloat16))
+# Hopper (sm_90) adds the warpgroup MMAs: `Opt(OptOps.TC, axis, 1)` picks them (arg 0: mma.sync)
+TENSOR_CORES_SM90 = TENSOR_CORES_SM80 + tuple(
+    _wgmma_m64n128(dt) for dt in (dtypes.float16, dtypes.bfloat16, dtypes.float32)
+)
 # fp32 matmuls run on the TF32 tensor core only when the user allows it (Context(ALLOW_TF32=1) or ALLOW_TF32=1 in
 # the environment): TF32 keeps 10 of fp32's 23 mantissa bits. Off by default, as in tinygrad and torch's matmuls.
 ALLOW_TF32 = ContextVar("ALLOW_TF32", 0)
@@ -297,8 +299,10 @@ def _warpgroup_optimizations(k: Kernel) -> bool:
     """On Hopper, a matmul whose tiles fit takes the warpgroup MMA: 128x128 blocks of 2 warpgroups (LOCAL 2 on M),
     each a 64x128 wgmma tile, K by 64 (UNROLL 4; by 32 where K is not a multiple of 64) pipelined through shared
     memory in 2 slots (64 KiB: dynamic shared memory). fp16 4096 on an H200: 474 TFLOPS against 414 with K by 32
-    and 346 for the mma.sync tile (bench/bench_tc_opts.py); 3 or 4 slots were slower. The choice is lowered once
-    to check that both operand tiles take a wgmma layout; False (k unchanged) where anything does not fit."""
+    and 346 for the mma.sync tile (bench/bench_tc_opts.py); 3 or 4 slots were slower. TF32 only where both operands
+    are contiguous along K (A @ B.T, a Linear layer): a row-major B must be transposed into its K-major tile element
+    by element, 142 TFLOPS at 4096 on an H100 against 175 for mma.sync. The choice is lowered once to check that
+    both operand tiles take a wgmma layout; False (k unchanged) where anything does not fit."""
     from tg_codegen.tc_lower import lower_tc  # (tc_lower imports this module)
 
     if not k.opts.has_async_copy or (ops := mma_operands(k.reduceops[0]) if len(k.reduceops) == 1 else None) is None:
@@ -308,6 +312,9 @@ def _warpgroup_optimizations(k: Kernel) -> bool:
         return False
     arg = next(i for i, tc in enumerate(cands) if tc.wgmma)
     for axis, unroll in itertools.product(range(len(k.axes_of(AxisType.REDUCE))), (4, 2)):
+        k_axis = k.axes_of(AxisType.REDUCE)[axis]
+        if ops[0].dtype == dtypes.float32 and any(op.src[1].arg.real_strides()[k_axis] != 1 for op in ops):
+            continue  # TF32 operands not contiguous along K are copied element by element: slower than mma.sync
         trial = k.copy()
         try:
             match = _match(trial, Opt(OptOps.TC, axis, arg))

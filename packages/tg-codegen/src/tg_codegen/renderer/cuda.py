@@ -101,15 +101,16 @@ class CUDARenderer(CStyleLanguage):
         n = len(tc.c_rows)
         regs = ",".join(f"%{i}" for i in range(n))
         binds = ", ".join(f'"+f"(c.v[{i}])' for i in range(n))
-        ptx = {dtypes.float16: "f16", dtypes.bfloat16: "bf16"}[tc.dtype_in]
+        ptx = _WGMMA_PTX[tc.dtype_in]
         m, nn, k = tc.dims
         instr = f"wgmma.mma_async.sync.aligned.m{m}n{nn}k{k}.f32.{ptx}.{ptx}"
         lines = [
             f"template <int TA, int TB> __device__ inline {acc} __tg_wgmma_{ptx}"
             f"(unsigned long long da, unsigned long long db, {acc} c) {{",
-            f'  asm volatile("wgmma.fence.sync.aligned;\\n{instr} {{{regs}}}, %{n}, %{n + 1}, 1, 1, 1, '
-            f'%{n + 2}, %{n + 3};"',
-            f'    : {binds} : "l"(da), "l"(db), "n"(TA), "n"(TB));',
+            # (TF32 takes no transpose flags: its operands are always K-major)
+            f'  asm volatile("wgmma.fence.sync.aligned;\\n{instr} {{{regs}}}, %{n}, %{n + 1}, 1, 1, 1'
+            + (';"' if ptx == "tf32" else f', %{n + 2}, %{n + 3};"'),
+            f'    : {binds} : "l"(da), "l"(db)' + (");" if ptx == "tf32" else ', "n"(TA), "n"(TB));'),
             "  return c;",
             "}",
         ]
@@ -128,7 +129,7 @@ class CUDARenderer(CStyleLanguage):
         name, _, flags = arg.partition("<")
         tc = next((t for t in self.tensor_cores if isinstance(t, TensorCore) and t.name == name), None)
         if tc is not None and tc.wgmma:
-            ptx = {dtypes.float16: "f16", dtypes.bfloat16: "bf16"}[tc.dtype_in]
+            ptx = _WGMMA_PTX[tc.dtype_in]
             return f"__tg_wgmma_{ptx}<{flags.rstrip('>')}>({r[0]},{r[1]},{r[2]})"
         return self.render_alu(Ops.WMMA, r, src)
 
@@ -217,6 +218,7 @@ class CUDARenderer(CStyleLanguage):
         return "\n".join([*headers, src])
 
 
+_WGMMA_PTX = {dtypes.float16: "f16", dtypes.bfloat16: "bf16", dtypes.float32: "tf32"}
 STATIC_SHARED_BYTES = 48 * 1024  # the most shared memory a kernel declares statically; beyond it, dynamic
 # the shared memory (KiB) a block may opt in to, by arch (CUDA programming guide, compute capabilities table)
 _OPTIN_SHARED = {"sm_80": 163, "sm_86": 99, "sm_87": 163, "sm_89": 99, "sm_90": 227}
