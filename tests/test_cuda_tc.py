@@ -312,3 +312,24 @@ def test_warpgroup_mma_dynamic_shared_memory_in_a_cuda_graph() -> None:
             assert f.recording is not None and f.recording.graph is not None  # replays are graph launches
     for out, ref in outs:
         _check(out.cast(dtypes.float32).numpy(), ref, 512)
+
+
+def test_tf32_row_major_operand_copied_k_major_first() -> None:
+    """Under ALLOW_TF32 on Hopper a big fp32 A @ B with B row-major copies B K-major first (a second kernel), and the
+    matmul then takes the TF32 warpgroup MMA; without ALLOW_TF32 it stays one kernel. Both match numpy."""
+    _hopper_or_skip()
+    n = 1024
+    rng = np.random.default_rng(14)
+    an, bn = rng.standard_normal((n, n)).astype(np.float32), rng.standard_normal((n, n)).astype(np.float32)
+    a, b = Tensor(an, device="CUDA").realize(), Tensor(bn, device="CUDA").realize()
+    ref = an.astype(np.float64) @ bn.astype(np.float64)
+    with Context(ALLOW_TF32=1):
+        c = a @ b
+        items = c.schedule()
+        assert len(items) == 2
+        spec = get_program(items[-1].ast, Device["CUDA"].renderer)
+        assert spec.applied_opts[0] == Opt(OptOps.TC, 0, 1) and "tf32.tf32" in spec.src
+        np.testing.assert_allclose(c.numpy().astype(np.float64), ref, rtol=1e-2, atol=1e-2 * np.sqrt(n))
+    plain = a @ b
+    assert len(plain.schedule()) == 1
+    np.testing.assert_allclose(plain.numpy().astype(np.float64), ref, rtol=1e-4, atol=1e-3)

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tg_tensor.util import ShapeError, broadcast_shape, to_dtype
+from tg_codegen.tensorcore import wants_k_major
+from tg_runtime.device import Device
+from tg_tensor.util import ShapeError, broadcast_shape, is_contiguous_buffer, to_dtype
 from tg_uop import DType
 from tg_uop.helpers import ContextVar, all_int, prod
 
@@ -47,6 +49,8 @@ class LinalgMixin:
             return (self.reshape(-1, 1) * w).sum(-2, dtype=dtype)
         if _packs(self, w):
             return _packed_dot(self, w, dtype)
+        if _k_major_copy(self, w):  # (x @ w.T with w the K-major copy: the layout the tensor cores read directly)
+            w = w.transpose(-1, -2).contiguous().transpose(-1, -2)
         x = self.unsqueeze(-2)  # (..., n, 1, k)
         wt = w.transpose(-1, -2).unsqueeze(-3)  # (..., 1, m, k)
         return (x * wt).sum(-1, dtype=dtype)
@@ -178,6 +182,22 @@ PACK_MIN_ROWS = 32  # each panel is reused by every row of the left operand: the
 # a strip of w (k x PACK_PANEL) up to this size stays in L1 unpacked: the copy (and the backward through the
 # panels) would only cost. bench/bench_transformer.py's train step (k = 128 and 512) ran at 0.5-0.85x packed
 PACK_MIN_STRIP_BYTES = 32 << 10
+
+
+# a row-major right operand is copied K-major first where the device's tensor cores want that (Hopper's TF32
+# warpgroup MMA, tensorcore.wants_k_major) and the product is big enough to pay for the copy: fp32 4096 under
+# ALLOW_TF32 on an H100, 182 TFLOPS (mma.sync) -> see docs/gpu.md
+K_MAJOR_MIN_MACS = 1 << 30
+
+
+def _k_major_copy(x: Tensor, w: Tensor) -> bool:
+    """Whether `x @ w` (both at least 2-D) first copies w, a row-major (k, m) buffer, K-major (see wants_k_major)."""
+    if x.ndim != 2 or w.ndim != 2 or x.dtype != w.dtype or not (all_int(x.shape) and all_int(w.shape)):
+        return False
+    n, k, m = int(x.shape[0]), int(x.shape[1]), int(w.shape[1])
+    if n % 128 or m % 128 or k % 32 or n * k * m < K_MAJOR_MIN_MACS or not is_contiguous_buffer(w.uop):
+        return False
+    return isinstance(w.device, str) and wants_k_major(Device[w.device].renderer, w.dtype)
 
 
 def _packs(x: Tensor, w: Tensor) -> bool:
