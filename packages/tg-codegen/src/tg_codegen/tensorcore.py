@@ -20,7 +20,7 @@ element is a GEP of the accumulator stored at its own (row, col).
 
 >>> from tg_codegen.tensorcore import TENSOR_CORES_SM80
 >>> [tc.name for tc in TENSOR_CORES_SM80]
-['m16n8k16_half_float', 'm16n8k16_bfloat16_float', 'm16n8k8_float_float']
+['m16n8k16_half_float', 'm16n8k16___bf16_float', 'm16n8k8_float_float']
 
 On Hopper (sm_90) the warpgroup MMA (wgmma) joins them: 128 threads, operands read from pipelined shared-memory
 tiles by descriptor (stage.py); it needs `Opt(OptOps.STAGE, None, depth >= 2)` with asynchronous copies.
@@ -171,8 +171,12 @@ def wants_k_major(renderer: object, dtype: DType) -> bool:
     element (142 against 249 TFLOPS at 4096 on an H100), so a big matmul is better off copying it K-major first.
 
     >>> from tg_codegen.renderer.cuda import CUDARenderer
-    >>> wants_k_major(CUDARenderer("sm_90"), dtypes.float32), wants_k_major(CUDARenderer("sm_80"), dtypes.float32)
-    (False, False)
+    >>> from tg_uop.helpers import Context
+    >>> with Context(ALLOW_TF32=1):
+    ...     print([wants_k_major(CUDARenderer(arch), dtypes.float32) for arch in ("sm_90", "sm_80")])
+    [True, False]
+    >>> wants_k_major(CUDARenderer("sm_90"), dtypes.float32)  # (TF32 not allowed: fp32 stays off the tensor cores)
+    False
     """
     if dtype != dtypes.float32 or not ALLOW_TF32.value or not getenv("TC", 1):
         return False

@@ -186,7 +186,7 @@ PACK_MIN_STRIP_BYTES = 32 << 10
 
 # a row-major right operand is copied K-major first where the device's tensor cores want that (Hopper's TF32
 # warpgroup MMA, tensorcore.wants_k_major) and the product is big enough to pay for the copy: fp32 4096 under
-# ALLOW_TF32 on an H100, 182 TFLOPS (mma.sync) -> see docs/gpu.md
+# ALLOW_TF32 on an H100, 182 TFLOPS on mma.sync -> 204 with the copy, both kernels timed (docs/gpu.md)
 K_MAJOR_MIN_MACS = 1 << 30
 
 
