@@ -250,13 +250,13 @@ class Stager:
 
     def plan_wgmma(self, load: UOp, tc_axes: tuple[int, int, int], tc_axis: int) -> WgmmaTile | None:
         """Lay out `load`'s tile for a warpgroup MMA (`tc_axis`: its TCM or TCN axis); None where the tile cannot
-        take a canonical layout: it must be copied in 16-byte pieces, its contiguous dimension's axes last (the
-        tensor core's axis innermost among them) and the other dimension's likewise, a row at most 128 bytes when
-        K is contiguous (a multiple of 128 when M or N is), and rows in groups of 8."""
+        take a canonical layout: 16-bit tiles must be copied in 16-byte pieces (TF32 ones, always K-major, may be
+        copied element by element: a transposing copy), its contiguous dimension's axes last (the tensor core's
+        axis innermost among them) and the other dimension's likewise, a row at most 128 bytes when K is
+        contiguous (a multiple of 128 when M or N is), and rows in groups of 8."""
         if load not in self.loads or not copied_layout(self.k) or load.dtype.itemsize not in (2, 4):
             return None
         k, tile, size = self.k, self.tiles[load], load.dtype.itemsize
-        # 16-bit tiles come in 16-byte pieces; TF32 ones may be copied element by element (a transposing copy)
         if size == 2 and not self._chunk(load):
             return None
         is_k = [k.axis_types[a] in (AxisType.UNROLL, AxisType.TCK) for a in tile.axes]
@@ -316,7 +316,6 @@ class Stager:
         copies) fall in distinct banks; TF32 tiles read element by element along K rows are skewed (see
         plan_ldmatrix); a warpgroup MMA's tiles take the canonical swizzle however they are copied. Other tiles are
         stored as they are."""
-        # (a warpgroup MMA's tile is swizzled however it is copied: TF32 B tiles are copied element by element)
         if not (per := self.chunk.get(load, 0) or (16 // load.dtype.itemsize if load in self.wgmma else 0)):
             return addr
         q = addr // per
