@@ -9,7 +9,7 @@ from tg import Context, Device, Tensor, dtypes
 from tg_codegen import get_program
 from tg_codegen.opt import KernelOptError, Opt, OptOps
 from tg_runtime.runner import CompiledRunner
-from tg_tensor.realizer import current
+from tg_tensor.realizer import ScheduleItem, current
 from tg_uop import DType
 
 DTYPES = {"fp16": dtypes.float16, "bf16": dtypes.bfloat16}
@@ -36,6 +36,42 @@ def _inputs(m: int, n: int, k: int, dt: DType, seed: int = 0) -> tuple[Tensor, T
 def _check(out: np.ndarray, ref: np.ndarray, k: int) -> None:
     # inputs are exact in the half type; accumulation is fp32; the output rounds to 8 (bf16) or 11 (fp16) bits
     np.testing.assert_allclose(out.astype(np.float64), ref, rtol=2e-2, atol=2e-2 * np.sqrt(k))
+
+
+def _last_item(t: Tensor) -> ScheduleItem:
+    """The last kernel of `t`'s schedule with its buffers allocated, taken out of the queue (the test launches it)."""
+    items = t.schedule()
+    for item in items:
+        current().unqueue(item)
+        for buf in item.bufs:
+            buf.ensure_allocated()
+    return items[-1]
+
+
+def _layout_inputs(m: int, n: int, k: int, dt: str, layout: str, seed: int) -> tuple[Tensor, Tensor, np.ndarray]:
+    """a (m,k) and b (k,n) in `dt` ("tf32": float32) on CUDA, each stored transposed where `layout` says "t" (A as
+    K x M, B as N x K) and read through a transposed view, and the float64 product of their rounded values."""
+    rng = np.random.default_rng(seed)
+    an, bn = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+    cast = dtypes.float32 if dt == "tf32" else DTYPES[dt]
+
+    def stored(x: np.ndarray, transposed: bool) -> Tensor:
+        t = Tensor(np.ascontiguousarray(x.T) if transposed else x, device="CUDA").cast(cast).contiguous().realize()
+        return t.T if transposed else t
+
+    a, b = stored(an, layout[0] == "t"), stored(bn, layout[1] == "t")
+    ref = a.cast(dtypes.float32).numpy().astype(np.float64) @ b.cast(dtypes.float32).numpy().astype(np.float64)
+    return a, b, ref
+
+
+def _check_output(item: ScheduleItem, dt: str, shape: tuple[int, int, int], ref: np.ndarray) -> None:
+    """The (m, n) output of `item` in `dt` against `ref` (TF32 to 1e-2, the 16-bit types to 2e-2, atol by sqrt(k))."""
+    m, n, k = shape
+    out = np.frombuffer(item.bufs[0].as_bytes(), dtype={"fp16": np.float16, "bf16": np.uint16, "tf32": np.float32}[dt])
+    if dt == "bf16":
+        out = (out.astype(np.uint32) << 16).view(np.float32)
+    tol = 1e-2 if dt == "tf32" else 2e-2
+    np.testing.assert_allclose(out.reshape(m, n).astype(np.float64), ref, rtol=tol, atol=tol * np.sqrt(k))
 
 
 SHAPES = [(16, 8, 16), (32, 16, 64), (64, 128, 48), (256, 64, 256), (128, 256, 512)]
@@ -76,12 +112,7 @@ def test_explicit_tc_opts(dt: str, name: str) -> None:
     _cuda_or_skip()
     m, n, k = 64, 32, 128
     a, b, ref = _inputs(m, n, k, DTYPES[dt], seed=1)
-    items = a.matmul(b).schedule()
-    for item in items:
-        current().unqueue(item)
-        for buf in item.bufs:
-            buf.ensure_allocated()
-    *_, item = items
+    item = _last_item(a.matmul(b))
     runner = CompiledRunner(get_program(item.ast, Device["CUDA"].renderer, opts=OPTS[name]))
     runner(item.bufs, wait=True)
     out = np.frombuffer(item.bufs[0].as_bytes(), dtype=np.float16 if dt == "fp16" else np.uint16)
@@ -151,12 +182,7 @@ def test_tf32_explicit_opts(name: str) -> None:
     _cuda_or_skip()
     m, n, k = 64, 32, 128
     a, b, ref = _inputs(m, n, k, dtypes.float32, seed=6)
-    items = a.matmul(b).schedule()
-    for item in items:
-        current().unqueue(item)
-        for buf in item.bufs:
-            buf.ensure_allocated()
-    *_, item = items
+    item = _last_item(a.matmul(b))
     with pytest.raises(KernelOptError, match="ALLOW_TF32"):
         get_program(item.ast, Device["CUDA"].renderer, opts=OPTS[name])
     with Context(ALLOW_TF32=1):
@@ -181,46 +207,22 @@ def test_pipelined_tiles(dt: str, layout: str, depth: int, k: int) -> None:
     fp16 is two steps of the reduce loop (fewer than 3 slots), 160 is five (ten in TF32)."""
     _cuda_or_skip()
     m, n = 64, 64
-    rng = np.random.default_rng(7)
-    an, bn = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
-    cast = dtypes.float32 if dt == "tf32" else DTYPES[dt]
-
-    def stored(x: np.ndarray, transposed: bool) -> Tensor:
-        t = Tensor(np.ascontiguousarray(x.T) if transposed else x, device="CUDA").cast(cast).contiguous().realize()
-        return t.T if transposed else t
-
-    a, b = stored(an, layout[0] == "t"), stored(bn, layout[1] == "t")
-    ref = a.cast(dtypes.float32).numpy().astype(np.float64) @ b.cast(dtypes.float32).numpy().astype(np.float64)
+    a, b, ref = _layout_inputs(m, n, k, dt, layout, seed=7)
     with Context(ALLOW_TF32=int(dt == "tf32")):
-        items = a.matmul(b).schedule()
-        for item in items:
-            current().unqueue(item)
-            for buf in item.bufs:
-                buf.ensure_allocated()
-        *_, item = items
+        item = _last_item(a.matmul(b))
         spec = get_program(item.ast, Device["CUDA"].renderer, opts=PIPELINED + [Opt(OptOps.STAGE, None, depth)])
     assert "__tg_cp_async16(" in spec.src and "__tg_cp_async_wait<" in spec.src
     if dt != "tf32":
         assert "__tg_ldmatrix_x4" in spec.src and "__tg_ldmatrix_x2" in spec.src
     CompiledRunner(spec)(item.bufs, wait=True)
-    npdt = {"fp16": np.float16, "bf16": np.uint16, "tf32": np.float32}[dt]
-    out = np.frombuffer(item.bufs[0].as_bytes(), dtype=npdt)
-    if dt == "bf16":
-        out = (out.astype(np.uint32) << 16).view(np.float32)
-    tol = 1e-2 if dt == "tf32" else 2e-2
-    np.testing.assert_allclose(out.reshape(m, n).astype(np.float64), ref, rtol=tol, atol=tol * np.sqrt(k))
+    _check_output(item, dt, (m, n, k), ref)
 
 
 def test_pipelined_tile_smaller_than_the_workgroup() -> None:
     """2 warps (64 threads) copy B's 16 x 8 tile of 16 pieces: the guarded copies leave the next slot intact."""
     _cuda_or_skip()
     a, b, ref = _inputs(64, 32, 128, dtypes.float16, seed=8)
-    items = a.matmul(b).schedule()
-    for item in items:
-        current().unqueue(item)
-        for buf in item.bufs:
-            buf.ensure_allocated()
-    *_, item = items
+    item = _last_item(a.matmul(b))
     opts = [Opt(OptOps.TC, 0, 0), Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.STAGE, None, 2)]
     spec = get_program(item.ast, Device["CUDA"].renderer, opts=opts)
     assert ") __tg_cp_async16(" in spec.src
@@ -248,33 +250,14 @@ def test_warpgroup_mma_tiles(dt: str, layout: str, depth: int, shape: tuple[int,
     (fewer than 3 slots), 160 five; 256 x 384 makes 2 x 3 blocks."""
     _hopper_or_skip()
     m, n, k = shape
-    rng = np.random.default_rng(11)
-    an, bn = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
-    cast = dtypes.float32 if dt == "tf32" else DTYPES[dt]
-
-    def stored(x: np.ndarray, transposed: bool) -> Tensor:
-        t = Tensor(np.ascontiguousarray(x.T) if transposed else x, device="CUDA").cast(cast).contiguous()
-        return t.realize().T if transposed else t.realize()
-
-    a, b = stored(an, layout[0] == "t"), stored(bn, layout[1] == "t")
-    ref = a.cast(dtypes.float32).numpy().astype(np.float64) @ b.cast(dtypes.float32).numpy().astype(np.float64)
-    items = a.matmul(b).schedule()
-    for item in items:
-        current().unqueue(item)
-        for buf in item.bufs:
-            buf.ensure_allocated()
-    *_, item = items
+    a, b, ref = _layout_inputs(m, n, k, dt, layout, seed=11)
+    item = _last_item(a.matmul(b))
     opts = [Opt(OptOps.TC, 0, 1), Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.UNROLL, 0, 2), Opt(OptOps.STAGE, None, depth)]
     with Context(ALLOW_TF32=int(dt == "tf32")):
         spec = get_program(item.ast, Device["CUDA"].renderer, opts=opts)
     assert "wgmma.mma_async" in spec.src
     CompiledRunner(spec)(item.bufs, wait=True)
-    npdt = {"fp16": np.float16, "bf16": np.uint16, "tf32": np.float32}[dt]
-    out = np.frombuffer(item.bufs[0].as_bytes(), dtype=npdt)
-    if dt == "bf16":
-        out = (out.astype(np.uint32) << 16).view(np.float32)
-    tol = 1e-2 if dt == "tf32" else 2e-2
-    np.testing.assert_allclose(out.reshape(m, n).astype(np.float64), ref, rtol=tol, atol=tol * np.sqrt(k))
+    _check_output(item, dt, (m, n, k), ref)
 
 
 def test_warpgroup_mma_default_and_fused() -> None:

@@ -288,11 +288,7 @@ class Stager:
         wg = self.wgmma[load]
         ready = self._ready()
         buf = self.bufs[load]
-        off = self._split(load, self.tiles[load].offset(idxs, self._c(0)))
-        if self.depth > 1:
-            assert self.rng is not None
-            off = off + (self.rng % self.depth) * self.tiles[load].size
-        ptr = UOp(Ops.INDEX, buf.dtype, (buf, off, ready))
+        ptr = UOp(Ops.INDEX, buf.dtype, (buf, self._addr(load, idxs, swizzled=False), ready))
         return UOp(Ops.CUSTOM, dtypes.uint64, (ptr,), f"__tg_wgmma_desc({{0}}, {wg.lbo}, {wg.sbo}, {wg.mode})")
 
     def _split(self, load: UOp, off: UOp) -> UOp:
@@ -302,9 +298,11 @@ class Stager:
         r, i = off // wg.row, off % wg.row
         return (i // wg.atom) * (wg.rows * wg.atom) + r * wg.atom + i % wg.atom
 
-    def _addr(self, load: UOp, idxs: tuple[UOp, ...] | dict[int, UOp]) -> UOp:
+    def _addr(self, load: UOp, idxs: tuple[UOp, ...] | dict[int, UOp], swizzled: bool = True) -> UOp:
+        """The element offset of `idxs` in `load`'s tile and this step's slot (unswizzled: a descriptor's corner)."""
         tile = self.tiles[load]
-        addr = self._swizzle(load, self._split(load, tile.offset(idxs, self._c(0))))
+        addr = self._split(load, tile.offset(idxs, self._c(0)))
+        addr = self._swizzle(load, addr) if swizzled else addr
         if self.depth == 1:
             return addr
         assert self.rng is not None
