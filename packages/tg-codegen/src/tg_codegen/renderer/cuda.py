@@ -62,21 +62,23 @@ class CUDARenderer(CStyleLanguage):
             align = min(16, dt.itemsize) if dt.itemsize & (dt.itemsize - 1) == 0 else dt.scalar().itemsize
             scalar = super().render_dtype(dt.scalar())
             lines.append(f"struct __align__({align}) {self.render_dtype(dt)} {{ {scalar} v[{dt.count}]; }};")
+        waits: set[DType] = set()  # accumulator types of the warpgroup MMAs: one commit-and-wait each
         for tc in self.tensor_cores:
             if not isinstance(tc, TensorCore):
                 continue
             if tc.wgmma:
                 if tc.dtype_out.vec(len(tc.c_rows)) in dts:
                     lines.append(self._wgmma_function(tc))
+                    waits.add(tc.dtype_out.vec(len(tc.c_rows)))
                 continue
             frags = (tc.dtype_in.vec(len(tc.a_rows)), tc.dtype_in.vec(len(tc.b_rows)), tc.dtype_out.vec(len(tc.c_rows)))
             if all(f in dts for f in frags):
                 lines.append(self._mma_function(*frags))
-        return lines
+        return lines + [self._wgmma_wait_function(acc) for acc in sorted(waits)]
 
     def _mma_function(self, a: DType, b: DType, c: DType) -> str:
         """mma.sync m16n8k16 (f16/bf16) or m16n8k8 (tf32), row.col, f32 accumulate, as an inline-PTX function."""
-        ptx = {dtypes.float16: "f16", dtypes.bfloat16: "bf16", dtypes.float32: "tf32"}[a.scalar()]
+        ptx = _PTX_TYPES[a.scalar()]
         ta, tb, tc = (self.render_dtype(x) for x in (a, b, c))
         shape = "m16n8k8" if ptx == "tf32" else "m16n8k16"  # both take 4 registers of A and 2 of B
         instr = f"mma.sync.aligned.{shape}.row.col.f32.{ptx}.{ptx}.f32"
@@ -95,13 +97,12 @@ class CUDARenderer(CStyleLanguage):
 
     def _wgmma_function(self, tc: TensorCore) -> str:
         """wgmma.mma_async (fenced first) of one warpgroup, operands by descriptor, the accumulator in registers,
-        operands stored M-/N-major where TA/TB are 1; and (once per accumulator type) the commit-and-wait that
-        binds the accumulator's registers."""
+        operands stored M-/N-major where TA/TB are 1."""
         acc = self.render_dtype(tc.dtype_out.vec(len(tc.c_rows)))
         n = len(tc.c_rows)
         regs = ",".join(f"%{i}" for i in range(n))
         binds = ", ".join(f'"+f"(c.v[{i}])' for i in range(n))
-        ptx = _WGMMA_PTX[tc.dtype_in]
+        ptx = _PTX_TYPES[tc.dtype_in]
         m, nn, k = tc.dims
         instr = f"wgmma.mma_async.sync.aligned.m{m}n{nn}k{k}.f32.{ptx}.{ptx}"
         lines = [
@@ -114,22 +115,27 @@ class CUDARenderer(CStyleLanguage):
             "  return c;",
             "}",
         ]
-        if tc is next(t for t in self.tensor_cores if isinstance(t, TensorCore) and t.wgmma):
-            lines += [
-                f"__device__ inline {acc} __tg_wgmma_wait({acc} c) {{",
+        return "\n".join(lines)
+
+    def _wgmma_wait_function(self, acc: DType) -> str:
+        """Commit this step's warpgroup MMAs and wait for them, binding the accumulator's registers (tc_lower.py)."""
+        t, binds = self.render_dtype(acc), ", ".join(f'"+f"(c.v[{i}])' for i in range(acc.count))
+        return "\n".join(
+            [
+                f"__device__ inline {t} __tg_wgmma_wait({t} c) {{",
                 '  asm volatile("wgmma.commit_group.sync.aligned;\\nwgmma.wait_group.sync.aligned 0;"',
                 f'    : {binds} :: "memory");',
                 "  return c;",
                 "}",
             ]
-        return "\n".join(lines)
+        )
 
     def render_wmma(self, arg: str, r: list[str], src: tuple[UOp, ...]) -> str:
         """mma.sync by fragments, or a warpgroup MMA by descriptors (arg: "<name><TA,TB>", tc_lower.py)."""
         name, _, flags = arg.partition("<")
         tc = next((t for t in self.tensor_cores if isinstance(t, TensorCore) and t.name == name), None)
         if tc is not None and tc.wgmma:
-            ptx = _WGMMA_PTX[tc.dtype_in]
+            ptx = _PTX_TYPES[tc.dtype_in]
             return f"__tg_wgmma_{ptx}<{flags.rstrip('>')}>({r[0]},{r[1]},{r[2]})"
         return self.render_alu(Ops.WMMA, r, src)
 
@@ -218,7 +224,7 @@ class CUDARenderer(CStyleLanguage):
         return "\n".join([*headers, src])
 
 
-_WGMMA_PTX = {dtypes.float16: "f16", dtypes.bfloat16: "bf16", dtypes.float32: "tf32"}
+_PTX_TYPES = {dtypes.float16: "f16", dtypes.bfloat16: "bf16", dtypes.float32: "tf32"}  # tensor-core input types
 STATIC_SHARED_BYTES = 48 * 1024  # the most shared memory a kernel declares statically; beyond it, dynamic
 # the shared memory (KiB) a block may opt in to, by arch (CUDA programming guide, compute capabilities table)
 _OPTIN_SHARED = {"sm_80": 163, "sm_86": 99, "sm_87": 163, "sm_89": 99, "sm_90": 227}
