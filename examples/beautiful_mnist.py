@@ -91,18 +91,21 @@ def main() -> None:
 
     steps, bs, every = getenv("STEPS", 1500), getenv("BS", 128), getenv("EVAL_EVERY", 250)
     rng = np.random.default_rng(getenv("SEED", 42))
-    acc, started = float("nan"), time.perf_counter()
+    acc: float | None = None  # no test accuracy before the first evaluation
+    print(f"training {steps} steps of batch {bs} on {Device.DEFAULT} (the first step compiles the kernels)")
+    started = time.perf_counter()
     GlobalCounters.reset()
     for step in range(1, steps + 1):
         samples = Tensor(rng.integers(0, len(X_train_f), bs).astype(np.int32))
         loss = train_step(samples)
         if (every > 0 and step % every == 0) or step == steps:  # EVAL_EVERY=0: only at the end
             acc = test_accuracy()
-        if step % 10 == 0 or step == steps:
-            progress(step, steps, started, f"loss {loss.item():6.3f}  test accuracy {acc:5.2f}%")
+        if step == 1 or step % 10 == 0 or step == steps:
+            shown = "-" if acc is None else f"{acc:5.2f}%"
+            progress(step, steps, started, f"loss {loss.item():6.3f}  test accuracy {shown}")
     elapsed = time.perf_counter() - started
     print(f"\ntrained {steps} steps of batch {bs} in {elapsed:.1f} s ({steps / elapsed:.2f} steps/s)")
-    print(f"test accuracy: {acc:.2f}%")
+    print(f"test accuracy: {acc:.2f}%" if acc is not None else "test accuracy: - (no step ran)")
 
 
 if __name__ == "__main__":

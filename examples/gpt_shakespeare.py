@@ -10,8 +10,8 @@ backward and update), a progress line with train/val loss and tokens/s, a safete
 the end, then a sample with temperature and top-k.
 
 Settings (environment): STEPS, BS (sequences per step), BLOCK, LAYERS, HEADS, EMBD, DROPOUT, LR, WARMUP, CLIP,
-EVAL_EVERY, EVAL_BATCHES, LOG_EVERY (steps between progress lines), SEED, CKPT (checkpoint path), SAMPLE
-(characters to generate), TEMP, TOPK, PROMPT, TIME_LIMIT (seconds; stop early and still evaluate, save,
+EVAL_EVERY (0: only at the end), EVAL_BATCHES, LOG_EVERY (steps between progress lines), SEED, CKPT (checkpoint
+path), SAMPLE (characters to generate), TEMP, TOPK, PROMPT, TIME_LIMIT (seconds; stop early and still evaluate, save,
 sample), GPUS (n: data parallel over n devices of the default kind, e.g. `DEV=CUDA GPUS=2`: each batch split
 over them, the parameters replicated, gradients all-reduced by NCCL; BS must split evenly; sampling and the
 checkpoint use the first device), SHARDED=1 (that path on a set of one device too: `GPUS=1 SHARDED=1`).
@@ -132,7 +132,7 @@ def main() -> None:
         return float(np.mean(losses))
 
     start = time.perf_counter()
-    last_t, last_step, val_loss, train_loss = start, 0, float("nan"), float("nan")
+    last_t, last_step, val_loss = start, 0, "-"  # no validation loss before the first evaluation
     step = 0
     for step in range(STEPS):
         opt.lr.assign(Tensor([lr_at(step)], dtype=dtypes.float32, device=opt.lr.device)).realize()
@@ -144,12 +144,12 @@ def main() -> None:
             tok_s = (step - last_step) * BS * BLOCK / max(now - last_t, 1e-9) if step > last_step else 0.0
             last_t, last_step = now, step
             bar = "#" * int(30 * (step + 1) / STEPS)
-            print(f"\r[{bar:<30s}] step {step + 1:5d}/{STEPS} loss {train_loss:.3f} val {val_loss:.3f} "
+            print(f"\r[{bar:<30s}] step {step + 1:5d}/{STEPS} loss {train_loss:.3f} val {val_loss} "
                   f"{tok_s:8.0f} tok/s {now - start:6.0f}s", end="", flush=True)
-        if (step + 1) % EVAL_EVERY == 0:
-            val_loss = evaluate(val)
-            seconds = time.perf_counter() - start
-            print(f"\nstep {step + 1}: train {evaluate(train):.4f} val {val_loss:.4f} ({seconds:.0f}s)")
+        if EVAL_EVERY > 0 and (step + 1) % EVAL_EVERY == 0:  # EVAL_EVERY=0: only at the end
+            loss_val = evaluate(val)
+            val_loss, seconds = f"{loss_val:.3f}", time.perf_counter() - start
+            print(f"\nstep {step + 1}: train {evaluate(train):.4f} val {loss_val:.4f} ({seconds:.0f}s)")
         if TIME_LIMIT and time.perf_counter() - start > TIME_LIMIT:
             print(f"\nTIME_LIMIT={TIME_LIMIT:.0f}s reached at step {step + 1}")
             break

@@ -1,4 +1,4 @@
-"""Quick start: build a lazy graph, look at its schedule, run it, and train a tiny linear model by hand.
+"""Quick start: build a lazy graph, look at its schedule, run it, and train a tiny linear model with autograd.
 
 Run with `uv run examples/quickstart.py` (add DEBUG=2 to see every kernel, DEBUG=4 for its source).
 """
@@ -21,18 +21,18 @@ x = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4))
 print("x.T =", x.T.tolist())
 print("x.sum(axis=1) =", x.sum(axis=1).tolist(), " x.max() =", x.max().item())
 
-# fit y = 2x - 1 with a Linear layer; the gradient is written out by hand (autograd arrives later)
+# fit y = 2x - 1 with a Linear layer: backward() computes the gradients, SGD applies them
 rng = np.random.default_rng(0)
 xs = rng.uniform(-1, 1, (64, 1)).astype(np.float32)
 ys = 2 * xs - 1
 Tensor.manual_seed(0)
 layer = nn.Linear(1, 1)
-for _ in range(200):
-    pred = layer(Tensor(xs))
-    err = pred - Tensor(ys)
-    grad_w = (err * Tensor(xs)).sum(axis=0).reshape(1, 1) * (2 / len(xs))
-    grad_b = err.sum(axis=0) * (2 / len(xs))
-    layer.weight = (layer.weight - grad_w * 0.5).realize()
-    assert layer.bias is not None
-    layer.bias = (layer.bias - grad_b * 0.5).realize()
-print(f"learned w={layer.weight.item():.3f} b={layer.bias.item():.3f} (expected 2, -1)")
+opt = nn.optim.SGD(nn.state.get_parameters(layer), lr=0.5)
+with Tensor.train():
+    for _ in range(200):
+        opt.zero_grad()
+        loss = ((layer(Tensor(xs)) - Tensor(ys)) ** 2).mean()
+        loss.backward()  # fills layer.weight.grad and layer.bias.grad
+        opt.step()
+assert layer.bias is not None
+print(f"learned w={layer.weight.item():.3f} b={layer.bias.item():.3f} (expected 2, -1), loss {loss.item():.2e}")

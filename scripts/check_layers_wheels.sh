@@ -2,9 +2,11 @@
 # Check that every layer works from its built wheel, with only itself and the layers below installed.
 #
 #   1. Build every workspace package (sdist, then the wheel from the sdist) into a temp dir.
-#   2. For k = 1..7: a fresh venv with only the first k wheels in layer order (+ numpy, pytest,
-#      hypothesis from PyPI), then run layer k's tests from a copy outside the source tree, so
-#      the installed wheels, not packages/*/src, are what is imported (a conftest checks it).
+#   2. For k = 1..7: a fresh venv with only the first k wheels in layer order, plus what layer k
+#      declares for its tests (its `test` extra: third-party packages from PyPI), then run layer k's
+#      tests from a copy outside the source tree, so the installed wheels, not packages/*/src, are
+#      what is imported (a conftest checks it). The same for the packages beside (tg-viz, with
+#      tg-uop) and above (tg-llm, with tg-uop..tg-nn) the stack.
 #   3. A fresh venv with only the `tg` wheel (its tg-* dependencies resolved from the built
 #      wheels) runs examples/quickstart.py.
 #
@@ -17,10 +19,8 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DISTS=(tg-uop tg-shape tg-codegen tg-runtime tg-tensor tg-nn tg)
 # packages beside the stack: each needs only tg-uop (checked alone with it), and `tg` pulls them in
 SIDE=(tg-viz)
-# packages above tg-nn (checked with tg-uop..tg-nn installed, plus their test tools), also pulled in by `tg`
+# packages above tg-nn (checked with tg-uop..tg-nn installed), also pulled in by `tg`
 ABOVE=(tg-llm)
-ABOVE_THIRD_PARTY=(gguf openai jinja2)
-THIRD_PARTY=(numpy pytest hypothesis)
 
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/tg-wheels.XXXXXX")"
 cleanup() { if [[ "${KEEP_TMP:-0}" == 1 ]]; then echo "kept $TMP"; else rm -rf "$TMP"; fi; }
@@ -30,19 +30,51 @@ DIST="$TMP/dist"
 say() { printf '\n=== %s\n' "$*"; }
 fail() { printf 'check_layers_wheels: FAIL: %s\n' "$*" >&2; exit 1; }
 
+for dir in "$REPO"/packages/*/; do  # a package added under packages/ must be checked here too
+    name="$(basename "$dir")"
+    [[ " ${DISTS[*]} ${SIDE[*]} ${ABOVE[*]} " == *" $name "* ]] || fail "packages/$name is not in DISTS, SIDE or ABOVE"
+done
+
 say "building all wheels into $DIST"
 (cd "$REPO" && uv build --all-packages -o "$DIST")
 for dist in "${DISTS[@]}" "${SIDE[@]}" "${ABOVE[@]}"; do
     ls "$DIST/${dist//-/_}"-*.whl >/dev/null 2>&1 || fail "no wheel built for $dist"
 done
 
-# new_venv DIR PACKAGE...: a fresh venv with the third-party test tools from PyPI, then the given
-# tg packages from the built wheels only.
+# third_party TESTED DIST...: the third-party requirements of every DIST (from its pyproject.toml) and of TESTED's
+# `test` extra, one per line: installed from PyPI first, since our wheels are installed with --no-index.
+third_party() {
+    python3 - "$REPO/packages" "$@" <<'PY'
+import sys
+import tomllib
+
+root, tested, *dists = sys.argv[1:]
+reqs: list[str] = []
+for dist in dists:
+    with open(f"{root}/{dist}/pyproject.toml", "rb") as f:
+        project = tomllib.load(f)["project"]
+    reqs += project.get("dependencies", [])
+    if dist == tested:
+        extra = project.get("optional-dependencies", {}).get("test")
+        if not extra:
+            sys.exit(f"packages/{dist}: no `test` extra: declare what the package's tests need")
+        reqs += extra
+print("\n".join(dict.fromkeys(r for r in reqs if not r.startswith("tg"))))
+PY
+}
+
+# new_venv DIR TESTED PACKAGE...: a fresh venv with the third-party requirements of the packages and of TESTED's
+# `test` extra from PyPI, then the given tg packages from the built wheels only (TESTED with its `test` extra, so
+# that the wheel's metadata must declare them).
 new_venv() {
-    local venv="$1"; shift
+    local venv="$1" tested="$2"; shift 2
+    local reqs
+    mapfile -t reqs < <(third_party "$tested" "$@")
     (cd "$REPO" && uv venv -q "$venv")
-    uv pip install -q --python "$venv/bin/python" "${THIRD_PARTY[@]}"
-    uv pip install -q --python "$venv/bin/python" --no-index --find-links "$DIST" "$@"
+    [[ ${#reqs[@]} -eq 0 ]] || uv pip install -q --python "$venv/bin/python" "${reqs[@]}"
+    local pkgs=()
+    for p in "$@"; do if [[ "$p" == "$tested" ]]; then pkgs+=("$p[test]"); else pkgs+=("$p"); fi; done
+    uv pip install -q --python "$venv/bin/python" --no-index --find-links "$DIST" "${pkgs[@]}"
 }
 
 # check_installed VENV DIST...: exactly these tg packages are installed, and tg_uop comes from the venv.
@@ -91,7 +123,7 @@ for k in "${!DISTS[@]}"; do
     [[ -d "$tests" ]] || fail "$dist has no tests directory ($tests)"
 
     venv="$TMP/venv-$dist"
-    new_venv "$venv" "${installed[@]}"
+    new_venv "$venv" "$dist" "${installed[@]}"
     if [[ "$dist" == tg ]]; then
         check_installed "$venv" "${installed[@]}" "${SIDE[@]}" "${ABOVE[@]}"  # the meta-package pulls them in
     else
@@ -115,7 +147,7 @@ done
 for dist in "${SIDE[@]}"; do
     say "side package $dist (installed: tg-uop $dist)"
     venv="$TMP/venv-$dist"
-    new_venv "$venv" tg-uop "$dist"
+    new_venv "$venv" "$dist" tg-uop "$dist"
     check_installed "$venv" tg-uop "$dist"
     run="$TMP/run-$dist"
     mkdir -p "$run"
@@ -134,8 +166,7 @@ for dist in "${ABOVE[@]}"; do
     below=(tg-uop tg-shape tg-codegen tg-runtime tg-tensor tg-nn)
     say "package $dist above the stack (installed: ${below[*]} $dist)"
     venv="$TMP/venv-$dist"
-    new_venv "$venv" "${below[@]}" "$dist"
-    uv pip install -q --python "$venv/bin/python" "${ABOVE_THIRD_PARTY[@]}"
+    new_venv "$venv" "$dist" "${below[@]}" "$dist"
     check_installed "$venv" "${below[@]}" "$dist"
     run="$TMP/run-$dist"
     mkdir -p "$run"

@@ -53,3 +53,14 @@ def test_gradient_with_respect_to_a_tensor_outside_the_graph() -> None:
 def test_op_a_dtype_does_not_support() -> None:
     with pytest.raises(TypeError, match=r"bitwise_xor needs an integer or bool tensor, got dtype dtypes.float"):
         Tensor([1.5]) ^ Tensor([2.5])
+
+
+@pytest.mark.parametrize("data", [[1, 2], [True, False]])
+def test_integer_tensors_cannot_require_gradients(data: list[int] | list[bool]) -> None:
+    """As in PyTorch: an integer or bool tensor refuses requires_grad (its .grad stayed None after backward)."""
+    with pytest.raises(RuntimeError, match=r"only floating point tensors can require gradients, got dtype"):
+        Tensor(data, requires_grad=True)
+    with pytest.raises(TypeError, match=r"only floating point tensors can require gradients"):
+        Tensor(data).requires_grad_()
+    assert Tensor(data, requires_grad=False).requires_grad is False
+    assert Tensor([1.0, 2.0], requires_grad=True).requires_grad is True

@@ -5,7 +5,7 @@
 'PYTHON'
 """
 
-from tg_runtime.device import Allocator, Buffer, Compiled, Compiler, Device, Program
+from tg_runtime.device import Allocator, Buffer, Compiled, Compiler, Device, DeviceUnavailableError, Program
 from tg_runtime.runner import CompiledRunner, get_runner, run_copy
 
 __version__ = "0.1.0"
@@ -16,6 +16,7 @@ __all__ = [
     "CompiledRunner",
     "Compiler",
     "Device",
+    "DeviceUnavailableError",
     "Program",
     "get_runner",
     "run_copy",

@@ -25,6 +25,16 @@ class UnusableCompilerError(RuntimeError):
     """The compiler the user chose (e.g. $CC) cannot be used; raised instead of quietly taking another."""
 
 
+class DeviceUnavailableError(RuntimeError):
+    """A device, or a library it needs, is not on this machine (no driver, no OpenCL platform, no GPU).
+
+    The message names what is missing and how to install it; tests skip on it with that message as the reason.
+
+    >>> str(DeviceUnavailableError("the CL device is unavailable: no OpenCL platform"))
+    'the CL device is unavailable: no OpenCL platform'
+    """
+
+
 class Allocator:
     """Device memory. Subclasses implement `_alloc`, `_free`, `_copyin` and `_copyout`."""
 

@@ -20,6 +20,7 @@ import os
 import sys
 from typing import Any
 
+from tg_runtime.device import DeviceUnavailableError
 from tg_uop import DType, dtypes
 
 NCCL_OPS = {"SUM": 0, "PROD": 1, "MAX": 2}  # ncclRedOp_t
@@ -31,6 +32,10 @@ _NCCL_TYPES = {  # ncclDataType_t
 
 class NCCLError(RuntimeError):
     """libnccl is missing, or one of its calls failed (the message names the call)."""
+
+
+class NCCLUnavailableError(NCCLError, DeviceUnavailableError):
+    """libnccl is not installed: the message says how to install it."""
 
 
 def _candidates() -> list[str]:
@@ -58,7 +63,7 @@ def load_nccl() -> ctypes.CDLL:
             return _lib
         except OSError:
             tried.append(path)
-    raise NCCLError(
+    raise NCCLUnavailableError(
         "NCCL not found: collectives between CUDA devices need libnccl (looked in site-packages/nvidia/nccl/lib "
         f"and the system library path; tried {tried}). Install it with `pip install nvidia-nccl-cu12` "
         "(or nvidia-nccl-cu13 for CUDA 13). Collectives between CPU devices "

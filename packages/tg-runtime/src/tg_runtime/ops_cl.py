@@ -14,7 +14,12 @@ import numpy as np
 
 from tg_codegen.diskcache import diskcache_get, diskcache_put
 from tg_codegen.renderer.opencl import OpenCLRenderer
-from tg_runtime.device import Allocator, Compiled, Compiler
+from tg_runtime.device import Allocator, Compiled, Compiler, DeviceUnavailableError
+
+INSTALL_DRIVER = (
+    "install an OpenCL driver, e.g. `apt-get install pocl-opencl-icd ocl-icd-libopencl1` (PoCL, OpenCL on the CPU) "
+    "or your GPU vendor's ICD"
+)
 
 
 class CLCompileError(RuntimeError):
@@ -25,8 +30,18 @@ def _cl() -> Any:
     try:
         import pyopencl
     except ImportError as e:
-        raise RuntimeError("the CL device needs pyopencl: pip install 'tg-runtime[opencl]'") from e
+        raise DeviceUnavailableError(
+            "the CL device is unavailable: pyopencl is not installed; pip install 'tg-runtime[opencl]'"
+        ) from e
     return pyopencl
+
+
+def _cl_devices(cl: Any) -> list[Any]:
+    """Every OpenCL device of every platform; DeviceUnavailableError when the ICD loader finds no platform."""
+    try:
+        return [d for p in cl.get_platforms() for d in p.get_devices()]
+    except cl.Error as e:  # PLATFORM_NOT_FOUND_KHR: no ICD registered (OCL_ICD_VENDORS, /etc/OpenCL/vendors)
+        raise DeviceUnavailableError(f"the CL device is unavailable: no OpenCL platform ({e}); {INSTALL_DRIVER}") from e
 
 
 class CLAllocator(Allocator):
@@ -111,10 +126,14 @@ class CLDevice(Compiled):
 
 def open_device(name: str) -> Compiled:
     cl = _cl()
-    devices = [d for p in cl.get_platforms() for d in p.get_devices()]
+    devices = _cl_devices(cl)
     if not devices:
-        raise RuntimeError("the CL device found no OpenCL device (install a driver, e.g. pocl-opencl-icd)")
+        raise DeviceUnavailableError(
+            f"the CL device is unavailable: no OpenCL device on any platform; {INSTALL_DRIVER}"
+        )
     idx = int(name.split(":")[1]) if ":" in name else 0
+    if idx >= len(devices):
+        raise DeviceUnavailableError(f"{name} is unavailable: this machine has {len(devices)} OpenCL device(s)")
     dev = devices[idx]
     ctx = cl.Context([dev])
     queue = cl.CommandQueue(ctx, dev, properties=cl.command_queue_properties.PROFILING_ENABLE)

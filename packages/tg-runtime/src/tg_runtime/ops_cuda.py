@@ -19,13 +19,19 @@ from typing import Any, ClassVar
 
 from tg_codegen.limits import LaunchLimits
 from tg_codegen.renderer.cuda import CUDARenderer
-from tg_runtime.device import Allocator, Compiled, Compiler
+from tg_runtime.device import Allocator, Compiled, Compiler, DeviceUnavailableError
 
 CUDA_ERROR_OUT_OF_MEMORY = 2
+CUDA_ERROR_NO_DEVICE = 100
+CUDA_ERROR_INVALID_DEVICE = 101
 
 
 class CUDAError(RuntimeError):
     """A CUDA driver or NVRTC call failed; the message names the call and the error."""
+
+
+class CUDAUnavailableError(CUDAError, DeviceUnavailableError):
+    """No NVIDIA driver, no GPU, or no NVRTC here: the message says which, and how to install it."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -53,7 +59,7 @@ def load_nvrtc() -> ctypes.CDLL:
             return ctypes.CDLL(path)
         except OSError:
             continue
-    raise CUDAError(
+    raise CUDAUnavailableError(
         "NVRTC not found: looked for libnvrtc.so* in the nvidia-cuda-nvrtc wheel (site-packages/nvidia/*/lib), "
         f"the system library path and $CUDA_PATH/lib64 or /usr/local/cuda/lib64 (tried: {tried or 'nothing found'}). "
         "Install it with `pip install nvidia-cuda-nvrtc`."
@@ -80,8 +86,9 @@ def load_libcuda() -> ctypes.CDLL:
             return ctypes.CDLL(name)
         except OSError:
             continue
-    raise CUDAError(
-        f"no NVIDIA driver: could not load libcuda (tried {names}); the CUDA device needs a GPU and its driver"
+    raise CUDAUnavailableError(
+        f"the CUDA device is unavailable: no NVIDIA driver (could not load libcuda; tried {names}); it needs an "
+        "NVIDIA GPU and its driver (https://www.nvidia.com/drivers)"
     )
 
 
@@ -175,9 +182,13 @@ class Driver:
 
     def __init__(self, ordinal: int = 0) -> None:
         self.lib = load_libcuda()
-        self.check(self.lib.cuInit(0), "cuInit")
+        if (status := self.lib.cuInit(0)) == CUDA_ERROR_NO_DEVICE:
+            raise CUDAUnavailableError("the CUDA device is unavailable: the NVIDIA driver sees no GPU (cuInit)")
+        self.check(status, "cuInit")
         self.dev = ctypes.c_int()
-        self.check(self.lib.cuDeviceGet(ctypes.byref(self.dev), ordinal), f"cuDeviceGet({ordinal})")
+        if (status := self.lib.cuDeviceGet(ctypes.byref(self.dev), ordinal)) == CUDA_ERROR_INVALID_DEVICE:
+            raise CUDAUnavailableError(f"CUDA:{ordinal} is unavailable: this machine has {device_count()} GPU(s)")
+        self.check(status, f"cuDeviceGet({ordinal})")
         self.ctx = ctypes.c_void_p()
         self.check(self.lib.cuDevicePrimaryCtxRetain(ctypes.byref(self.ctx), self.dev), "cuDevicePrimaryCtxRetain")
         self.make_current()

@@ -230,6 +230,8 @@ class Tensor(
 
     @requires_grad.setter
     def requires_grad(self, value: bool | None) -> None:
+        if value and not dtypes.is_float(self.dtype):  # as PyTorch: gradients of integers are not defined
+            raise DTypeError(f"only floating point tensors can require gradients, got dtype {self.dtype}")
         self._requires_grad = value
         if value:
             if self.uop.base.op is not Ops.BUFFER:
