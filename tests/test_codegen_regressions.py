@@ -184,3 +184,20 @@ def test_lanes_selected_by_one_condition_are_one_vector_select() -> None:
     assert not any(re.search(r"\?\w+\[\d+\]:", s) for s in srcs)  # and no per-lane select of packed elements
     want = _linear_resize_axis(a, 3, 6)
     np.testing.assert_allclose(t.numpy(), want, rtol=1e-4, atol=1e-5)
+
+
+def test_cpu_vector_values_are_naturally_aligned() -> None:
+    """Vector values have their natural alignment; memory is read and written through the element-aligned `_u`
+    type. With an under-aligned value type, clang's OpenMP outlining read a vector declared before the parallel
+    loop through a pointer with an aligned move: a random kernel (Tensor.normal(256, 384)) faulted now and then."""
+    from tg_codegen import get_program
+    from tg_codegen.renderer.cstyle import ClangRenderer
+    from tg_tensor.realizer import current
+
+    t = Tensor(np.arange(64 * 64, dtype=np.float32).reshape(64, 64)) * 2 + 1
+    (item,) = [it for it in t.schedule() if it.ast.op.name == "SINK"]
+    current().unqueue(item)
+    src = get_program(item.ast, ClangRenderer(threads=2, vector_bytes=32)).src
+    assert "typedef float tg_float8 __attribute__((vector_size(32), may_alias));" in src
+    assert "typedef float tg_float8_u __attribute__((vector_size(32), aligned(4), may_alias));" in src
+    assert "(tg_float8_u*)" in src and "(tg_float8*)" not in src

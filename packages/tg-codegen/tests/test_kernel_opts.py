@@ -58,7 +58,7 @@ def test_cpu_renderer_has_no_locals(op: OptOps) -> None:
 
 def test_upcast_renders_vector_loads_on_cpu() -> None:
     src = get_program(_matmul(), ClangRenderer(), opts=[Opt(OptOps.UPCAST, 1, 8)]).src
-    assert "tg_float8" in src and "*((tg_float8*)(data2+" in src and "*((tg_float8*)(data0+" in src
+    assert "tg_float8" in src and "*((tg_float8_u*)(data2+" in src and "*((tg_float8_u*)(data0+" in src
 
 
 def _row_copy(gated: bool) -> UOp:
@@ -75,8 +75,8 @@ def _row_copy(gated: bool) -> UOp:
 def test_upcast_copy_renders_one_vector_load_per_store(gated: bool) -> None:
     # a stored value that is a load packs into a wide load (one gate for all lanes), so the copy is vector code
     src = get_program(_row_copy(gated), ClangRenderer(), opts=[Opt(OptOps.UPCAST, 1, 8)]).src
-    assert src.count("*((tg_float8*)(data1+") == 1 and src.count("*((tg_float8*)(data0+") == 1
-    assert ("?*((tg_float8*)(data1+" in src) == gated
+    assert src.count("*((tg_float8_u*)(data1+") == 1 and src.count("*((tg_float8_u*)(data0+") == 1
+    assert ("?*((tg_float8_u*)(data1+" in src) == gated
 
 
 def test_thread_renders_an_openmp_loop() -> None:

@@ -338,9 +338,16 @@ class ClangRenderer(CStyleLanguage):
             return f"tg_{super().render_dtype(dt.scalar()).replace(' ', '_')}{dt.count}"
         return super().render_dtype(dt)
 
-    def render_vector_types(self, dts: list[DType]) -> list[str]:
-        """gcc/clang vector extensions; aligned to the element so any address can be loaded (unaligned moves).
+    def render_deref(self, ptr: str, dt: DType) -> str:
+        """A vector is read and written through its `_u` type, aligned to the element: any address works."""
+        return f"*{ptr}" if dt.count == 1 else f"*(({self.render_dtype(dt)}_u*){ptr})"
 
+    def render_vector_types(self, dts: list[DType]) -> list[str]:
+        """gcc/clang vector extensions: the type of values (naturally aligned) and a `_u` type aligned to the element,
+        through which memory is loaded and stored (unaligned moves, any address).
+
+        Values keep the natural alignment: clang's OpenMP outlining reads a vector declared before a parallel loop
+        through a pointer with aligned moves, which faulted when an under-aligned type left it at an odd stack slot.
         Float vectors also get a NaN-propagating max built from compares and bit selects (no branches)."""
         lines = []
         for dt in dts:
@@ -351,9 +358,11 @@ class ClangRenderer(CStyleLanguage):
         return list(dict.fromkeys(lines))
 
     def _vector_typedef(self, dt: DType) -> str:
+        name, scalar = self.render_dtype(dt), self.render_dtype(dt.scalar())
         return (
-            f"typedef {self.render_dtype(dt.scalar())} {self.render_dtype(dt)} "
-            f"__attribute__((vector_size({dt.itemsize}), aligned({dt.scalar().itemsize}), may_alias));"
+            f"typedef {scalar} {name} __attribute__((vector_size({dt.itemsize}), may_alias));\n"
+            f"typedef {scalar} {name}_u __attribute__((vector_size({dt.itemsize}), aligned({dt.scalar().itemsize}), "
+            "may_alias));"
         )
 
     def _vector_max(self, dt: DType, idt: DType) -> str:
