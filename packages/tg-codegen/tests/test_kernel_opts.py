@@ -76,7 +76,7 @@ def test_upcast_copy_renders_one_vector_load_per_store(gated: bool) -> None:
     # a stored value that is a load packs into a wide load (one gate for all lanes), so the copy is vector code
     src = get_program(_row_copy(gated), ClangRenderer(), opts=[Opt(OptOps.UPCAST, 1, 8)]).src
     assert src.count("*((tg_float8_u*)(data1+") == 1 and src.count("*((tg_float8_u*)(data0+") == 1
-    assert ("?*((tg_float8_u*)(data1+" in src) == gated
+    assert ("?((tg_float8)*((tg_float8_u*)(data1+" in src) == gated
 
 
 def test_thread_renders_an_openmp_loop() -> None:

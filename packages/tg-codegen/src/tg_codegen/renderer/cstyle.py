@@ -145,6 +145,10 @@ class CStyleLanguage(Renderer):
     def render_store(self, ptr: str, value: str, dt: DType) -> str:
         return f"{self.render_deref(ptr, dt)} = {value};"
 
+    def render_load(self, ptr: str, dt: DType) -> str:
+        """The value at `ptr` (an expression of the value type, also in a gated load's conditional)."""
+        return self.render_deref(ptr, dt)
+
     def render_gep(self, x: str, i: int) -> str:
         return f"{x}[{i}]"
 
@@ -252,7 +256,7 @@ class CStyleLanguage(Renderer):
                 names[u] = f"({r[0]}+{r[1]})"
             elif op is Ops.LOAD:
                 names[u] = fresh("val")
-                ld = self.render_deref(r[0], u.dtype)
+                ld = self.render_load(r[0], u.dtype)
                 if len(src) > 1:
                     zero = self.render_const(0, u.dtype.scalar())
                     zero = zero if u.dtype.count == 1 else self.render_vectorize([zero] * u.dtype.count, u.dtype)
@@ -341,6 +345,10 @@ class ClangRenderer(CStyleLanguage):
     def render_deref(self, ptr: str, dt: DType) -> str:
         """A vector is read and written through its `_u` type, aligned to the element: any address works."""
         return f"*{ptr}" if dt.count == 1 else f"*(({self.render_dtype(dt)}_u*){ptr})"
+
+    def render_load(self, ptr: str, dt: DType) -> str:
+        deref = self.render_deref(ptr, dt)
+        return deref if dt.count == 1 else f"(({self.render_dtype(dt)}){deref})"
 
     def render_vector_types(self, dts: list[DType]) -> list[str]:
         """gcc/clang vector extensions: the type of values (naturally aligned) and a `_u` type aligned to the element,
