@@ -13,13 +13,13 @@ whose merges are learned from a built-in paragraph, padded with unused tokens to
 from __future__ import annotations
 
 import os
-import re
 from collections import Counter
 from typing import Any
 
 import numpy as np
 
-from tg_llm.tokenizer import BYTE, CONTROL, NORMAL, PRE_PATTERNS, UNUSED, byte_encoder
+from tg_llm.pretokenizer import pre_tokenizer
+from tg_llm.tokenizer import BYTE, CONTROL, NORMAL, UNUSED, byte_encoder
 
 __all__ = ["CORPUS", "bpe_vocab", "spm_vocab", "write_random_gguf"]
 
@@ -39,7 +39,7 @@ LLAMA3_TEMPLATE = (
 def bpe_vocab(n_merges: int = 200, corpus: str = CORPUS) -> tuple[list[str], list[str], list[int]]:
     """(tokens, merges, token types) of a byte-level BPE learned on `corpus` (split by llama3's pre-tokenizer)."""
     enc = byte_encoder()
-    words = Counter("".join(enc[b] for b in w.encode()) for w in re.findall(PRE_PATTERNS["llama3"], corpus))
+    words = Counter("".join(enc[b] for b in w.encode()) for w in pre_tokenizer("llama-bpe").split(corpus))
     seqs = {w: list(w) for w in words}
     tokens = [enc[b] for b in range(256)]
     merges: list[str] = []
@@ -133,6 +133,15 @@ def _encode_weight(rows: int, cols: int, qtype: Any, rng: np.random.Generator) -
     return gguf.quants.quantize(a, qtype), qtype
 
 
+def _value_type(value: bool | int | float | str) -> Any:
+    import gguf
+
+    t = gguf.GGUFValueType
+    if isinstance(value, (bool, str, float)):
+        return {bool: t.BOOL, str: t.STRING, float: t.FLOAT32}[type(value)]
+    return t.INT32 if value < 0 else t.UINT32
+
+
 def write_random_gguf(
     path: str | os.PathLike[str],
     *,
@@ -152,8 +161,10 @@ def write_random_gguf(
     rope_freqs: bool = False,
     qkv_bias: bool = False,
     qk_norm: bool = False,
+    metadata: dict[str, bool | int | float | str | list[Any]] | None = None,
 ) -> None:
-    """Write a random model of the given shape to `path` as GGUF (every matrix in ggml type `qtype`)."""
+    """Write a random model of the given shape to `path` as GGUF (every matrix in ggml type `qtype`).
+    `metadata`: keys written last, replacing the ones of the same name (to make corrupt files)."""
     try:
         import gguf
     except ImportError as e:
@@ -235,6 +246,11 @@ def write_random_gguf(
         matrix("output.weight", vocab, dim)
     if rope_freqs:
         w.add_tensor("rope_freqs.weight", rng.uniform(1.0, 8.0, hd // 2).astype(np.float32))
+    for key, value in (metadata or {}).items():
+        if isinstance(value, list):
+            w.add_array(key, value)
+        else:
+            w.add_key_value(key, value, _value_type(value))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

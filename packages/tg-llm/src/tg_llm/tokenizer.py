@@ -1,10 +1,11 @@
 """Tokenizers from a GGUF file's metadata: byte-level BPE (gpt2/llama3/qwen2 style) and sentencepiece (llama).
 
 `tokenizer.ggml.model` says which: "gpt2" is byte-level BPE (every byte is a printable character, the
-text is split by a pre-tokenizer regex, then the file's merges are applied by rank); "llama" is
+text is split by the file's pre-tokenizer (tg_llm.pretokenizer), then the file's merges are applied by
+rank); "llama" is
 sentencepiece (spaces become "▁", the highest-scoring adjacent pair in the vocabulary is merged
-first, and characters outside it fall back to <0xNN> byte tokens). Control and user-defined tokens
-(`<|eot_id|>`, `<s>`) are matched whole in the text when `allow_special`.
+first, and characters outside it fall back to <0xNN> byte tokens). Control tokens (`<|eot_id|>`, `<s>`)
+are matched whole in the text when `allow_special`, user-defined ones always, longest first, as llama.cpp does.
 
 >>> tok = Tokenizer(["a", "b", "ab"], merges=["a b"])
 >>> tok.encode("abab"), tok.decode(tok.encode("abab"))
@@ -15,25 +16,16 @@ from __future__ import annotations
 
 import codecs
 import heapq
-import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from functools import cache
 from typing import Any
 
-__all__ = ["PRE_PATTERNS", "Tokenizer", "byte_encoder"]
+from tg_llm.pretokenizer import pre_tokenizer
+
+__all__ = ["Tokenizer", "byte_encoder"]
 
 # token types in tokenizer.ggml.token_type
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
-
-# pre-tokenizer patterns (Python's re has no \p{L}/\p{N}: letters are [^\W\d_], numbers \d)
-_L, _N, _O = r"[^\W\d_]", r"\d", r"(?:[^\s\w]|_)"  # letter, number, other (not space)
-_CONTRACTIONS, _WS = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)", r"\s*[\r\n]+|\s+(?!\S)|\s+"
-PRE_PATTERNS = {
-    "llama3": rf"{_CONTRACTIONS}|(?:[^\r\n\w]|_)?{_L}+|{_N}{{1,3}}| ?{_O}+[\r\n]*|{_WS}",
-    "qwen2": rf"{_CONTRACTIONS}|(?:[^\r\n\w]|_)?{_L}+|{_N}| ?{_O}+[\r\n]*|{_WS}",
-    "gpt2": rf"'s|'t|'re|'ve|'m|'ll|'d| ?{_L}+| ?{_N}+| ?{_O}+|\s+(?!\S)|\s+",
-}
-_PRE_OF = {"llama-bpe": "llama3", "llama3": "llama3", "qwen2": "qwen2", "default": "gpt2", "gpt2": "gpt2"}
 
 
 @cache
@@ -51,7 +43,11 @@ def byte_encoder() -> dict[int, str]:
 
 
 class Tokenizer:
-    """Encode text to token ids and back. Build it with `from_gguf(metadata)`."""
+    """Encode text to token ids and back. Build it with `from_gguf(metadata)`.
+
+    `pre` is the file's `tokenizer.ggml.pre` (see tg_llm.pretokenizer); `bos_id`/`eos_id` must be ids of
+    the vocabulary.
+    """
 
     def __init__(
         self,
@@ -60,7 +56,7 @@ class Tokenizer:
         scores: list[float] | None = None,
         token_types: list[int] | None = None,
         model: str = "gpt2",
-        pre: str = "gpt2",
+        pre: str = "gpt-2",
         bos_id: int | None = None,
         eos_id: int | None = None,
         add_bos: bool = False,
@@ -69,16 +65,24 @@ class Tokenizer:
     ) -> None:
         if model not in ("gpt2", "llama"):
             raise ValueError(f"Tokenizer: tokenizer model {model!r} is not supported (gpt2 or llama)")
+        if not tokens:
+            raise ValueError("Tokenizer: the vocabulary (tokenizer.ggml.tokens) is empty")
+        for key, v in (("bos_token_id", bos_id), ("eos_token_id", eos_id)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < len(tokens)):
+                raise ValueError(
+                    f"Tokenizer: tokenizer.ggml.{key}={v!r} is not a token id (the vocabulary has {len(tokens)} tokens)"
+                )
         self.tokens, self.model = tokens, model
         self.ids = {t: i for i, t in enumerate(tokens)}
         self.types = token_types or [NORMAL] * len(tokens)
         self.scores = scores or [0.0] * len(tokens)
         self.ranks = {tuple(m.split(" ", 1)): i for i, m in enumerate(merges or [])}
-        self.pattern = re.compile(PRE_PATTERNS[_PRE_OF.get(pre, "gpt2")])
+        self.pre = pre_tokenizer(pre) if model == "gpt2" else None
         self.bos_id, self.eos_id, self.add_bos, self.add_space_prefix = bos_id, eos_id, add_bos, add_space_prefix
         self.chat_template = chat_template
-        special = [t for t, ty in zip(tokens, self.types) if ty in (CONTROL, USER_DEFINED) and t]
-        self.special_re = re.compile("|".join(re.escape(s) for s in sorted(special, key=len, reverse=True)) or "(?!)")
+        # matched whole in the text, longest first (llama.cpp's order); user-defined ones even without allow_special
+        special = [(t, ty) for t, ty in zip(tokens, self.types) if ty in (CONTROL, USER_DEFINED, UNKNOWN) and t]
+        self.specials = sorted(special, key=lambda s: -len(s[0]))
         self.byte_ids = {int(t[3:5], 16): i for i, t in enumerate(tokens) if self.types[i] == BYTE and len(t) == 6}
         self._byte_dec = {c: b for b, c in byte_encoder().items()}
         self._bpe_cache: dict[str, list[str]] = {}
@@ -104,7 +108,7 @@ class Tokenizer:
             scores=g("scores"),
             token_types=g("token_type"),
             model=model,
-            pre=str(g("pre", "default")),
+            pre=str(g("pre", "")),
             bos_id=g("bos_token_id"),
             eos_id=g("eos_token_id"),
             add_bos=bool(g("add_bos_token", model == "llama")),
@@ -114,75 +118,73 @@ class Tokenizer:
 
     # ---- encoding ----
     def encode(self, text: str, allow_special: bool = True, add_bos: bool | None = None) -> list[int]:
-        """Token ids of `text`; control tokens written in the text are single tokens when allow_special."""
+        """Token ids of `text`; control tokens written in the text are single tokens when allow_special
+        (user-defined ones always are)."""
         if not isinstance(text, str):
             raise TypeError(f"Tokenizer.encode: expected a str, got {type(text).__name__}")
         out = [self.bos_id] if (self.add_bos if add_bos is None else add_bos) and self.bos_id is not None else []
-        pos, first = 0, True
-        for m in self.special_re.finditer(text) if allow_special else ():
-            out += self._encode_plain(text[pos : m.start()], first)
-            out.append(self.ids[m.group()])
-            pos, first = m.end(), False
-        return out + self._encode_plain(text[pos:], first)
+        for i, part in enumerate(self._split_special(text, allow_special)):
+            out += [part] if isinstance(part, int) else self._encode_plain(part, i == 0)
+        return out
+
+    def _split_special(self, text: str, allow_special: bool) -> list[str | int]:
+        """`text` cut around the special tokens written in it (their ids), each token's every occurrence in
+        turn, longest token first."""
+        parts: list[str | int] = [text] if text else []
+        for t, ty in self.specials:
+            if ty != USER_DEFINED and not allow_special:
+                continue
+            cut: list[str | int] = []
+            for p in parts:
+                if isinstance(p, int) or t not in p:
+                    cut.append(p)
+                    continue
+                pieces = p.split(t)
+                for j, piece in enumerate(pieces):
+                    if j:
+                        cut.append(self.ids[t])
+                    if piece:
+                        cut.append(piece)
+            parts = cut
+        return parts
 
     def _encode_plain(self, text: str, first: bool) -> list[int]:
-        if not text:
-            return []
-        if self.model == "llama":
+        if self.pre is None:
             return self._spm(("▁" if first and self.add_space_prefix else "") + text.replace(" ", "▁"))
         enc = byte_encoder()
         out: list[int] = []
-        for word in self.pattern.findall(text):
+        for word in self.pre.split(text):
             for piece in self._bpe("".join(enc[b] for b in word.encode("utf-8"))):
                 out.append(self.ids[piece])
         return out
 
     def _bpe(self, word: str) -> list[str]:
-        """Merge the characters of one pre-token by the merges' ranks, lowest rank first."""
+        """Merge the characters of one pre-token by the merges' ranks, lowest rank first (leftmost on ties)."""
         if (hit := self._bpe_cache.get(word)) is not None:
             return hit
-        parts = list(word)
-        while len(parts) > 1:
-            ranked = [(self.ranks.get((a, b), 1 << 62), i) for i, (a, b) in enumerate(zip(parts, parts[1:]))]
-            rank, i = min(ranked)
-            if rank == 1 << 62:
-                break
-            parts[i : i + 2] = [parts[i] + parts[i + 1]]
+        if self.pre is not None and self.pre.ignore_merges and word in self.ids:
+            parts = [word]
+        else:
+            parts = _merge_pairs(list(word), lambda a, b: self.ranks.get((a, b)))
         missing = [p for p in parts if p not in self.ids]
         if missing:
             raise ValueError(f"Tokenizer: the piece {missing[0]!r} is not in the vocabulary (a broken BPE vocab?)")
-        self._bpe_cache[word] = parts
+        if len(word) <= 64:  # bounded: a server sees unbounded distinct words
+            if len(self._bpe_cache) >= 100_000:
+                self._bpe_cache.clear()
+            self._bpe_cache[word] = parts
         return parts
 
     def _spm(self, text: str) -> list[int]:
         """Sentencepiece: merge the adjacent pair with the best score (leftmost on ties) while the merge is a
-        vocabulary piece. The pairs wait in a heap, so a text of n characters takes O(n log n)."""
-        sym: list[str | None] = list(text)
-        nxt = list(range(1, len(sym))) + [-1]
-        prev = list(range(-1, len(sym) - 1))
-        heap: list[tuple[float, int, str]] = []
+        vocabulary piece; characters outside the vocabulary become byte tokens."""
 
-        def push(i: int) -> None:  # the pair that starts at symbol i
-            j = nxt[i]
-            if i >= 0 and j >= 0 and (a := sym[i]) is not None and (b := sym[j]) is not None:
-                if (tid := self.ids.get(a + b)) is not None:
-                    heapq.heappush(heap, (-self.scores[tid], i, a + b))
+        def priority(a: str, b: str) -> float | None:
+            tid = self.ids.get(a + b)
+            return None if tid is None else -self.scores[tid]
 
-        for i in range(len(sym) - 1):
-            push(i)
-        while heap:
-            _, i, merged = heapq.heappop(heap)
-            j = nxt[i]
-            if j < 0 or sym[i] is None or sym[j] is None or f"{sym[i]}{sym[j]}" != merged:
-                continue  # stale: one of the two was merged since
-            sym[i], sym[j], nxt[i] = merged, None, nxt[j]
-            if nxt[j] >= 0:
-                prev[nxt[j]] = i
-            push(prev[i])
-            push(i)
-        parts = [p for p in sym if p is not None]
         out = []
-        for p in parts:
+        for p in _merge_pairs(list(text), priority):
             if p in self.ids:
                 out.append(self.ids[p])
                 continue
@@ -224,3 +226,32 @@ class Tokenizer:
 
     def __len__(self) -> int:
         return len(self.tokens)
+
+
+def _merge_pairs(parts: list[str], priority: Callable[[str, str], float | None]) -> list[str]:
+    """Merge adjacent symbols while some pair has a priority, the lowest first (the leftmost on ties). The pairs
+    wait in a heap, so n symbols take O(n log n) (a long word of one repeated letter stays fast)."""
+    sym: list[str | None] = list(parts)
+    nxt = list(range(1, len(sym))) + [-1]
+    prev = list(range(-1, len(sym) - 1))
+    heap: list[tuple[float, int, str]] = []
+
+    def push(i: int) -> None:  # the pair that starts at symbol i
+        j = nxt[i] if i >= 0 else -1
+        if j >= 0 and (a := sym[i]) is not None and (b := sym[j]) is not None:
+            if (rank := priority(a, b)) is not None:
+                heapq.heappush(heap, (rank, i, a + b))
+
+    for i in range(len(sym) - 1):
+        push(i)
+    while heap:
+        _, i, merged = heapq.heappop(heap)
+        j = nxt[i]
+        if j < 0 or sym[i] is None or sym[j] is None or f"{sym[i]}{sym[j]}" != merged:
+            continue  # stale: one of the two was merged since
+        sym[i], sym[j], nxt[i] = merged, None, nxt[j]
+        if nxt[j] >= 0:
+            prev[nxt[j]] = i
+        push(prev[i])
+        push(i)
+    return [p for p in sym if p is not None]
