@@ -11,7 +11,7 @@ import pytest
 
 from tg_llm import load_model
 from tg_llm.random_model import write_random_gguf
-from tg_nn.gguf import GGUFError, dequantize, gguf_load
+from tg_nn.gguf import GGUFError, dequantize, gguf_load, gguf_read_header
 from tg_tensor import Tensor
 from tg_uop import dtypes
 
@@ -102,3 +102,41 @@ def test_random_model_bad_shape(tmp_path: pathlib.Path) -> None:
         write_random_gguf(tmp_path / "x.gguf", qtype="Q4_K")
     with pytest.raises(ValueError, match="qtype='Q9' is not a ggml type name"):
         write_random_gguf(tmp_path / "x.gguf", qtype="Q9")
+
+
+@pytest.mark.parametrize(
+    ("metadata", "message"),
+    [
+        ({"tokenizer.ggml.eos_token_id": 99999}, r"tokenizer.ggml.eos_token_id=99999 is not a token id \(the vocab"),
+        ({"tokenizer.ggml.bos_token_id": -1}, r"tokenizer.ggml.bos_token_id=-1 is not a token id"),
+        ({"llama.attention.head_count": 0}, r"llama.attention.head_count=0 in the GGUF metadata must be a positive"),
+        ({"llama.attention.head_count_kv": 0}, r"llama.attention.head_count_kv=0 in the GGUF metadata must be a posi"),
+        ({"llama.block_count": 0}, r"llama.block_count=0 in the GGUF metadata must be a positive integer"),
+        ({"llama.attention.head_count": 5}, r"llama.embedding_length=64 is not divisible by head_count=5"),
+        ({"llama.context_length": "long"}, r"llama.context_length='long' in the GGUF metadata must be a positive"),
+        ({"tokenizer.ggml.pre": "tekken"}, r"tokenizer.ggml.pre='tekken' is not a pre-tokenizer tg knows \('smollm'"),
+    ],
+)
+def test_bad_metadata_is_named_at_load(tmp_path: pathlib.Path, metadata: dict, message: str) -> None:
+    """Sizes that later code divides by and ids that index the vocabulary are checked when the file loads."""
+    path = tmp_path / "bad.gguf"
+    write_random_gguf(path, qtype="F32", n_layers=1, context_length=16, metadata=metadata)
+    with pytest.raises(ValueError, match=message):
+        load_model(path, "CPU")
+
+
+def test_vocabulary_and_embedding_must_agree(tmp_path: pathlib.Path) -> None:
+    """Token ids the model can sample must have a text, and every token an embedding row."""
+    path = tmp_path / "bad.gguf"
+    write_random_gguf(path, qtype="F32", n_layers=1, context_length=16, vocab_size=500)
+    tokens = gguf_read_header(path).metadata["tokenizer.ggml.tokens"]
+    write_random_gguf(
+        path,
+        qtype="F32",
+        n_layers=1,
+        context_length=16,
+        vocab_size=500,
+        metadata={"tokenizer.ggml.tokens": tokens[:490], "tokenizer.ggml.token_type": [1] * 490},
+    )
+    with pytest.raises(GGUFError, match="the vocabulary has 490 tokens, but token_embd.weight has 500 rows"):
+        load_model(path, "CPU")

@@ -19,7 +19,10 @@ __all__ = ["GGUFError", "Llama", "LlamaConfig", "Tokenizer", "load_model"]
 
 
 def load_model(
-    path: str | os.PathLike[str], device: str | None = None, dtype: DType | None = None, context: int | None = None,
+    path: str | os.PathLike[str],
+    device: str | None = None,
+    dtype: DType | None = None,
+    context: int | None = None,
     keep_quantized: bool = False,
 ) -> tuple[Llama, Tokenizer]:
     """The model and tokenizer of a GGUF file. `dtype` of the weights: float16 on GPUs, float32 elsewhere by
@@ -33,6 +36,10 @@ def load_model(
     if dtype is None:
         dtype = dtypes.float16 if device.split(":")[0] in ("CUDA", "CL") else dtypes.float32
     tokenizer = Tokenizer.from_gguf(metadata)
+    if len(tokenizer) != cfg.vocab_size:  # every sampled id needs a text, every token an embedding row
+        raise GGUFError(
+            f"load_model: the vocabulary has {len(tokenizer)} tokens, but token_embd.weight has {cfg.vocab_size} rows"
+        )
     quantized = frozenset(
         t.name for t in gguf_read_header(path).tensors if keep_quantized and t.type_name not in ("F32", "F16", "BF16")
     )

@@ -82,26 +82,34 @@ class LlamaConfig:
                 raise ValueError(f"Llama: the GGUF metadata has no {arch}.{key}")
             return v
 
-        n_heads = int(get("attention.head_count"))
+        def count(key: str, default: Any = None) -> int:  # a size: checked before anything divides by it
+            v = get(key, default)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"Llama: {arch}.{key}={v!r:.80} in the GGUF metadata must be a positive integer")
+            return v
+
+        n_heads = count("attention.head_count")
         scaling = metadata.get(f"{arch}.rope.scaling.type", "none")
         factor = 1.0
         if scaling == "linear":
             factor = float(get("rope.scaling.factor"))
         elif scaling not in ("none", None):
             raise ValueError(f"Llama: rope scaling {scaling!r} is not supported (tg reads none, linear, llama3)")
-        dim = int(get("embedding_length"))
-        head_dim = int(get("attention.key_length", dim // n_heads))
-        rope_dims = int(get("rope.dimension_count", head_dim))
+        dim = count("embedding_length")
+        if f"{arch}.attention.key_length" not in metadata and dim % n_heads:
+            raise ValueError(f"Llama: {arch}.embedding_length={dim} is not divisible by head_count={n_heads}")
+        head_dim = count("attention.key_length", dim // n_heads)
+        rope_dims = count("rope.dimension_count", head_dim)
         if rope_dims != head_dim:
             raise ValueError(f"Llama: partial rotary embeddings ({rope_dims} of {head_dim} dims) are not supported")
         return cls(
             vocab_size=vocab_size,
             dim=dim,
-            n_layers=int(get("block_count")),
+            n_layers=count("block_count"),
             n_heads=n_heads,
-            n_kv_heads=int(get("attention.head_count_kv", n_heads)),
-            hidden_dim=int(get("feed_forward_length")),
-            context_length=int(get("context_length")),
+            n_kv_heads=count("attention.head_count_kv", n_heads),
+            hidden_dim=count("feed_forward_length"),
+            context_length=count("context_length"),
             head_dim=head_dim,
             norm_eps=float(get("attention.layer_norm_rms_epsilon", 1e-5)),
             rope_theta=float(get("rope.freq_base", 1e4)),
