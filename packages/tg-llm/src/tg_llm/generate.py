@@ -9,7 +9,7 @@ that keeps the KV cache of the previous turns (a new prompt only prefills what d
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -161,7 +161,7 @@ class Session:
         top_k: int = 0,
         stop: list[str] | None = None,
         seed: int | None = None,
-    ) -> Iterator[tuple[str, Completion]]:
+    ) -> Generator[tuple[str, Completion]]:
         """Yield (new text, completion so far) as tokens come; the last yield has the finish_reason set.
 
         Stops at an end-of-turn token ("stop"), a stop string ("stop", not included), max_tokens or the end

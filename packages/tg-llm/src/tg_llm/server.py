@@ -1,6 +1,8 @@
 """An OpenAI-compatible HTTP server: /v1/models, /v1/chat/completions, /v1/completions (streamed with
-server-sent events or not). One request generates at a time (one model, one KV cache); bad requests get
-OpenAI-style error JSON and the server keeps serving.
+server-sent events or not). Each connection has a handler thread; the generations go through one queue
+(tg_llm.scheduler) to the one worker that owns the model, and run one at a time in arrival order (the model
+has one KV cache). Bad requests get OpenAI-style error JSON and the server keeps serving; a request body that
+does not arrive within `read_timeout` seconds is answered 408.
 
 >>> srv = LLMServer(session, "tiny", port=0).start()  # doctest: +SKIP
 >>> from openai import OpenAI                          # doctest: +SKIP
@@ -11,14 +13,18 @@ OpenAI-style error JSON and the server keeps serving.
 from __future__ import annotations
 
 import json
+import queue
+import select
+import socket
 import threading
 import time
 import uuid
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from tg_llm.generate import Completion, Session
+from tg_llm.scheduler import QueueFull, Request, Scheduler
 
 __all__ = ["LLMServer", "RequestError"]
 
@@ -50,16 +56,32 @@ def _number(req: dict[str, Any], key: str, default: float, lo: float, hi: float)
     return float(v)
 
 
-class LLMServer:
-    """Serve `session` as model `model_id` on host:port (port 0: a free one). `start()` runs it in a thread."""
+ROLES = ("system", "developer", "user", "assistant")  # "developer" is OpenAI's newer name for "system"
+MAX_BODY = 16 << 20  # bytes of a request body
 
-    def __init__(self, session: Session, model_id: str, host: str = "127.0.0.1", port: int = 8000) -> None:
+
+class LLMServer:
+    """Serve `session` as model `model_id` on host:port (port 0: a free one). `start()` runs it in a thread.
+
+    `read_timeout`: seconds a client may take to send its request (and to take each write of the answer);
+    `max_waiting`: requests that may wait for the model before the server answers 503."""
+
+    def __init__(
+        self,
+        session: Session,
+        model_id: str,
+        host: str = "127.0.0.1",
+        port: int = 8000,
+        read_timeout: float = 30.0,
+        max_waiting: int = 64,
+    ) -> None:
         self.session, self.model_id = session, model_id
-        self.lock = threading.Lock()  # one generation at a time
+        self.scheduler = Scheduler(session, max_waiting=max_waiting).start()
         server = self
 
         class Handler(_Handler):
             owner = server
+            timeout = read_timeout  # socket timeout of each connection: a stalled client frees its thread
 
         self.httpd = ThreadingHTTPServer((host, port), Handler)
         self.httpd.daemon_threads = True
@@ -77,6 +99,7 @@ class LLMServer:
     def stop(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+        self.scheduler.stop()
 
     # ---- requests ----
     def models(self) -> dict[str, Any]:
@@ -86,6 +109,8 @@ class LLMServer:
         """The prompt tokens and the sampling arguments of a (chat) completion request."""
         if not isinstance(req, dict):
             raise RequestError(400, "the request body must be a JSON object")
+        if req.get("model") is None:
+            raise RequestError(400, "you must provide a model parameter", "model", "missing_required_parameter")
         if req.get("model") != self.model_id:
             raise RequestError(
                 404,
@@ -110,9 +135,12 @@ class LLMServer:
                 raise RequestError(400, "'prompt' must be a non-empty string", "prompt")
             prompt = tok.encode(p, add_bos=None)
         ctx = self.session.model.cfg.context_length
-        max_tokens = req.get("max_completion_tokens", req.get("max_tokens")) or ctx - len(prompt)
+        key = "max_completion_tokens" if req.get("max_completion_tokens") is not None else "max_tokens"
+        max_tokens = req.get(key)
+        if max_tokens is None:  # absent: up to the end of the context
+            max_tokens = max(1, ctx - len(prompt))
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-            raise RequestError(400, f"max_tokens={max_tokens!r} must be a positive integer", "max_tokens")
+            raise RequestError(400, f"{key}={max_tokens!r:.40} must be an integer >= 1", key, "invalid_value")
         if len(prompt) + max_tokens > ctx:
             raise RequestError(
                 400,
@@ -128,32 +156,43 @@ class LLMServer:
         if req.get("n", 1) not in (1, None):
             raise RequestError(400, f"n={req.get('n')!r}: this server generates one choice per request (n=1)", "n")
         seed = req.get("seed")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise RequestError(400, f"seed={seed!r} must be an integer", "seed")
+        if seed is not None and (
+            isinstance(seed, bool) or not isinstance(seed, int) or not -(1 << 63) <= seed < 1 << 63
+        ):
+            raise RequestError(400, f"seed={seed!r:.40} must be a 64-bit integer", "seed", "invalid_value")
+        if not isinstance(req.get("stream", False), bool):
+            raise RequestError(400, f"stream={req.get('stream')!r:.40} must be true or false", "stream")
         args = {
             "max_tokens": max_tokens,
             "stop": stop,
-            "seed": seed,
+            "seed": None if seed is None else seed % (1 << 64),  # OpenAI's seeds may be negative, numpy's not
             "temperature": _number(req, "temperature", 1.0, 0.0, 2.0),
             "top_p": _number(req, "top_p", 1.0, 1e-9, 1.0),
             "top_k": int(_number(req, "top_k", 0, 0, 1e9)),
         }
         return prompt, args
 
-    def complete(self, prompt: list[int], args: dict[str, Any]) -> Generator[tuple[str, Completion]]:
-        with self.lock:
-            yield from self.session.generate(prompt, **args)
+    def complete(self, prompt: list[int], args: dict[str, Any]) -> Request:
+        """Queue a generation (raises RequestError 503 when too many wait)."""
+        try:
+            return self.scheduler.submit(prompt, args)
+        except QueueFull as e:
+            raise RequestError(503, str(e), code="server_busy", kind="server_error") from None
 
 
 def _message(m: Any) -> dict[str, str]:
     if not isinstance(m, dict) or not isinstance(m.get("role"), str):
         raise RequestError(400, f"each message needs a 'role' string, got {m!r:.200}", "messages")
+    if m["role"] not in ROLES:
+        raise RequestError(
+            400, f"message role {m['role']!r:.40} is not one of {', '.join(ROLES)}", "messages", "invalid_value"
+        )
     content = m.get("content")
     if isinstance(content, list):  # [{"type": "text", "text": ...}, ...]
         content = "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
     if not isinstance(content, str):
         raise RequestError(400, f"message content must be a string, got {content!r:.200}", "messages")
-    return {"role": m["role"], "content": content}
+    return {"role": "system" if m["role"] == "developer" else m["role"], "content": content}
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -192,23 +231,18 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(404, RequestError(404, f"unknown path {self.path!r}", code="not_found").body())
             return
         try:
-            n = int(self.headers.get("Content-Length") or 0)
-            try:
-                req = json.loads(self.rfile.read(n) or b"null")
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise RequestError(400, f"the request body is not valid JSON: {e}") from None
+            req = self._body()
             prompt, args = self.owner.parse(req, chat)
-            stream = bool(req.get("stream"))
-            gen = self.owner.complete(prompt, args)
+            job = self.owner.complete(prompt, args)
             try:
-                if stream:
+                if req.get("stream"):
                     opts = req.get("stream_options")
-                    self._stream(gen, chat, isinstance(opts, dict) and bool(opts.get("include_usage")))
+                    self._stream(job, chat, isinstance(opts, dict) and bool(opts.get("include_usage")))
                 else:
-                    self._whole(gen, chat)
+                    self._whole(job, chat)
             finally:
-                gen.close()  # releases the model for the next request even when the client went away
-        except (BrokenPipeError, ConnectionResetError):
+                job.cancel()  # a client gone mid-answer stops its generation; a finished one is unaffected
+        except (BrokenPipeError, ConnectionResetError, TimeoutError):
             self.close_connection = True
         except RequestError as e:
             self._json(e.status, e.body())
@@ -216,6 +250,51 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(400, RequestError(400, str(e)).body())
         except Exception as e:  # keep serving: a bug in one request is a 500 for that request only
             self._json(500, RequestError(500, f"{type(e).__name__}: {e}", kind="server_error").body())
+
+    def _body(self) -> Any:
+        """The JSON body; a length over MAX_BODY is 413, a body slower than the read timeout 408."""
+        try:
+            n = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            n = -1
+        if not 0 <= n <= MAX_BODY:
+            self.close_connection = True
+            raise RequestError(413 if n > 0 else 400, f"Content-Length must be an integer in 0..{MAX_BODY}")
+        try:
+            data = self.rfile.read(n)
+        except TimeoutError:
+            self.close_connection = True
+            raise RequestError(408, f"the request body did not arrive within {self.timeout} s") from None
+        if len(data) < n:
+            self.close_connection = True
+            raise RequestError(400, f"the request body has {len(data)} bytes, its Content-Length says {n}")
+        try:
+            return json.loads(data or b"null")
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise RequestError(400, f"the request body is not valid JSON: {e}") from None
+        except RecursionError:
+            raise RequestError(400, "the request body is not valid JSON: nested too deeply") from None
+
+    def _client_gone(self) -> bool:
+        """Whether the client closed its connection (checked while its request waits or runs)."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):
+            return True
+
+    def _pieces(self, job: Request) -> Iterator[tuple[str, Completion]]:
+        """The job's pieces as they come; stops (ConnectionResetError) when the client goes away."""
+        while True:
+            try:
+                item = job.next(timeout=0.5)
+            except queue.Empty:
+                if self._client_gone():
+                    raise ConnectionResetError("the client went away") from None
+                continue
+            if item is None:
+                return
+            yield item
 
     def _head(self, chat: bool) -> dict[str, Any]:
         kind = "chat.completion" if chat else "text_completion"
@@ -234,9 +313,9 @@ class _Handler(BaseHTTPRequestHandler):
             "total_tokens": c.prompt_tokens + len(c.tokens),
         }
 
-    def _whole(self, gen: Iterator[tuple[str, Completion]], chat: bool) -> None:
+    def _whole(self, job: Request, chat: bool) -> None:
         done = Completion()
-        for _, c in gen:
+        for _, c in self._pieces(job):
             done = c
         choice: dict[str, Any] = {"index": 0, "finish_reason": done.finish_reason, "logprobs": None}
         if chat:
@@ -245,7 +324,8 @@ class _Handler(BaseHTTPRequestHandler):
             choice["text"] = done.text
         self._json(200, {**self._head(chat), "choices": [choice], "usage": self._usage(done)})
 
-    def _stream(self, gen: Iterator[tuple[str, Completion]], chat: bool, usage: bool) -> None:
+    def _stream(self, job: Request, chat: bool, usage: bool) -> None:
+        gen = self._pieces(job)
         first = next(gen)  # errors (prompt too long...) surface before the 200 is sent
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
