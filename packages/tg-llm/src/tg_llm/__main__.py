@@ -2,6 +2,9 @@
 
 import sys
 
-from tg_llm.cli import main
+try:
+    from tg_llm.cli import main
 
-sys.exit(main())
+    sys.exit(main())
+except KeyboardInterrupt:  # Ctrl-C during the imports: no traceback
+    sys.exit(130)

@@ -9,12 +9,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 import time
 from typing import Any, TextIO
 
 from tg_llm import load_model
-from tg_llm.generate import Session
+from tg_llm.generate import Completion, Session
 from tg_nn.gguf import GGUFError
 from tg_uop import dtypes
 
@@ -46,12 +48,21 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--system", default=None, help="a system message that starts the conversation")
+    p.add_argument("--verbose", action="store_true", help="after each answer, its token counts and time on stderr")
     return p
 
 
 def main(argv: list[str] | None = None, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
+    """Run the command line `argv`; the exit status (0, 1 for a bad file or prompt, 130 for Ctrl-C while loading)."""
     args = _parser().parse_args(argv)
-    stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
+    try:
+        return _run(args, stdin or sys.stdin, stdout or sys.stdout)
+    except KeyboardInterrupt:  # while loading or benchmarking: no traceback
+        print("\ntg.llm: interrupted", file=sys.stderr)
+        return 130
+
+
+def _run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
     try:
         dtype = {"float32": dtypes.float32, "float16": dtypes.float16, None: None}[args.dtype]
         t0 = time.perf_counter()
@@ -82,39 +93,106 @@ def main(argv: list[str] | None = None, stdin: TextIO | None = None, stdout: Tex
     return _chat(session, args, stdin, stdout)
 
 
-def _chat(session: Session, args: Any, stdin: TextIO, stdout: TextIO) -> int:
-    messages = [{"role": "system", "content": args.system}] if args.system else []
-    interactive = args.prompt is None
+class _Interrupt:
+    """While an answer streams, Ctrl-C (SIGINT) sets `hit` and the answer stops at its next piece, so the model
+    is never interrupted inside a step; a second Ctrl-C raises KeyboardInterrupt at once. Outside the main thread
+    (where Python cannot install a handler) Ctrl-C raises as usual."""
+
+    def __init__(self) -> None:
+        self.hit = False
+        self.old: Any = None
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        if self.hit:
+            raise KeyboardInterrupt
+        self.hit = True
+
+    def __enter__(self) -> _Interrupt:
+        if threading.current_thread() is threading.main_thread():
+            self.old = signal.signal(signal.SIGINT, self._on_sigint)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.old is not None:
+            signal.signal(signal.SIGINT, self.old)
+
+
+def _read_message(stdin: TextIO, stdout: TextIO) -> str | None:
+    """The next non-empty line typed at the prompt; None at the end of input, /exit, /quit or Ctrl-C."""
     while True:
-        if interactive:
-            print("> ", end="", file=stdout, flush=True)
-            line = stdin.readline()
-            if not line or line.strip() in ("/exit", "/quit"):
-                return 0
-            text = line.rstrip("\n")
-        else:
-            text = args.prompt
-        messages.append({"role": "user", "content": text})
+        print("> ", end="", file=stdout, flush=True)
         try:
-            prompt = session.encode_chat(messages)
-            answer = ""
-            for piece, _ in session.generate(
-                prompt,
-                # at least 1: a prompt over the context then fails in prefill, which names both lengths
-                max(1, min(args.max_tokens, session.model.cfg.context_length - len(prompt))),
-                args.temperature,
-                args.top_p,
-                args.top_k,
-                seed=args.seed,
-            ):
+            line = stdin.readline()
+        except KeyboardInterrupt:  # Ctrl-C at the prompt: leave, on a fresh line
+            print(file=stdout, flush=True)
+            return None
+        if not line or line.strip() in ("/exit", "/quit"):
+            return None
+        if line.strip():  # an empty line is not a message
+            return line.rstrip("\n")
+
+
+def _answer(session: Session, args: Any, messages: list[dict[str, str]], stdout: TextIO) -> str:
+    """Stream the answer to `messages` to stdout and return it; Ctrl-C ends it early (what came is kept)."""
+    prompt = session.encode_chat(messages)
+    # at least 1: a prompt over the context then fails in prefill, which names both lengths
+    n = max(1, min(args.max_tokens, session.model.cfg.context_length - len(prompt)))
+    answer, reused, t0 = "", _shared_prefix(session.cached, prompt), time.perf_counter()
+    done: Completion | None = None
+    with _Interrupt() as stop:
+        gen = session.generate(prompt, n, args.temperature, args.top_p, args.top_k, seed=args.seed)
+        try:
+            for piece, so_far in gen:
+                done = so_far
                 answer += piece
                 print(piece, end="", file=stdout, flush=True)
-            print(file=stdout, flush=True)
+                if stop.hit:
+                    break
+        finally:
+            gen.close()
+    print(file=stdout, flush=True)
+    if args.verbose and done is not None:
+        print(
+            f"[prompt {len(prompt)} tokens ({reused} reused), answer {len(done.tokens)} tokens"
+            f"{' (stopped by Ctrl-C)' if stop.hit else ''}, {time.perf_counter() - t0:.2f} s]",
+            file=sys.stderr,
+        )
+    return answer
+
+
+def _shared_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _chat(session: Session, args: Any, stdin: TextIO, stdout: TextIO) -> int:
+    """The conversation: each answer is kept in it, also one Ctrl-C stopped; Ctrl-C at the prompt leaves."""
+    start = [{"role": "system", "content": args.system}] if args.system else []
+    messages = list(start)
+    interactive = args.prompt is None
+    while True:
+        text = _read_message(stdin, stdout) if interactive else args.prompt
+        if text is None:
+            return 0
+        messages.append({"role": "user", "content": text})
+        try:
+            answer = _answer(session, args, messages, stdout)
         except ValueError as e:  # the conversation outgrew the context: say so and start over
             print(f"tg.llm: {e}; starting a new conversation", file=sys.stderr)
-            messages = [{"role": "system", "content": args.system}] if args.system else []
+            messages = list(start)
             if not interactive:
                 return 1
+            continue
+        except KeyboardInterrupt:  # a second Ctrl-C inside a step: the cache may be half-written, so forget it
+            session.cached = []
+            print("\ntg.llm: interrupted", file=sys.stderr)
+            messages.pop()
+            if not interactive:
+                return 130
             continue
         messages.append({"role": "assistant", "content": answer})
         if not interactive:
