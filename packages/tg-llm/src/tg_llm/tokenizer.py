@@ -166,9 +166,9 @@ class Tokenizer:
             parts = [word]
         else:
             parts = _merge_pairs(list(word), lambda a, b: self.ranks.get((a, b)))
-        missing = [p for p in parts if p not in self.ids]
-        if missing:
-            raise ValueError(f"Tokenizer: the piece {missing[0]!r} is not in the vocabulary (a broken BPE vocab?)")
+        # a piece the vocabulary lacks (a byte with no token: SmolLM2 has none for U+001D) has no id; llama.cpp
+        # then looks up the piece's bytes one by one, which never match a byte-level vocabulary's tokens
+        parts = [p for p in parts if p in self.ids]
         if len(word) <= 64:  # bounded: a server sees unbounded distinct words
             if len(self._bpe_cache) >= 100_000:
                 self._bpe_cache.clear()
