@@ -102,7 +102,7 @@ class _Interrupt:
         self.hit = False
         self.old: Any = None
 
-    def _on_sigint(self, signum: int, frame: Any) -> None:
+    def _on_sigint(self, *_: object) -> None:
         if self.hit:
             raise KeyboardInterrupt
         self.hit = True
