@@ -105,8 +105,8 @@ def test_greedy_continuations_equal_the_float32_reference(loaded: tuple[Llama, T
 
 
 def test_chat_cli_answers(path: pathlib.Path) -> None:
-    """`python -m tg.llm --prompt` with the file's Jinja chat template: the answer ends at <|im_end|>."""
-    cmd = [sys.executable, "-m", "tg.llm", "--model", str(path), "--device", "CPU", "--context", "256"]
+    """`python -m tg_llm --prompt` (tg.llm's CLI) with the file's Jinja chat template: the answer ends at <|im_end|>."""
+    cmd = [sys.executable, "-m", "tg_llm", "--model", str(path), "--device", "CPU", "--context", "256"]
     r = subprocess.run(
         [*cmd, "--prompt", FRANCE, "--temperature", "0", "--max-tokens", "24"],
         capture_output=True,

@@ -19,10 +19,7 @@ __all__ = ["GGUFError", "Llama", "LlamaConfig", "Tokenizer", "load_model"]
 
 
 def load_model(
-    path: str | os.PathLike[str],
-    device: str | None = None,
-    dtype: DType | None = None,
-    context: int | None = None,
+    path: str | os.PathLike[str], device: str | None = None, dtype: DType | None = None, context: int | None = None,
     keep_quantized: bool = False,
 ) -> tuple[Llama, Tokenizer]:
     """The model and tokenizer of a GGUF file. `dtype` of the weights: float16 on GPUs, float32 elsewhere by
