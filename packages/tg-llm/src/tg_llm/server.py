@@ -284,17 +284,22 @@ class _Handler(BaseHTTPRequestHandler):
             return True
 
     def _pieces(self, job: Request) -> Iterator[tuple[str, Completion]]:
-        """The job's pieces as they come; stops (ConnectionResetError) when the client goes away."""
+        """The job's pieces as they come; stops (ConnectionResetError) when the client goes away, checked every
+        half second while it waits or runs."""
+        checked = time.monotonic()
         while True:
             try:
                 item = job.next(timeout=0.5)
             except queue.Empty:
+                pass  # nothing yet: only the check below
+            else:
+                if item is None:
+                    return
+                yield item
+            if time.monotonic() - checked > 0.5:
                 if self._client_gone():
-                    raise ConnectionResetError("the client went away") from None
-                continue
-            if item is None:
-                return
-            yield item
+                    raise ConnectionResetError("the client went away")
+                checked = time.monotonic()
 
     def _head(self, chat: bool) -> dict[str, Any]:
         kind = "chat.completion" if chat else "text_completion"
