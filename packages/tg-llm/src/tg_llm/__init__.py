@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import os
 
-from tg_llm.model import Llama, LlamaConfig, with_context
+from tg_llm.model import Llama, LlamaConfig, Weight, with_context
 from tg_llm.tokenizer import Tokenizer
-from tg_nn.gguf import GGUFError, gguf_load, gguf_read_header
+from tg_nn.gguf import GGUFError, gguf_load
+from tg_nn.quant import gguf_load_quantized
 from tg_runtime import Device
 from tg_uop import DType, dtypes
 
@@ -19,14 +20,22 @@ __all__ = ["GGUFError", "Llama", "LlamaConfig", "Tokenizer", "load_model"]
 
 
 def load_model(
-    path: str | os.PathLike[str], device: str | None = None, dtype: DType | None = None, context: int | None = None,
-    keep_quantized: bool = False,
+    path: str | os.PathLike[str],
+    device: str | None = None,
+    dtype: DType | None = None,
+    context: int | None = None,
+    keep_quantized: bool = True,
 ) -> tuple[Llama, Tokenizer]:
     """The model and tokenizer of a GGUF file. `dtype` of the weights: float16 on GPUs, float32 elsewhere by
-    default; `context` caps the KV cache (the file's context length when None). `keep_quantized`: quantized
-    matrices stay in their blocks on the device and are unpacked by the kernels that read them."""
+    default; `context` caps the KV cache (the file's context length when None). `keep_quantized` (the default):
+    quantized matrices stay in their blocks on the device and their products are fused kernels that read the
+    blocks (tg_nn.quant); False dequantizes them to `dtype` at load."""
     device = Device.canonicalize(device) if device is not None else Device.DEFAULT
-    metadata, state = gguf_load(path, device, keep_quantized)
+    state: dict[str, Weight]
+    if keep_quantized:
+        metadata, state = gguf_load_quantized(path, device)  # type: ignore[assignment]
+    else:
+        metadata, state = gguf_load(path, device)  # type: ignore[assignment]
     if "token_embd.weight" not in state:
         raise GGUFError(f"load_model: {os.fspath(path)!r} has no token_embd.weight: not a language model")
     cfg = with_context(LlamaConfig.from_gguf(metadata, int(state["token_embd.weight"].shape[0])), context)
@@ -37,7 +46,4 @@ def load_model(
         raise GGUFError(
             f"load_model: the vocabulary has {len(tokenizer)} tokens, but token_embd.weight has {cfg.vocab_size} rows"
         )
-    quantized = frozenset(
-        t.name for t in gguf_read_header(path).tensors if keep_quantized and t.type_name not in ("F32", "F16", "BF16")
-    )
-    return Llama(cfg, state, device, dtype, quantized), tokenizer
+    return Llama(cfg, state, device, dtype), tokenizer

@@ -4,11 +4,12 @@ RMSNorm, rotary position embeddings (the model's theta, linear scaling or llama3
 factors), grouped-query attention, a SwiGLU MLP, a tied or separate output head. Parameter names are
 the GGUF ones (`blk.0.attn_q.weight`, ...), weights (out, in) as in the file.
 
-The KV cache has a fixed shape (context length) and the position is an int32 Tensor, not a shape: a
-write selects slots pos..pos+t-1 with a mask and a read masks the slots after each query, so the one
-TinyJit-captured decode step serves every position with no recompiles (tg has no symbolic shapes).
-The token embedding is looked up on the host (a row copy per token) so that decode reads each weight
-once, never the whole embedding table.
+The KV cache (tg_nn.kv_cache.KVCache) holds the whole context, and the position is a bound Variable: a step
+writes its rows at `start` and its attention reads the first `start + t` rows only (a symbolic length), so one
+TinyJit-captured decode step serves every position with no recompiles, at a cost that grows with the position,
+not with the context. Weights may be tg_nn.quant.QuantizedWeight (GGUF blocks kept as they are): their products
+are fused dequantize-and-multiply kernels. The token embedding is a gather of the rows a step needs, on the
+device (a decode step never reads the whole table, except through a tied output head).
 
 >>> cfg = LlamaConfig(vocab_size=16, dim=8, n_layers=1, n_heads=2, n_kv_heads=1, hidden_dim=16, context_length=8)
 >>> model = Llama(cfg)
@@ -25,11 +26,23 @@ from typing import Any
 
 import numpy as np
 
+from tg_nn.gguf import dequantize
+from tg_nn.kv_cache import KVCache, causal_mask
+from tg_nn.quant import QuantizedWeight, quantized_matmul
 from tg_tensor import Tensor, TinyJit
 from tg_tensor.schedule import buffer_of
-from tg_uop import DType, Ops, dtypes
+from tg_uop import DType, Ops, UOp, dtypes
+from tg_uop.uop import sint
 
-__all__ = ["ARCHITECTURES", "Llama", "LlamaConfig"]
+__all__ = ["ARCHITECTURES", "Llama", "LlamaConfig", "Weight", "linear"]
+
+Weight = Tensor | QuantizedWeight
+
+
+def linear(x: Tensor, w: Weight) -> Tensor:
+    """x @ w.T for a float matrix or one kept in quantized blocks (a fused kernel that reads the blocks)."""
+    return quantized_matmul(x, w) if isinstance(w, QuantizedWeight) else x @ w.T
+
 
 # architecture -> rotary style: "norm" rotates adjacent pairs (x[2i], x[2i+1]); "neox" rotates halves
 ARCHITECTURES = {"llama": "norm", "mistral": "norm", "qwen2": "neox", "qwen3": "neox"}
@@ -160,67 +173,34 @@ def rope(x: Tensor, cos: Tensor, sin: Tensor, style: str) -> Tensor:
     return (a * cos - b * sin).cat(a * sin + b * cos, dim=-1)
 
 
-class KVCache:
-    """One layer's keys and values for every position of the context, updated in place (fixed shapes).
-
-    Stored in `dtype` (the weights' dtype: float16 on GPUs halves the bytes a step reads and rewrites). The
-    values are stored transposed, (kv_heads, head_dim, context): `weights @ values` then reduces along
-    contiguous memory, as the scores' `q @ keys.T` does (GPU: 16-byte loads, a warp per output row; read with a
-    stride of head_dim, one decode step's kernel took 14 us per layer on an H100).
-    """
-
-    def __init__(self, n_kv_heads: int, context: int, head_dim: int, device: str, dtype: DType) -> None:
-        self.keys = Tensor.zeros(n_kv_heads, context, head_dim, dtype=dtype, device=device).contiguous().realize()
-        self.values = Tensor.zeros(n_kv_heads, head_dim, context, dtype=dtype, device=device).contiguous().realize()
-        self.context = context
-
-    def write(self, k: Tensor, v: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
-        """Store k, v (kv_heads, t, head_dim) at the slots `positions` (t,); return the updated keys and values,
-        both (kv_heads, context, head_dim) (the values a transposed view of their storage)."""
-        t = int(k.shape[1])
-        k, v = k.cast(self.keys.dtype), v.cast(self.values.dtype)
-        slots = Tensor.arange(self.context, device=k.device).reshape(1, self.context)
-        if t == 1:  # a decode step: one masked write each, which codegen turns into a store to the slot only
-            at = slots == positions.reshape(1, 1)
-            self.keys.assign(at.reshape(1, self.context, 1).where(k, self.keys))
-            self.values.assign(at.reshape(1, 1, self.context).where(v.transpose(-2, -1), self.values))
-            return self.keys, self.values.transpose(-2, -1)
-        select = (slots == positions.reshape(t, 1)).cast(k.dtype)  # (t, context): row i goes to slot positions[i]
-        written = select.sum(0).reshape(1, self.context, 1) > 0
-        moved_k = select.T.reshape(1, self.context, t) @ k
-        moved_v = select.T.reshape(1, self.context, t) @ v
-        self.keys.assign(written.where(moved_k, self.keys))
-        self.values.assign(written.reshape(1, 1, self.context).where(moved_v.transpose(-2, -1), self.values))
-        return self.keys, self.values.transpose(-2, -1)
-
-
 class Block:
     def __init__(
-        self, cfg: LlamaConfig, params: dict[str, Tensor], i: int, fused: dict[str, Tensor] | None = None
+        self, cfg: LlamaConfig, params: dict[str, Weight], i: int, fused: dict[str, Weight] | None = None
     ) -> None:
         p = f"blk.{i}."
         self.cfg = cfg
-        self.attn_norm, self.ffn_norm = params[p + "attn_norm.weight"], params[p + "ffn_norm.weight"]
+        self.attn_norm, self.ffn_norm = _tensor(params[p + "attn_norm.weight"]), _tensor(params[p + "ffn_norm.weight"])
         self.wq, self.wk, self.wv = (params[p + f"attn_{n}.weight"] for n in "qkv")
-        self.bq, self.bk, self.bv = (params.get(p + f"attn_{n}.bias") for n in "qkv")
-        self.q_norm, self.k_norm = params.get(p + "attn_q_norm.weight"), params.get(p + "attn_k_norm.weight")
+        self.bq, self.bk, self.bv = (_opt_tensor(params.get(p + f"attn_{n}.bias")) for n in "qkv")
+        self.q_norm = _opt_tensor(params.get(p + "attn_q_norm.weight"))
+        self.k_norm = _opt_tensor(params.get(p + "attn_k_norm.weight"))
         self.wo = params[p + "attn_output.weight"]
         self.w_gate, self.w_up, self.w_down = (params[p + f"ffn_{n}.weight"] for n in ("gate", "up", "down"))
         # q, k, v (and gate, up) as row ranges of one matrix when _fuse_projections joined them: one matmul each
         self.wqkv, self.w_gate_up = (fused or {}).get(p + "qkv"), (fused or {}).get(p + "gate_up")
 
-    def project(self, x: Tensor, fused: Tensor | None, *ws: Tensor) -> tuple[Tensor, ...]:
+    def project(self, x: Tensor, fused: Weight | None, *ws: Weight) -> tuple[Tensor, ...]:
         """x @ w.T for each of `ws`: one matmul, split by columns, when `fused` holds their rows in order."""
         if fused is None:
-            return tuple(x @ w.T for w in ws)
-        out, ret, at = x @ fused.T, [], 0
+            return tuple(linear(x, w) for w in ws)
+        out, ret, at = linear(x, fused), [], 0
         for w in ws:
             n = int(w.shape[0])
             ret.append(out[:, at : at + n])
             at += n
         return tuple(ret)
 
-    def attention(self, x: Tensor, cache: KVCache, positions: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    def attention(self, x: Tensor, cache: KVCache, start: sint, cos: Tensor, sin: Tensor) -> Tensor:
         cfg = self.cfg
         t, hd, kv, group = int(x.shape[0]), cfg.head_dim, cfg.n_kv_heads, cfg.n_heads // cfg.n_kv_heads
         q, k, v = self.project(x, self.wqkv, self.wq, self.wk, self.wv)
@@ -232,125 +212,166 @@ class Block:
         if self.q_norm is not None and self.k_norm is not None:  # qwen3: RMSNorm of each head
             q, k = rms_norm(q, self.q_norm, cfg.norm_eps), rms_norm(k, self.k_norm, cfg.norm_eps)
         q, k = rope(q, cos, sin, cfg.rope_style), rope(k, cos, sin, cfg.rope_style)
-        keys, values = cache.write(k, v, positions)
-        slots = Tensor.arange(cache.context, device=x.device).reshape(1, cache.context)
-        visible = slots <= positions.reshape(t, 1)  # (t, context)
+        keys, values = cache.update(k.reshape(1, kv, t, hd), v.reshape(1, kv, t, hd), start)
+        n = start + t  # the positions read: 0..start+t-1 (symbolic when start is a Variable)
+        keys, values = keys.reshape(kv, n, hd), values.reshape(kv, n, hd)
         q = q.reshape(kv, group * t, hd)  # the heads sharing one kv head, side by side
-        scores = (q @ keys.transpose(-2, -1)).reshape(kv, group, t, cache.context) / math.sqrt(hd)
-        weights = visible.where(scores, -math.inf).softmax(-1).reshape(kv, group * t, cache.context)
+        scores = (q @ keys.transpose(-2, -1)).reshape(kv, group, t, n) / math.sqrt(hd)
+        if t > 1:  # (one query sees every slot it reads)
+            scores = causal_mask(start, t, device=x.device).where(scores, -math.inf)
+        weights = scores.softmax(-1).reshape(kv, group * t, n)
         out = (weights @ values).reshape(cfg.n_heads, t, hd).permute(1, 0, 2).reshape(t, cfg.n_heads * hd)
-        return out @ self.wo.T
+        return linear(out, self.wo)
 
-    def __call__(self, x: Tensor, cache: KVCache, positions: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    def __call__(self, x: Tensor, cache: KVCache, start: sint, cos: Tensor, sin: Tensor) -> Tensor:
         # the residual stream is realized (the add fused into the matvec before it): left lazy, layer i's norm
         # kernels would re-add all 2i earlier outputs
-        attn = self.attention(rms_norm(x, self.attn_norm, self.cfg.norm_eps), cache, positions, cos, sin)
+        attn = self.attention(rms_norm(x, self.attn_norm, self.cfg.norm_eps), cache, start, cos, sin)
         x = (x + attn).contiguous()
         h = rms_norm(x, self.ffn_norm, self.cfg.norm_eps)
         gate, up = self.project(h, self.w_gate_up, self.w_gate, self.w_up)
-        return (x + (gate.silu() * up) @ self.w_down.T).contiguous()
+        return (x + linear(gate.silu() * up, self.w_down)).contiguous()
+
+
+def _tensor(w: Weight) -> Tensor:
+    if isinstance(w, QuantizedWeight):
+        return w.dequantize()
+    return w
+
+
+def _opt_tensor(w: Weight | None) -> Tensor | None:
+    return None if w is None else _tensor(w)
 
 
 class Llama:
     """The model. `forward(tokens, start_pos)` -> logits (t, vocab) of one sequence, extending the KV cache.
 
-    `params` are the GGUF-named tensors (moved to `device`, cast to `dtype`); without them the weights
-    are random (normal, std 0.02), which the tests and benchmarks use.
+    `params` are the GGUF-named tensors (moved to `device`, cast to `dtype`), or QuantizedWeight matrices (kept in
+    their blocks; tg_nn.quant.gguf_load_quantized); without them the weights are random (normal, std 0.02), which
+    the tests and benchmarks use.
     """
 
     def __init__(
         self,
         cfg: LlamaConfig,
-        params: dict[str, Tensor] | None = None,
+        params: dict[str, Weight] | None = None,
         device: str | None = None,
         dtype: DType = dtypes.float32,
         quantized: frozenset[str] = frozenset(),
     ) -> None:
         self.cfg = cfg
-        params = dict(params) if params is not None else _random_params(cfg)
+        params = dict(params) if params is not None else dict(_random_params(cfg))
         missing = [k for k in _param_shapes(cfg, "output.weight" in params) if k not in params]
         if missing:
             raise ValueError(f"Llama: the model file lacks the tensors {missing[:8]}")
         first = params["token_embd.weight"]
-        self.device = device or first.device
+        self.device = device or (first.blocks if isinstance(first, QuantizedWeight) else first).device
         if self.device.startswith("DISK"):
             raise ValueError("Llama: pass a compute device (DISK holds files only)")
         self.dtype = dtype
-        norms = ("norm.weight", "bias")  # small vectors: kept in float32 whatever the weights' dtype
-        # `quantized`: lazy dequantizations of raw blocks already on the device, kept lazy so that the
-        # matmuls reading them unpack the blocks (the weights stay quantized in memory)
-        kept = {k: v for k, v in params.items() if k in quantized and k != "token_embd.weight"}
-        loaded = {
-            k: v.to(self.device)
-            .cast(dtypes.float32 if k.endswith(norms) or k == "rope_freqs.weight" else dtype)
-            .contiguous()
-            for k, v in params.items()
-            if k not in kept
-        }
-        Tensor.realize(*loaded.values())
+        loaded = self._load(params, quantized)
         fused = _fuse_projections(cfg, loaded)
-        loaded |= kept
         self.params = loaded
         for k, shape in _param_shapes(cfg, "output.weight" in loaded).items():
-            if loaded[k].shape != shape:
+            if tuple(loaded[k].shape) != shape:
                 raise ValueError(f"Llama: tensor {k!r} has shape {loaded[k].shape}, expected {shape} from the metadata")
-        # the embedding table on the host, for row lookups (decode never reads the whole table on the device)
-        self.embed_host = loaded["token_embd.weight"].numpy()
-        self.output = loaded.get("output.weight", loaded["token_embd.weight"])  # tied when the file has no head
-        self.output_norm = loaded["output_norm.weight"]
+        self.embedding = loaded["token_embd.weight"]
+        self.output = loaded.get("output.weight", self.embedding)  # tied when the file has no head
+        self.output_norm = _tensor(loaded["output_norm.weight"])
         self.blocks = [Block(cfg, loaded, i, fused) for i in range(cfg.n_layers)]
-        self.inv_freq = Tensor(_inv_freq(cfg, loaded.get("rope_freqs.weight")), device=self.device).realize()
-        kv = (cfg.n_kv_heads, cfg.context_length, cfg.head_dim)
-        self.caches = [KVCache(*kv, self.device, dtype) for _ in self.blocks]
+        self.inv_freq = Tensor(_inv_freq(cfg, _opt_tensor(loaded.get("rope_freqs.weight"))), device=self.device)
+        self.inv_freq.realize()
+        self.caches = [
+            KVCache(1, cfg.n_kv_heads, cfg.context_length, cfg.head_dim, self.device, dtype) for _ in self.blocks
+        ]
         self._decode = TinyJit(self._step)
-        # the decode step's inputs, refilled in place each step: the same buffers every replay, so the jitted
-        # step rebinds none of the kernels that read them (a CUDA graph node update each, ~200 per token)
-        self._decode_x = Tensor.empty(1, cfg.dim, device=self.device).realize()
-        self._decode_pos = Tensor.empty(1, dtype=dtypes.int32, device=self.device).realize()
-        # greedy_tokens' chained steps: the token and position each step reads and advances, and the token it
-        # chose at each position, all on the device (so steps queue without the host in between)
+        # the decode step's token, refilled in place each step: the same buffer every replay, so the jitted step
+        # rebinds none of the kernels that read it (a CUDA graph node update each)
+        self._decode_tok = Tensor.zeros(1, dtype=dtypes.int32, device=self.device).contiguous().realize()
+        # greedy_tokens' chained steps: the token each step reads and advances, and the token it chose at each
+        # position, on the device (so steps queue without the host in between)
         self._chain_token = Tensor.zeros(1, dtype=dtypes.int32, device=self.device).contiguous().realize()
-        self._chain_pos = Tensor.zeros(1, dtype=dtypes.int32, device=self.device).contiguous().realize()
         self._chain_out = (
             Tensor.zeros(cfg.context_length, dtype=dtypes.int32, device=self.device).contiguous().realize()
         )
         self._chain = TinyJit(self._step_chain)
         self._prefill: dict[int, TinyJit[Tensor]] = {}  # one jitted prefill step per padded length
 
-    def logits(self, x: Tensor, positions: Tensor) -> Tensor:
-        """Lazy logits (t, vocab) of the embedded tokens x (t, dim) at `positions` (t,); assigns the caches."""
-        angles = positions.cast(dtypes.float32).reshape(-1, 1) * self.inv_freq.reshape(1, -1)
+    def _load(self, params: dict[str, Weight], quantized: frozenset[str]) -> dict[str, Weight]:
+        """The weights on the device: QuantizedWeight blocks as they are; `quantized` names (lazy dequantizations of
+        blocks already on the device) left lazy, so the kernels reading them unpack the blocks; float16 weights
+        of a float32 model left in their 16 bits (the matmuls widen them); the rest cast to the model's dtype."""
+        norms = ("norm.weight", "bias")  # small vectors: kept in float32 whatever the weights' dtype
+        out: dict[str, Weight] = {}
+        pending = []
+        for k, v in params.items():
+            if isinstance(v, QuantizedWeight):
+                out[k] = (
+                    v
+                    if v.blocks.device == self.device
+                    else QuantizedWeight(v.blocks.to(self.device).realize(), v.qtype, v.shape)
+                )
+            elif k in quantized and k != "token_embd.weight":
+                out[k] = v
+            else:
+                small = k.endswith(norms) or k == "rope_freqs.weight"
+                keep16 = v.dtype == dtypes.float16 and self.dtype == dtypes.float32 and not small and v.ndim == 2
+                out[k] = (
+                    v.to(self.device) if keep16 else v.to(self.device).cast(dtypes.float32 if small else self.dtype)
+                )
+                out[k] = out[k].contiguous() if not keep16 or v.device != self.device else out[k]
+                pending.append(out[k])
+        Tensor.realize(*pending)
+        return out
+
+    def embed_tokens(self, tokens: Tensor) -> Tensor:
+        """The float32 embedding rows (t, dim) of the int32 token ids `tokens` (t,), gathered on the device."""
+        table = self.embedding
+        if isinstance(table, QuantizedWeight):
+            rows = table.blocks.reshape(self.cfg.vocab_size, -1)[tokens]
+            return dequantize(rows, table.qtype, (int(tokens.shape[0]), self.cfg.dim))
+        return table[tokens].cast(dtypes.float32)
+
+    def logits(self, x: Tensor, start: sint) -> Tensor:
+        """Lazy logits (t, vocab) of the embedded tokens x (t, dim) at positions start..start+t-1 (`start`: an int
+        or a bound Variable); assigns the caches."""
+        t = int(x.shape[0])
+        positions = (Tensor.arange(t, device=self.device) + start).cast(dtypes.float32)
+        angles = positions.reshape(-1, 1) * self.inv_freq.reshape(1, -1)
         cos, sin = angles.cos(), angles.sin()
         for block, cache in zip(self.blocks, self.caches):
-            x = block(x, cache, positions, cos, sin)
-        return (rms_norm(x, self.output_norm, self.cfg.norm_eps) @ self.output.T).cast(dtypes.float32)
+            x = block(x, cache, start, cos, sin)
+        return linear(rms_norm(x, self.output_norm, self.cfg.norm_eps), self.output).cast(dtypes.float32)
 
-    def _step(self, x: Tensor, positions: Tensor) -> Tensor:
-        """`logits`, realized with the caches (the function TinyJit captures)."""
-        logits = self.logits(x, positions)
-        Tensor.realize(logits, *[c.keys for c in self.caches], *[c.values for c in self.caches])
+    def _cache_tensors(self) -> list[Tensor]:
+        return [c.keys for c in self.caches] + [c.values for c in self.caches]
+
+    def _step(self, tokens: Tensor, start: UOp) -> Tensor:
+        """`logits` of the token ids at `start`, realized with the caches (the function TinyJit captures)."""
+        logits = self.logits(self.embed_tokens(tokens), start)
+        Tensor.realize(logits, *self._cache_tensors())
         return logits
 
-    def _step_chain(self) -> Tensor:
-        """One greedy step on the device state: embed `_chain_token`, run the step at `_chain_pos`, record the
-        argmax in `_chain_out[pos]`, make it the next token and advance the position (what TinyJit captures)."""
-        token, pos = self._chain_token, self._chain_pos
-        x = self.params["token_embd.weight"][token].cast(dtypes.float32)  # one row read (a direct gather)
-        chosen = argmax_rows(self.logits(x, pos))
-        slots = Tensor.arange(self.cfg.context_length, device=self.device)
-        self._chain_out.assign((slots == pos).where(chosen, self._chain_out))
+    def _step_chain(self, start: UOp) -> Tensor:
+        """One greedy step on the device state: embed `_chain_token`, run the step at `start`, record the argmax in
+        `_chain_out[start]` and make it the next token (what TinyJit captures)."""
+        token = self._chain_token
+        chosen = argmax_rows(self.logits(self.embed_tokens(token), start))
+        self._chain_out[start : start + 1].assign(chosen)
         token.assign(chosen)
-        pos.assign(pos + 1)
-        Tensor.realize(self._chain_out, token, pos, *[c.keys for c in self.caches], *[c.values for c in self.caches])
+        Tensor.realize(self._chain_out, token, *self._cache_tensors())
         return chosen
+
+    def _position(self, name: str, value: int, t: int) -> UOp:
+        return UOp.variable(name, 0, self.cfg.context_length - t).bind(value)
 
     def greedy_tokens(self, token: int, start_pos: int, n: int, chunk: int = 16) -> Iterator[int]:
         """The next `n` greedy tokens after `token` at `start_pos` (the argmax of `forward`'s logits, step by step).
 
-        The steps are chained on the device: each reads the token and position the one before wrote, so the host
-        queues `chunk` of them without waiting and reads their tokens once per chunk (one copy of a few bytes):
-        the GPU does not idle through the host's part of every step. Stopping the iteration early leaves cache
-        slots written past the last token read, which no later query reads before a step overwrites them.
+        The steps are chained on the device: each reads the token the one before wrote, so the host queues `chunk`
+        of them without waiting and reads their tokens once per chunk (one copy of a few bytes): the GPU does not
+        idle through the host's part of every step. Stopping the iteration early leaves cache slots written past
+        the last token read, which no later query reads before a step overwrites them.
 
         >>> cfg = LlamaConfig(16, 8, n_layers=1, n_heads=2, n_kv_heads=1, hidden_dim=16, context_length=8)
         >>> first = int(Llama(cfg).forward([3], 0).numpy()[0].argmax())
@@ -363,12 +384,11 @@ class Llama:
         if not 0 <= token < self.cfg.vocab_size:
             raise ValueError(f"Llama: token {token!r} is not an id in 0..{self.cfg.vocab_size - 1}")
         buffer_of(self._chain_token.uop.base).copyin(np.array([token], dtype=np.int32).data)
-        buffer_of(self._chain_pos.uop.base).copyin(np.array([start_pos], dtype=np.int32).data)
         done = 0
         while done < n:
             k = min(chunk, n - done)
-            for _ in range(k):
-                self._chain()
+            for i in range(k):
+                self._chain(self._position("pos", start_pos + done + i, 1))
             chosen = self._chain_out.numpy()
             yield from (int(t) for t in chosen[start_pos + done : start_pos + done + k])
             done += k
@@ -378,20 +398,15 @@ class Llama:
         if start_pos < 0 or start_pos + n > ctx:
             raise ValueError(f"Llama: positions {start_pos}..{start_pos + n - 1} exceed the context of {ctx} tokens")
 
-    def _fill_decode_inputs(self, token: int, start_pos: int) -> None:
-        row = self._embed_rows([token])
-        buffer_of(self._decode_x.uop.base).copyin(row.data)
-        buffer_of(self._decode_pos.uop.base).copyin(np.array([start_pos], dtype=np.int32).data)
-
-    def _embed_rows(self, tokens: list[int]) -> np.ndarray:
+    def _check_tokens(self, tokens: list[int]) -> None:
         bad = [t for t in tokens if not isinstance(t, (int, np.integer)) or not 0 <= t < self.cfg.vocab_size]
         if bad:
             raise ValueError(f"Llama: token {bad[0]!r} is not an id in 0..{self.cfg.vocab_size - 1}")
-        return np.ascontiguousarray(self.embed_host[np.asarray(tokens, dtype=np.int64)], dtype=np.float32)
 
     def embed(self, tokens: list[int]) -> Tensor:
         """The embedding rows (len(tokens), dim) of `tokens`, float32 on the model's device."""
-        return Tensor(self._embed_rows(tokens), device=self.device)
+        self._check_tokens(tokens)
+        return self.embed_tokens(Tensor(np.asarray(tokens, dtype=np.int32), device=self.device))
 
     def forward(self, tokens: list[int], start_pos: int) -> Tensor:
         """Logits (len(tokens), vocab) of `tokens` at positions start_pos.. (prefill: all in one pass).
@@ -405,26 +420,26 @@ class Llama:
             raise ValueError("Llama: forward needs at least one token")
         n, ctx = len(tokens), self.cfg.context_length
         self._check_positions(n, start_pos)
+        self._check_tokens(tokens)
         if n == 1:
-            self._fill_decode_inputs(tokens[0], start_pos)
-            return self._decode(self._decode_x, self._decode_pos)
-        x = self.embed(tokens)
+            buffer_of(self._decode_tok.uop.base).copyin(np.array(tokens, dtype=np.int32).data)
+            return self._decode(self._decode_tok, self._position("pos", start_pos, 1))
         size = max(8, 1 << (n - 1).bit_length())
         if start_pos + size > ctx:
             size = n
-        x = x.pad(((0, size - n), (0, 0))) if size > n else x
-        positions = Tensor(list(range(start_pos, start_pos + size)), dtype=dtypes.int32, device=self.device)
+        ids = Tensor(np.asarray(tokens + [0] * (size - n), dtype=np.int32), device=self.device).realize()
         if size not in self._prefill:
             self._prefill[size] = TinyJit(self._step)
-        return self._prefill[size](x.contiguous().realize(), positions)[:n]
+        return self._prefill[size](ids, self._position("start", start_pos, size))[:n]
 
     def reset(self) -> None:
         """Nothing to clear: positions after the ones written are never read (kept for API symmetry)."""
 
     @property
     def weight_bytes(self) -> int:
-        """Bytes of the weights a decode step reads (all but the host embedding, which the tied head reads)."""
-        read = [v for k, v in self.params.items() if k != "token_embd.weight" or "output.weight" not in self.params]
+        """Bytes of the weights a decode step reads (all but the embedding table, unless it is the output head)."""
+        tied = "output.weight" not in self.params
+        read = [_storage(v) for k, v in self.params.items() if k != "token_embd.weight" or tied]
         bufs = {u for t in read for u in t.uop.toposort if u.op is Ops.BUFFER}  # fused matrices counted once
         unbuffered = sum(
             int(t.numel()) * t.dtype.itemsize for t in read if not any(u.op is Ops.BUFFER for u in t.uop.toposort)
@@ -432,29 +447,49 @@ class Llama:
         return sum(int(u.arg[1]) * u.dtype.itemsize for u in bufs) + unbuffered
 
 
+def _storage(w: Weight) -> Tensor:
+    """The tensor holding a weight's bytes (a quantized weight's blocks)."""
+    return w.blocks if isinstance(w, QuantizedWeight) else w
+
+
 # the projections that read the same input, joined into one matrix each
 _FUSED = {"qkv": ("attn_q", "attn_k", "attn_v"), "gate_up": ("ffn_gate", "ffn_up")}
 
 
-def _fuse_projections(cfg: LlamaConfig, loaded: dict[str, Tensor]) -> dict[str, Tensor]:
+def _fuse_projections(cfg: LlamaConfig, loaded: dict[str, Weight]) -> dict[str, Weight]:
     """Join each layer's q, k, v weights (and gate, up) into one realized matrix ("blk.{i}.qkv", "blk.{i}.gate_up"):
     the decode step then runs one matrix-vector product for them (3 kernels fewer per layer, and bigger ones: the
-    512-row k and v products of a 1B model left most SMs idle). The GGUF names stay in `loaded`, as row ranges
-    (views) of the joined matrix, so no weight is held twice. Weights kept quantized (absent from `loaded`) and
-    groups of mixed dtypes stay apart."""
-    fused: dict[str, Tensor] = {}
+    512-row k and v products of a 1B model left most SMs idle). Quantized weights of one type are joined as their
+    blocks (whole rows of blocks). The GGUF names stay in `loaded`, as row ranges (views) of the joined matrix, so
+    no weight is held twice. Lazy (kept-quantized) weights and groups of mixed dtypes or types stay apart."""
+    fused: dict[str, Weight] = {}
     for i in range(cfg.n_layers):
         for key, group in _FUSED.items():
             names = [f"blk.{i}.{n}.weight" for n in group]
-            if not all(n in loaded for n in names) or len({loaded[n].dtype for n in names}) != 1:
+            parts = [loaded.get(n) for n in names]
+            if all(isinstance(p, QuantizedWeight) for p in parts):
+                qparts = [p for p in parts if isinstance(p, QuantizedWeight)]
+                if len({p.qtype for p in qparts}) != 1:
+                    continue
+                whole_q = fused[f"blk.{i}.{key}"] = QuantizedWeight.cat(qparts)
+                at = 0
+                for n, w in zip(names, qparts):
+                    loaded[n] = whole_q.rows(at, at + w.shape[0])
+                    at += w.shape[0]
                 continue
-            parts = [loaded[n] for n in names]
-            whole = fused[f"blk.{i}.{key}"] = parts[0].cat(*parts[1:]).contiguous().realize()
+            tparts = [p for p in parts if isinstance(p, Tensor) and _realized(p)]
+            if len(tparts) != len(names) or len({p.dtype for p in tparts}) != 1:
+                continue
+            whole = fused[f"blk.{i}.{key}"] = tparts[0].cat(*tparts[1:]).contiguous().realize()
             at = 0
-            for n, w in zip(names, parts):
+            for n, w in zip(names, tparts):
                 loaded[n] = whole[at : at + int(w.shape[0])]
                 at += int(w.shape[0])
     return fused
+
+
+def _realized(t: Tensor) -> bool:
+    return t.uop.base.op is Ops.BUFFER
 
 
 def _inv_freq(cfg: LlamaConfig, factors: Tensor | None) -> np.ndarray:

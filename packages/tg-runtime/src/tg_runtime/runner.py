@@ -19,7 +19,7 @@ from tg_codegen.search import beam_search
 from tg_codegen.tensorcore import ALLOW_TF32
 from tg_runtime.device import Buffer, Device, Program, launcher_of, program_extra
 from tg_runtime.search import DeviceSearchTarget
-from tg_uop import UOp
+from tg_uop import Ops, UOp
 from tg_uop.helpers import BEAM, DEBUG, GlobalCounters, LRUCache, colored, getenv
 from tg_uop.trace import TRACE, Group
 
@@ -132,6 +132,10 @@ _runner_cache: LRUCache[tuple[str, UOp, int], CompiledRunner] = LRUCache(getenv(
 def get_runner(device: str, ast: UOp) -> CompiledRunner:
     """The compiled kernel for `ast` on `device` (compiled once per process)."""
     key = (Device.canonicalize(device), ast, ALLOW_TF32.value)  # TF32 changes the kernel fp32 matmuls get
+    if ast.op is Ops.CUSTOM and isinstance(ast.arg, ProgramSpec):  # a kernel written as source (source_kernel)
+        if (ret := _runner_cache.get(key)) is None:
+            ret = _runner_cache[key] = CompiledRunner(ast.arg, None, key[0])
+        return ret
     if (ret := _runner_cache.get(key)) is None and (ret := _from_batch(key)) is None:
         opts = None
         if BEAM >= 1 and Device[key[0]].searchable:

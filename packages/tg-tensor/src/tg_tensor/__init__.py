@@ -5,11 +5,13 @@
 6
 """
 
+from tg_tensor.custom import source_kernel
 from tg_tensor.function import function
 from tg_tensor.jit import JitError, TinyJit
 from tg_tensor.realize import run_schedule
 from tg_tensor.realizer import Realizer, ScheduleItem
 from tg_tensor.schedule import create_schedule
+from tg_tensor.source import KernelSource
 from tg_tensor.tensor import Tensor
 from tg_uop import GlobalCounters
 
@@ -17,6 +19,7 @@ __version__ = "0.1.0"
 __all__ = [
     "GlobalCounters",
     "JitError",
+    "KernelSource",
     "Realizer",
     "TinyJit",
     "ScheduleItem",
@@ -24,4 +27,5 @@ __all__ = [
     "create_schedule",
     "function",
     "run_schedule",
+    "source_kernel",
 ]

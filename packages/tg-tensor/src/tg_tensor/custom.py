@@ -21,6 +21,17 @@ A CPU kernel in C (each pointer is one tensor's contiguous data):
 >>> out.tolist()
 [3.0, 5.0, 7.0, 9.0]
 
+`source_kernel` is the lazy form for one output: a node of the graph that the scheduler gives a kernel of its own
+(its inputs realized first), that TinyJit records and replays like any kernel, and whose source is asked for per
+device when it is scheduled (C for the CPU, OpenCL C, CUDA C; None where there is none for that device):
+
+>>> from tg_tensor.custom import source_kernel
+>>> def twice(device, dtypes_):
+...     return KernelSource("void twice(float* restrict o, const float* restrict x) "
+...                         "{ for (int i = 0; i < 3; i++) o[i] = 2 * x[i]; }", "twice")
+>>> source_kernel((3,), dtypes.float32, [Tensor([1.0, 2.0, 3.0], device="CPU")], "twice", twice).tolist()
+[2.0, 4.0, 6.0]
+
 The same as a kernel AST (runs on every device):
 
 >>> from tg_tensor.custom import load, store
@@ -32,15 +43,15 @@ The same as a kernel AST (runs on every device):
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tg_runtime.device import Device
 from tg_runtime.runner import get_runner, run_copy
 from tg_shape import ShapeTracker
 from tg_tensor.schedule import buffer_of
-from tg_uop import Ops, UOp, dtypes
+from tg_tensor.source import KernelSource, LazySource
+from tg_uop import DType, Ops, UOp, dtypes
 from tg_uop.helpers import prod
 from tg_uop.uop import sint
 
@@ -48,17 +59,30 @@ if TYPE_CHECKING:
     from tg_tensor.tensor import Tensor
 
 
-@dataclass(frozen=True)
-class KernelSource:
-    """Device source for custom_kernel: `src` defines `name`, which takes one pointer per tensor, in order.
+def source_kernel(
+    shape: tuple[int, ...],
+    dtype: DType,
+    inputs: Sequence[Tensor],
+    key: Hashable,
+    make: Callable[[str, tuple[DType, ...]], KernelSource | None],
+) -> Tensor:
+    """A lazy tensor of `shape` and `dtype` computed by a kernel you wrote (see the module doc and LazySource).
 
-    global_size/local_size are the launch grid for GPU devices (the CPU calls the function once).
+    The kernel takes one pointer per buffer: the output (contiguous, row-major), then each input, contiguous.
+    Scheduling it on a device `make` has no source for raises NotImplementedError naming the kernel and device.
     """
+    from tg_tensor.tensor import Tensor as T
 
-    src: str
-    name: str
-    global_size: tuple[int, ...] = (1, 1, 1)
-    local_size: tuple[int, ...] = (1, 1, 1)
+    if not inputs:
+        raise ValueError(f"source_kernel {key!r}: needs at least one input tensor (it takes the device from them)")
+    devices = sorted({t.device for t in inputs})
+    if len(devices) != 1:
+        raise ValueError(f"source_kernel {key!r}: all inputs must be on one device, got {devices}")
+    if not all(isinstance(s, int) and s >= 0 for s in shape):
+        raise ValueError(f"source_kernel {key!r}: shape {shape} must be non-negative ints")
+    size = int(prod(shape))
+    srcs = tuple(t.uop for t in inputs) + (UOp(Ops.DEVICE, arg=devices[0]),)
+    return T(UOp(Ops.CUSTOM, dtype, srcs, (size, LazySource(key, make))).reshape(tuple(shape)))
 
 
 def load(arg: UOp, shape: tuple[sint, ...]) -> UOp:

@@ -26,6 +26,7 @@ from tg_runtime.device import Buffer
 from tg_shape import ShapeTracker
 from tg_tensor.lift_consts import lift_changing_consts
 from tg_tensor.realizer import Realizer, ScheduleItem, current
+from tg_tensor.source import is_source_kernel, source_program
 from tg_tensor.split_reduce import compares_with_arange, split_reduces
 from tg_tensor.symbolic import max_size
 from tg_uop import DType, GroupOp, Ops, UOp, dtypes
@@ -283,7 +284,7 @@ class Scheduler:
 
     def is_boundary(self, node: UOp, current_root: UOp) -> bool:
         """Is `node` computed by a kernel of its own (so the current kernel loads it)?"""
-        own = (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN, Ops.COLLECTIVE)
+        own = (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN, Ops.COLLECTIVE, Ops.CUSTOM)
         return node in self.forced or node.op in own or node in self.r.realized
 
     def elementwise_cost(self, node: UOp, current_root: UOp) -> tuple[int, int]:
@@ -332,6 +333,8 @@ class Scheduler:
                 self._schedule_copy(node)
             elif node.op is Ops.COLLECTIVE:
                 self._schedule_collective(node)
+            elif is_source_kernel(node):
+                self._schedule_source(node)
             else:
                 self._schedule_kernel(node)
         finally:
@@ -377,6 +380,15 @@ class Scheduler:
         )
         for s, o in zip(siblings, outs):
             self.r.realized[s] = o
+
+    def _schedule_source(self, node: UOp) -> None:
+        """One item for a kernel given as source (tg_tensor.custom.source_kernel): its inputs as contiguous buffers."""
+        ins = [self.buffer_for(s) for s in node.src[:-1]]
+        out = self._new_output(node)
+        bufs = [buffer_of(out)] + [buffer_of(b) for b in ins]
+        ast = source_program(node, tuple(b.dtype for b in bufs))
+        self.items.append(ScheduleItem(ast, bufs, writes=out, reads=tuple(ins)))
+        self.r.realized[node] = out.reshape(tuple(node.shape or ()))
 
     def buffer_for(self, node: UOp) -> UOp:
         """A BUFFER holding `node` contiguously (a kernel is scheduled when it is not one already)."""
@@ -508,7 +520,7 @@ def _record(items: list[ScheduleItem], leaves: list[UOp], becomes: list[UOp]) ->
     fixed: dict[int, int] = {}
     recipe = _Recipe([], specs, [])
     for item in items:
-        if item.ast.op is not Ops.SINK:
+        if item.ast.op is not Ops.SINK and not (item.ast.op is Ops.CUSTOM and not item.ast.src):
             return None  # a COPY's AST names its source BUFFER: caching it would keep that buffer alive
         if item.in_place:
             return None  # an assign's result is a new version of a memory, not a new buffer

@@ -49,6 +49,8 @@ def uop_shape(u: UOp) -> tuple[sint, ...] | None:
         return _multi_shape(u)
     if op is Ops.COLLECTIVE:
         return (u.arg[2],)
+    if op is Ops.CUSTOM and u.src and u.src[-1].op is Ops.DEVICE:  # a tensor-level kernel from source: arg (size, ..)
+        return (u.arg[0],)
     src_shape = u.src[0].shape if u.src else None
     if op in (Ops.LOAD, Ops.STORE) and len(u.src) > 1 and u.src[1].op is Ops.VIEW:
         return u.src[1].shape

@@ -1,0 +1,140 @@
+"""Matrix products with weights kept in GGUF's quantized blocks (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K).
+
+`quantized_matmul(x, w)` is `x @ W.T` for a `QuantizedWeight` W: the raw blocks on the device and the type and
+shape they hold. On the CPU, CL and CUDA it is one fused kernel that reads the blocks as they are (C with AVX2 or
+a generic target: tg_nn.quant_cpu; OpenCL/CUDA C: tg_nn.quant_gpu), written as device source and run through
+`tg.source_kernel`, so TinyJit records it like any kernel. Elsewhere (the PYTHON device) it is tg's own graph:
+the blocks' dequantization (tg_nn.gguf.dequantize), which the scheduler fuses into the matmul that reads it.
+
+Why source kernels and not the graph on the CPU: the graph's fused kernel unpacks every weight to a float and
+multiplies in float (about 5 ALU operations per weight); the C kernel multiplies 8-bit integers, 32 at a time
+(`maddubs`/`dpbusd`), on rows of x quantized to 8 bits once per call, which is what reading 4.5 bits per weight
+at memory speed needs (bench/bench_llm.py: SmolLM2-135M Q4_1 decode, the two side by side with `TG_QUANT_GRAPH=1`).
+
+>>> import numpy as np
+>>> from tg_tensor import Tensor
+>>> from tg_uop import dtypes
+>>> raw = Tensor(np.array([0, 60] + [1] * 32, np.uint8))  # one Q8_0 block: scale 1.0, 32 ones
+>>> w = QuantizedWeight(raw, "Q8_0", (1, 32))
+>>> quantized_matmul(Tensor.ones(2, 32), w).tolist()
+[[32.0], [32.0]]
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from tg_nn.gguf import _NATIVE, _Source, _tensor, dequantize, parse_gguf
+from tg_nn.quant_cpu import CPU_TYPES, cpu_source
+from tg_nn.quant_gpu import gpu_source
+from tg_runtime.device import Device
+from tg_tensor import KernelSource, Tensor, source_kernel
+from tg_uop import DType, dtypes
+
+__all__ = ["QUANTIZED_TYPES", "QuantizedWeight", "gguf_load_quantized", "quantized_matmul"]
+
+QUANTIZED_TYPES = tuple(CPU_TYPES)
+
+
+@dataclass(frozen=True, eq=False)
+class QuantizedWeight:
+    """A (rows, cols) matrix kept as raw GGUF blocks: `blocks` a uint8 Tensor of rows * cols / BS * block bytes."""
+
+    blocks: Tensor
+    qtype: str
+    shape: tuple[int, int]
+
+    def __post_init__(self) -> None:
+        if self.qtype not in CPU_TYPES:
+            raise ValueError(f"QuantizedWeight: {self.qtype!r} is not one of {', '.join(CPU_TYPES)}")
+        if len(self.shape) != 2:
+            raise ValueError(f"QuantizedWeight: shape {self.shape} must be (rows, cols)")
+        bs, bb = CPU_TYPES[self.qtype]
+        rows, cols = self.shape
+        if cols % bs:
+            raise ValueError(f"QuantizedWeight: {cols} columns are not whole {self.qtype} blocks of {bs}")
+        if self.blocks.dtype != dtypes.uint8 or int(self.blocks.numel()) != rows * cols // bs * bb:
+            raise ValueError(
+                f"QuantizedWeight: {self.qtype} {self.shape} needs {rows * cols // bs * bb} uint8 bytes, got "
+                f"{self.blocks.numel()} of {self.blocks.dtype}"
+            )
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.blocks.numel())
+
+    def dequantize(self) -> Tensor:
+        """The float32 matrix (lazy)."""
+        return dequantize(self.blocks, self.qtype, self.shape)
+
+    def rows(self, start: int, stop: int) -> QuantizedWeight:
+        """Rows start..stop-1 (a view of their blocks: each row is whole blocks)."""
+        rb = self.shape[1] // CPU_TYPES[self.qtype][0] * CPU_TYPES[self.qtype][1]
+        return QuantizedWeight(self.blocks[start * rb : stop * rb], self.qtype, (stop - start, self.shape[1]))
+
+    @staticmethod
+    def cat(parts: list[QuantizedWeight]) -> QuantizedWeight:
+        """The matrices stacked by rows (one type and width), as one realized buffer of blocks."""
+        if len({(p.qtype, p.shape[1]) for p in parts}) != 1:
+            raise ValueError("QuantizedWeight.cat: the parts differ in type or width")
+        blocks = parts[0].blocks.cat(*[p.blocks for p in parts[1:]]).contiguous().realize()
+        return QuantizedWeight(blocks, parts[0].qtype, (sum(p.shape[0] for p in parts), parts[0].shape[1]))
+
+
+def quantized_matmul(x: Tensor, w: QuantizedWeight) -> Tensor:
+    """x (..., cols) @ W.T -> (..., rows), float32, W kept in its blocks (see the module doc)."""
+    rows, cols = w.shape
+    if int(x.shape[-1]) != cols:
+        raise ValueError(f"quantized_matmul: x of shape {x.shape} does not match W of shape {w.shape}: {cols} columns")
+    lead = tuple(int(s) for s in x.shape[:-1])
+    m = 1
+    for s in lead:
+        m *= s
+    family = x.device.split(":")[0]
+    if family not in ("CPU", "CL", "CUDA") or os.getenv("TG_QUANT_GRAPH") == "1" or m == 0:
+        return x.cast(dtypes.float32) @ w.dequantize().T
+    xf = x.reshape(m, cols).cast(dtypes.float32)
+    make = functools.partial(_source, w.qtype, m, rows, cols)
+    out = source_kernel((m, rows), dtypes.float32, [xf, w.blocks], ("qmm", w.qtype, m, rows, cols), make)
+    return out.reshape(*lead, rows)
+
+
+def _source(qtype: str, m: int, n: int, k: int, device: str, dts: tuple[DType, ...]) -> KernelSource | None:
+    family = device.split(":")[0]
+    name = f"qmm_{qtype}_{m}_{n}_{k}"
+    if family == "CPU":
+        return KernelSource(cpu_source(qtype, m, n, k), name)
+    if family in ("CL", "CUDA"):
+        return KernelSource(gpu_source(qtype, m, n, k, family), name, (n, m, 1), (32, 1, 1))
+    return None
+
+
+def gguf_load_quantized(
+    src: Tensor | str | os.PathLike[str], device: str | None = None
+) -> tuple[dict[str, Any], dict[str, Tensor | QuantizedWeight]]:
+    """`gguf_load`, with every 2-D matrix of a quantized type kept as a QuantizedWeight (its blocks copied to the
+    device now, as they are in the file) and F16/BF16 tensors realized in their 16 bits (BF16 widened lazily, by
+    the kernel that reads it): nothing is widened to float32 in memory. Other tensors as gguf_load gives them.
+    A quantized tensor of another rank is dequantized when realized, as gguf_load does.
+    """
+    source = _Source(src)
+    header = parse_gguf(source.mapping)
+    dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
+    state: dict[str, Tensor | QuantizedWeight] = {}
+    for info in header.tensors:
+        name = info.type_name
+        if name in CPU_TYPES and len(info.shape) == 2:
+            raw = source.window(info.offset, info.nbytes, dtypes.uint8, dev).contiguous().realize()
+            state[info.name] = QuantizedWeight(raw, name, (int(info.shape[0]), int(info.shape[1])))
+        elif name in _NATIVE and name != "F32":
+            n = info.nbytes // 2
+            bits = source.window(info.offset, n, _NATIVE[name], dev).contiguous().realize()
+            if name == "BF16":
+                bits = (bits.cast(dtypes.uint32) << 16).bitcast(dtypes.float32)
+            state[info.name] = bits.reshape(info.shape)
+        else:  # F32, a quantized vector, or a type tg cannot read (gguf's _tensor names it)
+            state[info.name] = _tensor(source, info, dev, keep_quantized=True)
+    return header.metadata, state
