@@ -41,7 +41,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None, help="tg device (default: Device.DEFAULT)")
     p.add_argument("--dtype", choices=["float32", "float16"], default=None, help="weight dtype (default: per device)")
     p.add_argument("--context", type=int, default=None, help="cap the context (KV cache) at this many tokens")
-    p.add_argument("--keep-quantized", action="store_true", help="keep quantized weights in their blocks on the device")
+    p.add_argument(
+        "--keep-quantized",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="keep quantized weights in their blocks (the default; --no-keep-quantized dequantizes them at load)",
+    )
     p.add_argument("--max-tokens", type=int, default=512, help="most tokens per answer (default 512)")
     p.add_argument("--temperature", type=float, default=0.7)
     p.add_argument("--top-p", type=float, default=1.0)
@@ -207,9 +212,9 @@ def benchmark(session: Session, n: int, prompt_len: int = 128) -> list[dict[str,
     prompt_len = max(2, min(prompt_len, ctx // 2))
     n = max(1, min(n, ctx - prompt_len - 3))
     prompt = [(7 * i + 3) % model.cfg.vocab_size for i in range(prompt_len)]
-    model.forward(prompt, 0).numpy()  # compile the prefill kernels
+    model.forward(prompt, 0, all_logits=False).numpy()  # compile the prefill kernels
     t0 = time.perf_counter()
-    logits = model.forward(prompt, 0).numpy()
+    logits = model.forward(prompt, 0, all_logits=False).numpy()
     prefill = time.perf_counter() - t0
     tok, pos = int(logits[-1].argmax()), prompt_len
     for _ in range(2):  # the eager run and the capture of the decode step

@@ -148,7 +148,7 @@ class Session:
                 break
             same += 1
         same = min(same, len(prompt) - 1)  # at least one token runs, for its logits
-        logits: np.ndarray = self.model.forward(prompt[same:], same).numpy()[-1]
+        logits: np.ndarray = self.model.forward(prompt[same:], same, all_logits=False).numpy()[-1]
         self.cached = list(prompt)
         return logits
 

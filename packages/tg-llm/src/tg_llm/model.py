@@ -211,7 +211,8 @@ class Block:
         v = v.reshape(t, kv, hd).permute(1, 0, 2)
         if self.q_norm is not None and self.k_norm is not None:  # qwen3: RMSNorm of each head
             q, k = rms_norm(q, self.q_norm, cfg.norm_eps), rms_norm(k, self.k_norm, cfg.norm_eps)
-        q, k = rope(q, cos, sin, cfg.rope_style), rope(k, cos, sin, cfg.rope_style)
+        # (q realized: fused into the scores' kernel, its rotation would be recomputed for every key read)
+        q, k = rope(q, cos, sin, cfg.rope_style).contiguous(), rope(k, cos, sin, cfg.rope_style)
         keys, values = cache.update(k.reshape(1, kv, t, hd), v.reshape(1, kv, t, hd), start)
         n = start + t  # the positions read: 0..start+t-1 (symbolic when start is a Variable)
         keys, values = keys.reshape(kv, n, hd), values.reshape(kv, n, hd)
@@ -219,7 +220,8 @@ class Block:
         scores = (q @ keys.transpose(-2, -1)).reshape(kv, group, t, n) / math.sqrt(hd)
         if t > 1:  # (one query sees every slot it reads)
             scores = causal_mask(start, t, device=x.device).where(scores, -math.inf)
-        weights = scores.softmax(-1).reshape(kv, group * t, n)
+        # (the probabilities realized: fused into the product with the values, each exp would be taken head_dim times)
+        weights = scores.softmax(-1).contiguous().reshape(kv, group * t, n)
         out = (weights @ values).reshape(cfg.n_heads, t, hd).permute(1, 0, 2).reshape(t, cfg.n_heads * hd)
         return linear(out, self.wo)
 
@@ -295,7 +297,8 @@ class Llama:
             Tensor.zeros(cfg.context_length, dtype=dtypes.int32, device=self.device).contiguous().realize()
         )
         self._chain = TinyJit(self._step_chain)
-        self._prefill: dict[int, TinyJit[Tensor]] = {}  # one jitted prefill step per padded length
+        # jitted prefill steps by (padded length, from position 0, all rows' logits)
+        self._prefill: dict[tuple[int, bool, bool], TinyJit[Tensor]] = {}
 
     def _load(self, params: dict[str, Weight], quantized: frozenset[str]) -> dict[str, Weight]:
         """The weights on the device: QuantizedWeight blocks as they are; `quantized` names (lazy dequantizations of
@@ -332,23 +335,26 @@ class Llama:
             return dequantize(rows, table.qtype, (int(tokens.shape[0]), self.cfg.dim))
         return table[tokens].cast(dtypes.float32)
 
-    def logits(self, x: Tensor, start: sint) -> Tensor:
+    def logits(self, x: Tensor, start: sint, last: sint | None = None) -> Tensor:
         """Lazy logits (t, vocab) of the embedded tokens x (t, dim) at positions start..start+t-1 (`start`: an int
-        or a bound Variable); assigns the caches."""
+        or a bound Variable); assigns the caches. With `last`, the logits (1, vocab) of row `last` only (the
+        output head, the biggest matrix, then multiplies one row)."""
         t = int(x.shape[0])
         positions = (Tensor.arange(t, device=self.device) + start).cast(dtypes.float32)
         angles = positions.reshape(-1, 1) * self.inv_freq.reshape(1, -1)
         cos, sin = angles.cos(), angles.sin()
         for block, cache in zip(self.blocks, self.caches):
             x = block(x, cache, start, cos, sin)
+        if last is not None:
+            x = x[last : last + 1]
         return linear(rms_norm(x, self.output_norm, self.cfg.norm_eps), self.output).cast(dtypes.float32)
 
     def _cache_tensors(self) -> list[Tensor]:
         return [c.keys for c in self.caches] + [c.values for c in self.caches]
 
-    def _step(self, tokens: Tensor, start: UOp) -> Tensor:
+    def _step(self, tokens: Tensor, start: sint, last: sint | None = None) -> Tensor:
         """`logits` of the token ids at `start`, realized with the caches (the function TinyJit captures)."""
-        logits = self.logits(self.embed_tokens(tokens), start)
+        logits = self.logits(self.embed_tokens(tokens), start, last)
         Tensor.realize(logits, *self._cache_tensors())
         return logits
 
@@ -408,8 +414,10 @@ class Llama:
         self._check_tokens(tokens)
         return self.embed_tokens(Tensor(np.asarray(tokens, dtype=np.int32), device=self.device))
 
-    def forward(self, tokens: list[int], start_pos: int) -> Tensor:
-        """Logits (len(tokens), vocab) of `tokens` at positions start_pos.. (prefill: all in one pass).
+    def forward(self, tokens: list[int], start_pos: int, all_logits: bool = True) -> Tensor:
+        """Logits (len(tokens), vocab) of `tokens` at positions start_pos.. (prefill: all in one pass); with
+        `all_logits=False` those of the last token only, (1, vocab) (what generation needs: a prompt's other rows
+        skip the output head).
 
         One token goes through the jitted decode step (the same kernels at every position). A longer
         chunk is padded to a power of two (when the context has room), so prompts of any length reuse a
@@ -428,9 +436,15 @@ class Llama:
         if start_pos + size > ctx:
             size = n
         ids = Tensor(np.asarray(tokens + [0] * (size - n), dtype=np.int32), device=self.device).realize()
-        if size not in self._prefill:
-            self._prefill[size] = TinyJit(self._step)
-        return self._prefill[size](ids, self._position("start", start_pos, size))[:n]
+        # a prompt from position 0 gets steps of its own with static shapes (codegen optimizes fixed-size attention
+        # better than symbolic); a continuation reads start + size rows through a bound Variable
+        key = (size, start_pos == 0, all_logits)
+        if key not in self._prefill:
+            self._prefill[key] = TinyJit(self._step)
+        start: sint = 0 if start_pos == 0 else self._position("start", start_pos, size)
+        if all_logits:
+            return self._prefill[key](ids, start)[:n]
+        return self._prefill[key](ids, start, UOp.variable("last", 0, size - 1).bind(n - 1))
 
     def reset(self) -> None:
         """Nothing to clear: positions after the ones written are never read (kept for API symmetry)."""

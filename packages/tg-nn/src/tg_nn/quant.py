@@ -106,7 +106,7 @@ def _source(qtype: str, m: int, n: int, k: int, device: str, dts: tuple[DType, .
     family = device.split(":")[0]
     name = f"qmm_{qtype}_{m}_{n}_{k}"
     if family == "CPU":
-        return KernelSource(cpu_source(qtype, m, n, k), name)
+        return KernelSource(cpu_source(qtype, m, n, k, Device[device].renderer.threads), name)
     if family in ("CL", "CUDA"):
         return KernelSource(gpu_source(qtype, m, n, k, family), name, (n, m, 1), (32, 1, 1))
     return None

@@ -27,6 +27,8 @@ CPU_TYPES: dict[str, tuple[int, int]] = {
     "Q6_K": (256, 210),
 }
 
+PARALLEL_BYTES = 1 << 20  # a product reading fewer weight bytes (times rows of x) than this runs on one thread
+
 _PRELUDE = r"""
 #include <stdint.h>
 #include <string.h>
@@ -35,7 +37,8 @@ _PRELUDE = r"""
 #define TGQ_AVX2 1
 #endif
 static inline float tgq_h2f(const uint8_t* p) {
-  uint16_t h = (uint16_t)(p[0] | (p[1] << 8));
+  uint16_t h;
+  memcpy(&h, p, 2);  /* (little-endian hosts: every target tg's CPU device runs on) */
 #ifdef TGQ_AVX2
   return _cvtsh_ss(h);
 #else
@@ -98,15 +101,6 @@ _ROW = {
 static inline float tgq_row(const uint8_t* restrict w, const int8_t* restrict q, const float* restrict d,
                             const float* restrict s) {
   (void)s;
-#ifdef TGQ_AVX2
-  __m256 acc = _mm256_setzero_ps();
-  for (int b = 0; b < NB; b++, w += 34) {
-    __m256i wq = _mm256_loadu_si256((const __m256i*)(w + 2)), xq = _mm256_loadu_si256((const __m256i*)(q + b * 32));
-    __m256i p = tgq_dot(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(xq, wq));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(tgq_h2f(w) * d[b]), acc);
-  }
-  return tgq_hsum(acc);
-#else
   float acc = 0.0f;
   for (int b = 0; b < NB; b++, w += 34) {
     const int8_t* wq = (const int8_t*)(w + 2);
@@ -116,23 +110,12 @@ static inline float tgq_row(const uint8_t* restrict w, const int8_t* restrict q,
     acc += tgq_h2f(w) * d[b] * (float)sum;
   }
   return acc;
-#endif
 }
 """,
     "Q4_0": r"""
 static inline float tgq_row(const uint8_t* restrict w, const int8_t* restrict q, const float* restrict d,
                             const float* restrict s) {
   float low = 0.0f;  /* the -8 offset: -8 * d_w * (d_x * sum(q_x)) */
-#ifdef TGQ_AVX2
-  __m256 acc = _mm256_setzero_ps();
-  for (int b = 0; b < NB; b++, w += 18) {
-    float dw = tgq_h2f(w);
-    __m256i p = tgq_dot(tgq_nibbles(w + 2), _mm256_loadu_si256((const __m256i*)(q + b * 32)));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * d[b]), acc);
-    low += dw * s[b];
-  }
-  return tgq_hsum(acc) - 8.0f * low;
-#else
   float acc = 0.0f;
   for (int b = 0; b < NB; b++, w += 18) {
     float dw = tgq_h2f(w);
@@ -143,22 +126,12 @@ static inline float tgq_row(const uint8_t* restrict w, const int8_t* restrict q,
     low += dw * s[b];
   }
   return acc - 8.0f * low;
-#endif
 }
 """,
     "Q4_1": r"""
 static inline float tgq_row(const uint8_t* restrict w, const int8_t* restrict q, const float* restrict d,
                             const float* restrict s) {
   float mins = 0.0f;  /* m_w * d_x * sum(q_x) */
-#ifdef TGQ_AVX2
-  __m256 acc = _mm256_setzero_ps();
-  for (int b = 0; b < NB; b++, w += 20) {
-    __m256i p = tgq_dot(tgq_nibbles(w + 4), _mm256_loadu_si256((const __m256i*)(q + b * 32)));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(tgq_h2f(w) * d[b]), acc);
-    mins += tgq_h2f(w + 2) * s[b];
-  }
-  return tgq_hsum(acc) + mins;
-#else
   float acc = 0.0f;
   for (int b = 0; b < NB; b++, w += 20) {
     int sum = 0;
@@ -168,7 +141,6 @@ static inline float tgq_row(const uint8_t* restrict w, const int8_t* restrict q,
     mins += tgq_h2f(w + 2) * s[b];
   }
   return acc + mins;
-#endif
 }
 """,
     "Q4_K": r"""
@@ -276,6 +248,84 @@ static inline float tgq_row(const uint8_t* restrict w, const int8_t* restrict q,
 """,
 }
 
+# The 32-value types on AVX2, from two templates each: `unpack` reads the block at {W} into u{j} (unsigned bytes)
+# and its scale(s); `dot` adds its product with the x row at offset {X} (block {B}, scales at {XS}) to {A}, and the
+# offset term to {O}. tgq_row runs two blocks at a time into two accumulators (the adds of one chain wait for each
+# other); tgq_rows4 multiplies each unpacked block with four rows of x (a prompt's product).
+_BLOCKS32 = {
+    "Q8_0": (
+        "__m256i wq{j} = _mm256_loadu_si256((const __m256i*)({W} + 2)), u{j} = _mm256_sign_epi8(wq{j}, wq{j});"
+        " float dw{j} = tgq_h2f({W});",
+        "{{ __m256i xq = _mm256_loadu_si256((const __m256i*)(q + {X}{B} * 32));"
+        " {A} = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tgq_dot(u{j}, _mm256_sign_epi8(xq, wq{j}))),"
+        " _mm256_set1_ps(dw{j} * d[{XS}{B}]), {A}); }}",
+    ),
+    "Q4_0": (
+        "__m256i u{j} = tgq_nibbles({W} + 2); float dw{j} = tgq_h2f({W});",
+        "{{ __m256i xq = _mm256_loadu_si256((const __m256i*)(q + {X}{B} * 32));"
+        " {A} = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tgq_dot(u{j}, xq)),"
+        " _mm256_set1_ps(dw{j} * d[{XS}{B}]), {A}); {O} -= 8.0f * dw{j} * s[{XS}{B}]; }}",
+    ),
+    "Q4_1": (
+        "__m256i u{j} = tgq_nibbles({W} + 4); float dw{j} = tgq_h2f({W}), mw{j} = tgq_h2f({W} + 2);",
+        "{{ __m256i xq = _mm256_loadu_si256((const __m256i*)(q + {X}{B} * 32));"
+        " {A} = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tgq_dot(u{j}, xq)),"
+        " _mm256_set1_ps(dw{j} * d[{XS}{B}]), {A}); {O} += mw{j} * s[{XS}{B}]; }}",
+    ),
+}
+
+_ROW32 = r"""
+#ifdef TGQ_AVX2
+#define TGQ_ROW 1
+static inline float tgq_row(const uint8_t* restrict w, const int8_t* restrict q, const float* restrict d,
+                            const float* restrict s) {{
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+  float off0 = 0.0f, off1 = 0.0f;
+  int b = 0;
+  for (; b + 2 <= NB; b += 2, w += 2 * BB) {{
+    {u0} {u1}
+    {d0} {d1}
+  }}
+  if (b < NB) {{
+    {u0}
+    {d0}
+  }}
+  return tgq_hsum(_mm256_add_ps(acc0, acc1)) + off0 + off1;
+}}
+static inline void tgq_rows4(const uint8_t* restrict w, const int8_t* restrict q, const float* restrict d,
+                             const float* restrict s, float* restrict out) {{
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+  float off0 = 0.0f, off1 = 0.0f, off2 = 0.0f, off3 = 0.0f;
+  for (int b = 0; b < NB; b++, w += BB) {{
+    {u0}
+    {r0} {r1} {r2} {r3}
+  }}
+  out[0] = tgq_hsum(acc0) + off0; out[N] = tgq_hsum(acc1) + off1;
+  out[2 * N] = tgq_hsum(acc2) + off2; out[3 * N] = tgq_hsum(acc3) + off3;
+}}
+#define TGQ_ROWS4 1
+#else
+{generic}
+#endif
+"""
+
+
+def _row32(qtype: str) -> str:
+    """tgq_row and tgq_rows4 of a 32-value type: AVX2 from _BLOCKS32, else the generic tgq_row of _ROW."""
+    unpack, dot = _BLOCKS32[qtype]
+    return _ROW32.format(
+        u0=unpack.format(j=0, W="w"),
+        u1=unpack.format(j=1, W="(w + BB)"),
+        d0=dot.format(j=0, A="acc0", O="off0", X="", XS="", B="b"),
+        d1=dot.format(j=1, A="acc1", O="off1", X="", XS="", B="(b + 1)"),
+        r0=dot.format(j=0, A="acc0", O="off0", X="", XS="", B="b"),
+        r1=dot.format(j=0, A="acc1", O="off1", X="K + ", XS="K / 32 + ", B="b"),
+        r2=dot.format(j=0, A="acc2", O="off2", X="2 * K + ", XS="2 * (K / 32) + ", B="b"),
+        r3=dot.format(j=0, A="acc3", O="off3", X="3 * K + ", XS="3 * (K / 32) + ", B="b"),
+        generic=_ROW[qtype],
+    )
+
+
 _KERNEL = r"""
 #define NB (K / BS)
 {row}
@@ -286,10 +336,15 @@ void {name}(float* restrict out, const float* restrict x, const uint8_t* restric
   for (int m0 = 0; m0 < M; m0 += MC) {{
     int mc = M - m0 < MC ? M - m0 : MC;
     for (int m = 0; m < mc; m++) tgq_quantize(x + (long)(m0 + m) * K, q + m * K, d + m * (K / 32), s + m * (K / 32), K);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) num_threads(THREADS) if (PAR)
     for (int n = 0; n < N; n++) {{
       const uint8_t* wr = w + (long)n * ROWB;
-      for (int m = 0; m < mc; m++)
+      int m = 0;
+#ifdef TGQ_ROWS4
+      for (; m + 4 <= mc; m += 4)
+        tgq_rows4(wr, q + m * K, d + m * (K / 32), s + m * (K / 32), out + (long)(m0 + m) * N + n);
+#endif
+      for (; m < mc; m++)
         out[(long)(m0 + m) * N + n] = tgq_row(wr, q + m * K, d + m * (K / 32), s + m * (K / 32));
     }}
   }}
@@ -297,16 +352,22 @@ void {name}(float* restrict out, const float* restrict x, const uint8_t* restric
 """
 
 
-def cpu_source(qtype: str, m: int, n: int, k: int) -> str:
-    """C source of `qmm_{qtype}_{m}_{n}_{k}(out, x, w)`: out (m, n) = x (m, k) @ W.T, W (n, k) as `qtype` blocks."""
+def cpu_source(qtype: str, m: int, n: int, k: int, threads: int = 1, generic: bool = False) -> str:
+    """C source of `qmm_{qtype}_{m}_{n}_{k}(out, x, w)`: out (m, n) = x (m, k) @ W.T, W (n, k) as `qtype` blocks,
+    on up to `threads` threads; `generic`: the plain C body even where the target has AVX2 (tests run both)."""
     if qtype not in CPU_TYPES:
         raise ValueError(f"quantized matmul: no CPU kernel for {qtype}; tg has {', '.join(CPU_TYPES)}")
     bs, bb = CPU_TYPES[qtype]
     if k % bs:
         raise ValueError(f"quantized matmul: rows of {k} are not whole {qtype} blocks of {bs}")
     mc = max(1, min(m, (1 << 18) // k))  # at most 256 KiB of quantized x on the stack at a time
+    # threads only for calls that read enough to pay for waking them (a parallel region costs microseconds, and
+    # milliseconds on a loaded machine, where a woken thread waits for a core)
+    par = int(m * (n * k // bs * bb) >= PARALLEL_BYTES)
     defines = (
         f"#define M {m}\n#define N {n}\n#define K {k}\n#define BS {bs}\n#define ROWB {k // bs * bb}\n#define MC {mc}\n"
+        f"#define PAR {par}\n#define THREADS {max(1, threads)}\n#define BB {bb}\n"
     )
-    body = _KERNEL.format(row=_ROW[qtype], name=f"qmm_{qtype}_{m}_{n}_{k}")
-    return _PRELUDE + defines + body
+    row = _row32(qtype) if qtype in _BLOCKS32 else _ROW[qtype]
+    body = _KERNEL.format(row=row, name=f"qmm_{qtype}_{m}_{n}_{k}")
+    return _PRELUDE + ("#undef TGQ_AVX2\n" if generic else "") + defines + body
