@@ -46,4 +46,4 @@ def load_model(
         raise GGUFError(
             f"load_model: the vocabulary has {len(tokenizer)} tokens, but token_embd.weight has {cfg.vocab_size} rows"
         )
-    return Llama(cfg, state, device, dtype), tokenizer
+    return Llama(cfg, state, device, dtype, consume=True), tokenizer

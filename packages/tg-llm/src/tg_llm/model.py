@@ -20,7 +20,7 @@ device (a decode step never reads the whole table, except through a tied output 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -29,6 +29,7 @@ import numpy as np
 from tg_nn.gguf import dequantize
 from tg_nn.kv_cache import KVCache, causal_mask
 from tg_nn.quant import QuantizedWeight, quantized_matmul
+from tg_runtime import Device
 from tg_tensor import Tensor, TinyJit
 from tg_tensor.schedule import buffer_of
 from tg_uop import DType, Ops, UOp, dtypes
@@ -250,7 +251,8 @@ class Llama:
 
     `params` are the GGUF-named tensors (moved to `device`, cast to `dtype`), or QuantizedWeight matrices (kept in
     their blocks; tg_nn.quant.gguf_load_quantized); without them the weights are random (normal, std 0.02), which
-    the tests and benchmarks use.
+    the tests and benchmarks use. `consume` empties the `params` dict it was given (load_model's own: the pieces
+    joined into one matrix are then freed as the load goes, not held twice until it ends).
     """
 
     def __init__(
@@ -260,9 +262,13 @@ class Llama:
         device: str | None = None,
         dtype: DType = dtypes.float32,
         quantized: frozenset[str] = frozenset(),
+        consume: bool = False,
     ) -> None:
         self.cfg = cfg
+        given = params
         params = dict(params) if params is not None else dict(_random_params(cfg))
+        if consume and given is not None:  # the caller's dict would keep each loaded piece alive until it returns
+            given.clear()
         missing = [k for k in _param_shapes(cfg, "output.weight" in params) if k not in params]
         if missing:
             raise ValueError(f"Llama: the model file lacks the tensors {missing[:8]}")
@@ -272,7 +278,9 @@ class Llama:
             raise ValueError("Llama: pass a compute device (DISK holds files only)")
         self.dtype = dtype
         loaded = self._load(params, quantized)
-        fused = _fuse_projections(cfg, loaded)
+        del params  # (the caller's dict may still hold the lazy copies; they hold no memory)
+        fused = _fuse_projections(cfg, loaded, quantized, self._release)
+        self._realize_weights(loaded, quantized)
         self.params = loaded
         for k, shape in _param_shapes(cfg, "output.weight" in loaded).items():
             if tuple(loaded[k].shape) != shape:
@@ -297,23 +305,20 @@ class Llama:
             Tensor.zeros(cfg.context_length, dtype=dtypes.int32, device=self.device).contiguous().realize()
         )
         self._chain = TinyJit(self._step_chain)
-        # jitted prefill steps by (padded length, from position 0, all rows' logits)
-        self._prefill: dict[tuple[int, bool, bool], TinyJit[Tensor]] = {}
+        self._calls: dict[int, int] = {}  # calls of each jitted step, by id (the first two allocate, then replays)
+        self._release()
 
     def _load(self, params: dict[str, Weight], quantized: frozenset[str]) -> dict[str, Weight]:
-        """The weights on the device: QuantizedWeight blocks as they are; `quantized` names (lazy dequantizations of
-        blocks already on the device) left lazy, so the kernels reading them unpack the blocks; float16 weights
-        of a float32 model left in their 16 bits (the matmuls widen them); the rest cast to the model's dtype."""
+        """The weights on the device, lazy where they are plain copies (realized after _fuse_projections joined
+        them, so no piece is held twice, even for a moment): QuantizedWeight blocks as they are; `quantized` names
+        (lazy dequantizations of blocks already on the device) left lazy, so the kernels reading them unpack the
+        blocks; float16 matrices of a float32 model in their 16 bits (the matmuls widen them); the rest cast to the
+        model's dtype."""
         norms = ("norm.weight", "bias")  # small vectors: kept in float32 whatever the weights' dtype
         out: dict[str, Weight] = {}
-        pending = []
         for k, v in params.items():
             if isinstance(v, QuantizedWeight):
-                out[k] = (
-                    v
-                    if v.blocks.device == self.device
-                    else QuantizedWeight(v.blocks.to(self.device).realize(), v.qtype, v.shape)
-                )
+                out[k] = QuantizedWeight(v.blocks.to(self.device), v.qtype, v.shape)
             elif k in quantized and k != "token_embd.weight":
                 out[k] = v
             else:
@@ -322,9 +327,28 @@ class Llama:
                 out[k] = (
                     v.to(self.device) if keep16 else v.to(self.device).cast(dtypes.float32 if small else self.dtype)
                 )
-                out[k] = out[k].contiguous() if not keep16 or v.device != self.device else out[k]
-                pending.append(out[k])
-        Tensor.realize(*pending)
+        return out
+
+    def _realize_weights(self, loaded: dict[str, Weight], quantized: frozenset[str]) -> None:
+        """Realize every weight that is still a lazy copy or cast, one at a time (each its final buffer)."""
+        for k, w in loaded.items():
+            t = _storage(w)
+            if k in quantized and k != "token_embd.weight" or t.uop.base.op is Ops.BUFFER:
+                continue
+            t = t.realize() if t.uop.op is Ops.COPY else t.contiguous().realize()  # (a copy writes its own buffer)
+            loaded[k] = QuantizedWeight(t, w.qtype, w.shape) if isinstance(w, QuantizedWeight) else t
+
+    def _release(self) -> None:
+        """Return the buffers freed so far (the unjoined weights of a load, a step's eager and capture runs) to the
+        system instead of keeping them for reuse: the model allocates little once its steps are captured."""
+        Device[self.device].allocator.release()
+
+    def _run(self, jit: TinyJit[Tensor], *args: Any) -> Tensor:
+        """Call a jitted step; after its first two calls (eager, then captured), release the freed buffers."""
+        out = jit(*args)
+        calls = self._calls[id(jit)] = self._calls.get(id(jit), 0) + 1
+        if calls <= 2:
+            self._release()
         return out
 
     def embed_tokens(self, tokens: Tensor) -> Tensor:
@@ -335,16 +359,19 @@ class Llama:
             return dequantize(rows, table.qtype, (int(tokens.shape[0]), self.cfg.dim))
         return table[tokens].cast(dtypes.float32)
 
-    def logits(self, x: Tensor, start: sint, last: sint | None = None) -> Tensor:
+    def logits(self, x: Tensor, start: sint, last: sint | None = None, each_layer: bool = False) -> Tensor:
         """Lazy logits (t, vocab) of the embedded tokens x (t, dim) at positions start..start+t-1 (`start`: an int
         or a bound Variable); assigns the caches. With `last`, the logits (1, vocab) of row `last` only (the
-        output head, the biggest matrix, then multiplies one row)."""
+        output head, the biggest matrix, then multiplies one row). `each_layer` realizes each block's output as it
+        comes (the same kernels; a prompt's intermediate buffers then live for one layer, not for all of them)."""
         t = int(x.shape[0])
         positions = (Tensor.arange(t, device=self.device) + start).cast(dtypes.float32)
         angles = positions.reshape(-1, 1) * self.inv_freq.reshape(1, -1)
         cos, sin = angles.cos(), angles.sin()
         for block, cache in zip(self.blocks, self.caches):
             x = block(x, cache, start, cos, sin)
+            if each_layer:
+                x = x.realize()
         if last is not None:
             x = x[last : last + 1]
         return linear(rms_norm(x, self.output_norm, self.cfg.norm_eps), self.output).cast(dtypes.float32)
@@ -354,7 +381,7 @@ class Llama:
 
     def _step(self, tokens: Tensor, start: sint, last: sint | None = None) -> Tensor:
         """`logits` of the token ids at `start`, realized with the caches (the function TinyJit captures)."""
-        logits = self.logits(self.embed_tokens(tokens), start, last)
+        logits = self.logits(self.embed_tokens(tokens), start, last, each_layer=int(tokens.shape[0]) > 1)
         Tensor.realize(logits, *self._cache_tensors())
         return logits
 
@@ -394,7 +421,7 @@ class Llama:
         while done < n:
             k = min(chunk, n - done)
             for i in range(k):
-                self._chain(self._position("pos", start_pos + done + i, 1))
+                self._run(self._chain, self._position("pos", start_pos + done + i, 1))
             chosen = self._chain_out.numpy()
             yield from (int(t) for t in chosen[start_pos + done : start_pos + done + k])
             done += k
@@ -419,10 +446,11 @@ class Llama:
         `all_logits=False` those of the last token only, (1, vocab) (what generation needs: a prompt's other rows
         skip the output head).
 
-        One token goes through the jitted decode step (the same kernels at every position). A longer
-        chunk is padded to a power of two (when the context has room), so prompts of any length reuse a
-        few jitted prefill steps: the padding writes cache slots after the last real token, which no
-        query reads before a later step overwrites them.
+        One token goes through the jitted decode step (the same kernels at every position). A longer chunk is
+        padded to a power of two (when the context has room), so prompts of any length reuse the kernels of a few
+        lengths: the padding writes cache slots after the last real token, which no query reads before a later
+        step overwrites them. A chunk is not jitted: it runs layer by layer, each layer's intermediate buffers
+        freed (and reused by the next) as it goes (a TinyJit recording would hold every layer's until captured).
         """
         if not tokens:
             raise ValueError("Llama: forward needs at least one token")
@@ -431,20 +459,17 @@ class Llama:
         self._check_tokens(tokens)
         if n == 1:
             buffer_of(self._decode_tok.uop.base).copyin(np.array(tokens, dtype=np.int32).data)
-            return self._decode(self._decode_tok, self._position("pos", start_pos, 1))
+            return self._run(self._decode, self._decode_tok, self._position("pos", start_pos, 1))
         size = max(8, 1 << (n - 1).bit_length())
         if start_pos + size > ctx:
             size = n
         ids = Tensor(np.asarray(tokens + [0] * (size - n), dtype=np.int32), device=self.device).realize()
-        # a prompt from position 0 gets steps of its own with static shapes (codegen optimizes fixed-size attention
-        # better than symbolic); a continuation reads start + size rows through a bound Variable
-        key = (size, start_pos == 0, all_logits)
-        if key not in self._prefill:
-            self._prefill[key] = TinyJit(self._step)
+        # a prompt from position 0 has static shapes (codegen optimizes fixed-size attention better than symbolic);
+        # a continuation reads start + size rows through a bound Variable (the same kernels for every start)
         start: sint = 0 if start_pos == 0 else self._position("start", start_pos, size)
         if all_logits:
-            return self._prefill[key](ids, start)[:n]
-        return self._prefill[key](ids, start, UOp.variable("last", 0, size - 1).bind(n - 1))
+            return self._step(ids, start)[:n]
+        return self._step(ids, start, UOp.variable("last", 0, size - 1).bind(n - 1))
 
     def reset(self) -> None:
         """Nothing to clear: positions after the ones written are never read (kept for API symmetry)."""
@@ -466,11 +491,20 @@ def _storage(w: Weight) -> Tensor:
     return w.blocks if isinstance(w, QuantizedWeight) else w
 
 
+def _nothing() -> None:
+    pass
+
+
 # the projections that read the same input, joined into one matrix each
 _FUSED = {"qkv": ("attn_q", "attn_k", "attn_v"), "gate_up": ("ffn_gate", "ffn_up")}
 
 
-def _fuse_projections(cfg: LlamaConfig, loaded: dict[str, Weight]) -> dict[str, Weight]:
+def _fuse_projections(
+    cfg: LlamaConfig,
+    loaded: dict[str, Weight],
+    lazy: frozenset[str] = frozenset(),
+    release: Callable[[], None] = _nothing,
+) -> dict[str, Weight]:
     """Join each layer's q, k, v weights (and gate, up) into one realized matrix ("blk.{i}.qkv", "blk.{i}.gate_up"):
     the decode step then runs one matrix-vector product for them (3 kernels fewer per layer, and bigger ones: the
     512-row k and v products of a 1B model left most SMs idle). Quantized weights of one type are joined as their
@@ -491,7 +525,9 @@ def _fuse_projections(cfg: LlamaConfig, loaded: dict[str, Weight]) -> dict[str, 
                     loaded[n] = whole_q.rows(at, at + w.shape[0])
                     at += w.shape[0]
                 continue
-            tparts = [p for p in parts if isinstance(p, Tensor) and _realized(p)]
+            tparts = [p for p in parts if isinstance(p, Tensor)]
+            if any(n in lazy for n in names):
+                continue
             if len(tparts) != len(names) or len({p.dtype for p in tparts}) != 1:
                 continue
             whole = fused[f"blk.{i}.{key}"] = tparts[0].cat(*tparts[1:]).contiguous().realize()
@@ -499,11 +535,8 @@ def _fuse_projections(cfg: LlamaConfig, loaded: dict[str, Weight]) -> dict[str, 
             for n, w in zip(names, tparts):
                 loaded[n] = whole[at : at + int(w.shape[0])]
                 at += int(w.shape[0])
+        release()
     return fused
-
-
-def _realized(t: Tensor) -> bool:
-    return t.uop.base.op is Ops.BUFFER
 
 
 def _inv_freq(cfg: LlamaConfig, factors: Tensor | None) -> np.ndarray:

@@ -115,9 +115,9 @@ def _source(qtype: str, m: int, n: int, k: int, device: str, dts: tuple[DType, .
 def gguf_load_quantized(
     src: Tensor | str | os.PathLike[str], device: str | None = None
 ) -> tuple[dict[str, Any], dict[str, Tensor | QuantizedWeight]]:
-    """`gguf_load`, with every 2-D matrix of a quantized type kept as a QuantizedWeight (its blocks copied to the
-    device now, as they are in the file) and F16/BF16 tensors realized in their 16 bits (BF16 widened lazily, by
-    the kernel that reads it): nothing is widened to float32 in memory. Other tensors as gguf_load gives them.
+    """`gguf_load`, with every 2-D matrix of a quantized type kept as a QuantizedWeight (its blocks a lazy copy of
+    the file's bytes to the device) and F16/BF16 tensors in their 16 bits (BF16 widened lazily, by the kernel that
+    reads it): nothing is widened to float32 in memory. Other tensors as gguf_load gives them.
     A quantized tensor of another rank is dequantized when realized, as gguf_load does.
     """
     source = _Source(src)
@@ -127,11 +127,11 @@ def gguf_load_quantized(
     for info in header.tensors:
         name = info.type_name
         if name in CPU_TYPES and len(info.shape) == 2:
-            raw = source.window(info.offset, info.nbytes, dtypes.uint8, dev).contiguous().realize()
+            raw = source.window(info.offset, info.nbytes, dtypes.uint8, dev)
             state[info.name] = QuantizedWeight(raw, name, (int(info.shape[0]), int(info.shape[1])))
         elif name in _NATIVE and name != "F32":
             n = info.nbytes // 2
-            bits = source.window(info.offset, n, _NATIVE[name], dev).contiguous().realize()
+            bits = source.window(info.offset, n, _NATIVE[name], dev)
             if name == "BF16":
                 bits = (bits.cast(dtypes.uint32) << 16).bitcast(dtypes.float32)
             state[info.name] = bits.reshape(info.shape)

@@ -60,6 +60,9 @@ class Allocator:
         CPU devices memmove between their arrays; CUDA devices copy device to device (cuMemcpyPeer between GPUs)."""
         return False
 
+    def release(self) -> None:
+        """Give the memory of freed buffers that this allocator keeps for reuse back to the system (none here)."""
+
     def _alloc(self, nbytes: int) -> Any:
         raise NotImplementedError(f"{type(self).__name__} must implement _alloc")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import mmap
 import os
 import platform
 import re
@@ -57,6 +58,14 @@ class CPUAllocator(Allocator):
             self.cache.setdefault(nbytes, []).append(opaque)
             self.cached_bytes += nbytes
 
+    def release(self) -> None:
+        """Drop the kept arrays and give the freed memory back to the system (glibc keeps freed heap memory for
+        reuse: malloc_trim returns it; elsewhere the memory is merely freed)."""
+        self.cache.clear()
+        self.cached_bytes = 0
+        if (trim := _malloc_trim()) is not None:
+            trim(0)
+
     def _copyin(self, dest: Any, src: memoryview) -> None:
         ctypes.memmove(dest, bytes(src) if src.readonly else (ctypes.c_char * src.nbytes).from_buffer(src), src.nbytes)
 
@@ -64,11 +73,28 @@ class CPUAllocator(Allocator):
         ctypes.memmove((ctypes.c_char * dest.nbytes).from_buffer(dest), src, dest.nbytes)
 
     def transfer(self, dest: Any, src: Any, nbytes: int, src_allocator: Allocator) -> bool:
-        """CPU:i -> CPU:j is one memmove (both are host memory; CPU kernels run synchronously)."""
+        """CPU:i -> CPU:j is one memmove (both are host memory; CPU kernels run synchronously). A DISK window (a
+        memoryview of the file's mapping) is copied straight from the mapping, with no host copy in between, and
+        the mapping's pages are then dropped from this process (they stay in the page cache): loading a model
+        file holds its bytes once, in the copies, not twice."""
+        if isinstance(src, memoryview) and isinstance(dest, ctypes.Array) and src.nbytes == nbytes:
+            memoryview(dest).cast("B")[:nbytes] = src.cast("B")
+            if isinstance(src.obj, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
+                src.obj.madvise(mmap.MADV_DONTNEED)
+            return True
         if not isinstance(src_allocator, CPUAllocator):
             return False
         ctypes.memmove(dest, src, nbytes)
         return True
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's malloc_trim, or None where the C library has none."""
+    try:
+        return ctypes.CDLL(None).malloc_trim  # type: ignore[no-any-return]
+    except (OSError, AttributeError):
+        return None
 
 
 def find_cc() -> str:
