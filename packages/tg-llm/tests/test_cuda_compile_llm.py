@@ -34,6 +34,8 @@ def compile_all(t: Tensor) -> int:
     items = t.schedule()
     for item in items:
         current().unqueue(item)
+    # (a source kernel's item holds the program of the device it was scheduled for: its CUDA source is compiled by
+    # test_quantized_matmul_sources_compile)
     srcs = [get_program(i.ast, CUDARenderer("sm_90")).src for i in items if i.ast.op.name == "SINK"]
     for src in srcs:
         assert COMPILER.compile(src)[:4] == b"\x7fELF"
@@ -66,7 +68,7 @@ def test_decode_step_compiles(tmp_path: pathlib.Path, qtype: str, keep: bool) ->
     write_random_gguf(path, qtype=qtype, dim=256, hidden_dim=256, n_heads=4, n_kv_heads=2, n_layers=1)
     model, _ = load_model(path, "CPU", dtype=dtypes.float16, keep_quantized=keep)
     x = model.embed([3]).realize()
-    logits = model.logits(x, Tensor([4], dtype=dtypes.int32).realize())
+    logits = model.logits(x, 4)
     assert compile_all(logits) > 5
 
 
@@ -82,3 +84,15 @@ def test_chunked_argmax_compiles_with_many_workgroups() -> None:
     specs = [get_program(i.ast, CUDARenderer("sm_90")) for i in items if i.ast.op.name == "SINK"]
     assert max(int(np.prod(s.global_size or (1,))) for s in specs) >= 512
     assert COMPILER is not None and all(COMPILER.compile(s.src)[:4] == b"\x7fELF" for s in specs)
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("qtype", ["Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K"])
+def test_quantized_matmul_sources_compile(qtype: str) -> None:
+    """The fused dequantize-and-multiply kernels' CUDA source (tg_nn.quant_gpu), matrix-vector and matrix-matrix."""
+    from tg_nn.quant_gpu import gpu_source
+
+    assert COMPILER is not None
+    for m in (1, 16):
+        src = gpu_source(qtype, m, 64, 512, "CUDA")
+        assert COMPILER.compile(src)[:4] == b"\x7fELF"

@@ -204,7 +204,11 @@ class GPT:
         self._decode_step = None
 
     def generate_cached(
-        self, prompt: list[int], max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
+        self,
+        prompt: list[int],
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
         seed: int | None = None,
     ) -> list[int]:
         """As `generate`, with a KV cache: the prompt in one pass, then one jitted step per token (the
@@ -238,7 +242,11 @@ class GPT:
         return logits.reshape(-1, self.config.vocab_size).sparse_categorical_crossentropy(targets.reshape(-1))
 
     def generate(
-        self, prompt: list[int], max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
+        self,
+        prompt: list[int],
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
         seed: int | None = None,
     ) -> list[int]:
         """Sample `max_new_tokens` after `prompt` (greedy when temperature == 0), without a cache.

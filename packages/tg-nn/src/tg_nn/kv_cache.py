@@ -59,6 +59,8 @@ class KVCache:
         """Store k, v (batch, kv_heads, t, head_dim) at positions start..start+t-1 (`start`: an int or a bound
         Variable); return the keys and values of positions 0..start+t-1, each (batch, kv_heads, start+t, head_dim)."""
         t = int(k.shape[2])
+        if not isinstance(start, (int, UOp)) or isinstance(start, bool):
+            raise TypeError(f"KVCache: start must be an int or a bound Variable, got {type(start).__name__}")
         if isinstance(start, int) and not 0 <= start <= self.context - t:
             raise ValueError(f"KVCache: positions {start}..{start + t - 1} exceed the context of {self.context}")
         if isinstance(start, UOp) and _upper(start) + t > self.context:

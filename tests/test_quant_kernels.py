@@ -1,0 +1,101 @@
+"""The fused dequantize-and-multiply kernels (tg_nn.quant) against numpy: gguf's own dequantizer, then a float64
+matmul. On PYTHON/CL the products are float32 all through (a tight tolerance); the CPU's kernels round each
+32-value block of x to 8 bits first, so their results are checked against the exact bound of that rounding:
+|error| <= sum over k of |W[n, k]| * d_block(k) / 2, with d = max|x in the block| / 127."""
+
+from __future__ import annotations
+
+import gguf
+import numpy as np
+import pytest
+
+from tg import Tensor, TinyJit
+from tg_nn.quant import QUANTIZED_TYPES, QuantizedWeight, quantized_matmul
+from tg_nn.quant_cpu import cpu_source
+from tg_tensor import KernelSource, source_kernel
+from tg_uop import dtypes
+
+SHAPES = [(1, 40, 512), (5, 33, 256), (9, 8, 1536)]  # (rows of x, rows of W, columns): vector, 4-row tiles + rest
+
+
+def blocks(qtype: str, n: int, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(raw bytes, float values) of a random (n, k) matrix of `qtype`: gguf quantizes the 32-value types; the K-quants
+    (which gguf cannot quantize) are random bytes with small positive float16 scales."""
+    rng = np.random.default_rng(seed)
+    t = gguf.GGMLQuantizationType[qtype]
+    if qtype in ("Q8_0", "Q4_0", "Q4_1"):
+        raw = gguf.quants.quantize(rng.standard_normal((n, k)).astype(np.float32), t)
+    else:
+        bs, bb = gguf.GGML_QUANT_SIZES[t]
+        raw = rng.integers(0, 256, (n, k // bs, bb), dtype=np.uint8)
+        for off in (208,) if qtype == "Q6_K" else (0, 2):
+            raw[:, :, off : off + 2] = (rng.random((n, k // bs, 1)) * 0.01 + 1e-3).astype(np.float16).view(np.uint8)
+        raw = raw.reshape(n, -1)
+    return np.ascontiguousarray(raw).reshape(-1), gguf.quants.dequantize(raw, t).reshape(n, k).astype(np.float64)
+
+
+def rounding_bound(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """The largest error 8-bit blocks of x can cause in x @ w.T (plus float32 summation slack)."""
+    m, k = x.shape
+    d = np.abs(x.reshape(m, -1, 32)).max(-1) / 127  # (m, blocks)
+    half = np.repeat(d / 2, 32, axis=1)  # (m, k)
+    return (half @ np.abs(w).T) * 1.001 + 1e-6 * (np.abs(x) @ np.abs(w).T) + 1e-5
+
+
+def check(got: np.ndarray, x: np.ndarray, w: np.ndarray, device: str) -> None:
+    want = x.astype(np.float64) @ w.T
+    if device == "CPU":
+        bound = rounding_bound(x, w)
+        assert (np.abs(got - want) <= bound).all(), np.abs(got - want).max()
+        assert np.abs(got - want).max() < 0.05 * np.abs(want).max()  # and the bound is not vacuous
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("qtype", QUANTIZED_TYPES)
+def test_fused_product_matches_dequantize_then_matmul(device: str, qtype: str) -> None:
+    for i, (m, n, k) in enumerate(SHAPES):
+        raw, w = blocks(qtype, n, k, seed=i)
+        x = np.random.default_rng(10 + i).standard_normal((m, k)).astype(np.float32)
+        qw = QuantizedWeight(Tensor(raw, device=device), qtype, (n, k))
+        check(quantized_matmul(Tensor(x, device=device), qw).numpy(), x, w, device)
+
+
+@pytest.mark.parametrize("qtype", QUANTIZED_TYPES)
+def test_generic_c_body_matches(qtype: str) -> None:
+    """The CPU kernel's plain-C body (any target), selected even where the compiler targets AVX2."""
+    m, n, k = 6, 17, 512
+    raw, w = blocks(qtype, n, k, seed=3)
+    x = np.random.default_rng(4).standard_normal((m, k)).astype(np.float32)
+    src = cpu_source(qtype, m, n, k, generic=True)
+
+    def make(device: str, dts: tuple[object, ...]) -> KernelSource:
+        return KernelSource(src, f"qmm_{qtype}_{m}_{n}_{k}")
+
+    inputs = [Tensor(x, device="CPU"), Tensor(raw, device="CPU")]
+    got = source_kernel((m, n), dtypes.float32, inputs, ("generic", qtype), make)
+    check(got.numpy(), x, w, "CPU")
+
+
+def test_jitted_product_replays_with_new_inputs(device: str) -> None:
+    """A source kernel is recorded by TinyJit like tg's own kernels: replays read the new x."""
+    raw, w = blocks("Q4_1", 16, 64, seed=5)
+    qw = QuantizedWeight(Tensor(raw, device=device).realize(), "Q4_1", (16, 64))
+    step = TinyJit(lambda x: (quantized_matmul(x, qw) * 2).realize())
+    for i in range(4):
+        x = np.random.default_rng(20 + i).standard_normal((2, 64)).astype(np.float32)
+        check(step(Tensor(x, device=device)).numpy() / 2, x, w, device)
+    assert len(step.jit_cache) >= 1
+
+
+def test_bad_weights_are_named() -> None:
+    raw = Tensor(np.zeros(10, np.uint8))
+    with pytest.raises(ValueError, match="Q4_1 \\(2, 32\\) needs 40 uint8 bytes"):
+        QuantizedWeight(raw, "Q4_1", (2, 32))
+    with pytest.raises(ValueError, match="'Q2_K' is not one of"):
+        QuantizedWeight(raw, "Q2_K", (1, 256))
+    with pytest.raises(ValueError, match="not whole Q8_0 blocks"):
+        QuantizedWeight(raw, "Q8_0", (1, 20))
+    qw = QuantizedWeight(Tensor(np.zeros(34, np.uint8)), "Q8_0", (1, 32))
+    with pytest.raises(ValueError, match="does not match W of shape \\(1, 32\\)"):
+        quantized_matmul(Tensor.ones(2, 16), qw)
