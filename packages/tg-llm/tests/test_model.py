@@ -169,3 +169,22 @@ def test_argmax_rows_matches_numpy() -> None:
         a = rng.standard_normal(shape).astype(np.float32)
         a[0, [shape[1] // 3, shape[1] - 1]] = 9.0  # a tie across chunks: the first index wins, as numpy's
         np.testing.assert_array_equal(argmax_rows(Tensor(a)).numpy(), a.argmax(-1), err_msg=str(shape))
+
+
+def test_decode_reads_the_cache_up_to_its_position(tmp_path: pathlib.Path) -> None:
+    """One captured decode step serves every position, and its attention kernels take the position as a variable
+    (they read pos + 1 cache rows, not the whole context): the same recording at positions 3..20 of a 64 context."""
+    from tg_runtime.runner import _runner_cache
+
+    path = str(tmp_path / "m.gguf")
+    write_random_gguf(path, qtype="F32", **{**SHAPE, "context_length": 64})  # type: ignore[arg-type]
+    model, _ = load_model(path, "CPU")
+    for pos in range(3):
+        model.forward([5], pos)
+    compiled = len(_runner_cache)
+    steps = [model.forward([5 + pos % 3], pos).numpy() for pos in range(3, 21)]
+    assert len(_runner_cache) == compiled and len(model._decode.captures) == 1
+    with_pos = [launch for launch in model._decode.jit_cache if launch.runner and launch.runner.spec.vars]
+    assert len(with_pos) >= 2 * model.cfg.n_layers  # (the scores and the weighted values of each layer, at least)
+    assert all(v.arg[0] == "pos" for launch in with_pos for v in launch.runner.spec.vars)
+    assert all(s.shape == (1, model.cfg.vocab_size) for s in steps)

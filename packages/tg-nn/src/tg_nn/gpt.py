@@ -22,12 +22,15 @@ from typing import Any
 
 import numpy as np
 
+from tg_nn.kv_cache import KVCache, causal_mask
 from tg_nn.layers import Embedding
 from tg_nn.norm import LayerNorm
+from tg_nn.sampling import sample
 from tg_nn.state import get_state_dict, load_state_dict  # noqa: F401  (get_state_dict: the doctest)
 from tg_nn.util import own_buffer
 from tg_tensor import Tensor, TinyJit
-from tg_uop import dtypes
+from tg_uop import UOp, dtypes
+from tg_uop.uop import sint
 
 
 @dataclass(frozen=True)
@@ -72,9 +75,10 @@ class Attention:
         self.c_attn = Conv1D(cfg.n_embd, 3 * cfg.n_embd)
         self.c_proj = Conv1D(cfg.n_embd, cfg.n_embd, std=0.02 / math.sqrt(2 * cfg.n_layer))
 
-    def __call__(self, x: Tensor, cache: KVCache | None = None, pos: Tensor | None = None) -> Tensor:
+    def __call__(self, x: Tensor, cache: KVCache | None = None, pos: sint = 0) -> Tensor:
         """Attention over `x` (batch, time, embd); with `cache`, the keys and values of `x` are written
-        into it at positions `pos`..`pos`+time-1 and the queries attend to every cached position <= theirs."""
+        into it at positions `pos`..`pos`+time-1 (an int or a bound Variable) and the queries attend to the cached
+        positions 0..pos+time-1, each to those <= its own."""
         b, t, c = (int(s) for s in x.shape)
         hd = c // self.n_head
         # (split along the features, as GPT-2 does: the gradient of q, k and v is then one (b, t, 3c) buffer, the
@@ -84,44 +88,15 @@ class Attention:
         if cache is None:
             y = q.scaled_dot_product_attention(k, v, is_causal=True)
         else:
-            assert pos is not None
-            keys, values, visible = cache.write(k, v, pos)
-            y = q.scaled_dot_product_attention(keys, values, attn_mask=visible)
+            keys, values = cache.update(k, v, pos)
+            mask = causal_mask(pos, t, device=x.device) if t > 1 else None  # (one query sees every row it reads)
+            y = q.scaled_dot_product_attention(keys, values, attn_mask=mask)
         y = y.permute(0, 2, 1, 3).reshape(b, t, c)
         if cache is None:
             # c_proj and its weight gradient then read a plain (b*t, c) operand, not the heads' layout (a decode
             # step's one position is in that layout already: no copy kernel there)
             y = y.contiguous()
         return self.c_proj(y).dropout(self.dropout)
-
-
-class KVCache:
-    """One layer's keys and values for positions 0..block_size-1, as realized buffers updated in place.
-
-    Its shapes never change: a write selects the positions `pos`..`pos`+t-1 with a mask, and reads see
-    every position with a mask of the ones at or before each query, so a decode step of any position
-    is the same kernels (TinyJit captures it once).
-    """
-
-    def __init__(self, batch: int, n_head: int, block_size: int, head_dim: int, device: str | None = None) -> None:
-        self.keys = Tensor.zeros(batch, n_head, block_size, head_dim, device=device).contiguous().realize()
-        self.values = Tensor.zeros(batch, n_head, block_size, head_dim, device=device).contiguous().realize()
-        self.block_size = block_size
-
-    def write(self, k: Tensor, v: Tensor, pos: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Store k, v (batch, heads, t, head_dim) at positions pos..pos+t-1; return the updated keys and
-        values and the (t, block_size) mask of the positions each of the t queries may see."""
-        t = int(k.shape[2])
-        slots = Tensor.arange(self.block_size, device=k.device).reshape(1, self.block_size)
-        offs = Tensor.arange(t, device=k.device).reshape(t, 1) + pos.reshape(1, 1)  # each query's position
-        # select[i, j]: slot j receives new row i
-        select = (slots == offs).cast(k.dtype)  # (t, block)
-        written = select.sum(0).reshape(1, 1, self.block_size, 1) > 0
-        new_k = select.T.reshape(1, 1, self.block_size, t) @ k  # (b, h, block, hd): row i moved to slot pos+i
-        new_v = select.T.reshape(1, 1, self.block_size, t) @ v
-        self.keys.assign(written.where(new_k, self.keys))
-        self.values.assign(written.where(new_v, self.values))
-        return self.keys, self.values, slots <= offs
 
 
 class MLP:
@@ -143,7 +118,7 @@ class Block:
         self.ln_2 = LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps)
         self.mlp = MLP(cfg)
 
-    def __call__(self, x: Tensor, cache: KVCache | None = None, pos: Tensor | None = None) -> Tensor:
+    def __call__(self, x: Tensor, cache: KVCache | None = None, pos: sint = 0) -> Tensor:
         x = x + self.attn(self.ln_1(x), cache, pos)
         return x + self.mlp(self.ln_2(x))
 
@@ -175,13 +150,17 @@ class GPT:
             x = block(x)
         return self.ln_f(x) @ self.wte.weight.T
 
-    def forward_cached(self, idx: Tensor, pos: Tensor) -> Tensor:
-        """Logits of `idx` (batch, t) at positions pos..pos+t-1 (`pos`: an int32 Tensor of shape (1,)),
-        reading and extending the KV caches (see `reset_cache`). Realizes the logits and the caches."""
+    def forward_cached(self, idx: Tensor, pos: sint | Tensor) -> Tensor:
+        """Logits of `idx` (batch, t) at positions pos..pos+t-1, reading and extending the KV caches (see
+        `reset_cache`); `pos` an int or a bound Variable (one jitted step for every position: the attention reads
+        pos+t cache rows, a symbolic length), or an int32 Tensor of shape (1,) (read to the host). Realizes the
+        logits and the caches."""
         if not self.caches:
             raise RuntimeError("forward_cached: call reset_cache(batch) first")
+        if isinstance(pos, Tensor):
+            pos = int(pos.reshape(-1)[0].item())
         t = int(idx.shape[1])
-        offs = Tensor.arange(t, device=idx.device).reshape(1, t) + pos.reshape(1, 1)
+        offs = Tensor.arange(t, device=idx.device).reshape(1, t) + pos
         x = self.wte(idx) + self.wpe(offs)
         for block, cache in zip(self.h, self.caches):
             x = block(x, cache, pos)
@@ -190,14 +169,12 @@ class GPT:
         return logits
 
     def reset_cache(self, batch: int = 1) -> None:
-        """Empty KV caches (one per layer) for `batch` sequences of up to block_size tokens."""
+        """Empty KV caches (tg_nn.kv_cache.KVCache, one per layer) for `batch` sequences of up to block_size tokens."""
         cfg = self.config
         hd = cfg.n_embd // cfg.n_head
         if self.caches and int(self.caches[0].keys.shape[0]) == batch:
             for c in self.caches:  # in place: a captured decode step keeps reading these buffers
-                c.keys.assign(Tensor.zeros(*c.keys.shape, device=c.keys.device))
-                c.values.assign(Tensor.zeros(*c.values.shape, device=c.values.device))
-            Tensor.realize(*[c.keys for c in self.caches], *[c.values for c in self.caches])
+                c.clear()
             return
         device = self.wte.weight.device
         self.caches = [KVCache(batch, cfg.n_head, cfg.block_size, hd, device) for _ in range(cfg.n_layer)]
@@ -212,7 +189,8 @@ class GPT:
         seed: int | None = None,
     ) -> list[int]:
         """As `generate`, with a KV cache: the prompt in one pass, then one jitted step per token (the
-        same kernels at every position). The prompt plus the new tokens must fit in block_size."""
+        same kernels at every position, reading the cache up to that position only). The prompt plus the new
+        tokens must fit in block_size."""
         _check_prompt(prompt, self.config)
         if temperature < 0:
             raise ValueError(f"generate: temperature={temperature!r} must be >= 0")
@@ -226,13 +204,13 @@ class GPT:
         if self._decode_step is None:
             self._decode_step = TinyJit(lambda idx, pos: self.forward_cached(idx, pos))
         toks = list(prompt)
-        logits = self.forward_cached(Tensor([prompt], dtype=dtypes.int32), Tensor([0], dtype=dtypes.int32))
+        logits = self.forward_cached(Tensor([prompt], dtype=dtypes.int32), 0)
         row = logits[0, len(prompt) - 1].numpy().astype(np.float64)
         for i in range(max_new_tokens):
             toks.append(sample_logits(row, temperature, top_k, rng))
             if i == max_new_tokens - 1:
                 break
-            pos = Tensor([len(toks) - 1], dtype=dtypes.int32)
+            pos = UOp.variable("pos", 0, self.config.block_size - 1).bind(len(toks) - 1)
             row = self._decode_step(Tensor([[toks[-1]]], dtype=dtypes.int32), pos)[0, 0].numpy().astype(np.float64)
         return toks
 
@@ -285,18 +263,11 @@ def _check_prompt(prompt: list[int], cfg: GPTConfig) -> None:
 
 
 def sample_logits(logits: np.ndarray, temperature: float, top_k: int | None, rng: np.random.Generator) -> int:
-    """One token id from a vector of logits: argmax at temperature 0, else softmax(logits/T) over the top k."""
-    if temperature == 0:
-        return int(np.argmax(logits))
-    z = logits / temperature
-    if top_k is not None:
-        if top_k < 1:
-            raise ValueError(f"sample: top_k={top_k!r} must be >= 1")
-        kth = np.sort(z)[-min(top_k, len(z))]
-        z = np.where(z < kth, -np.inf, z)
-    p = np.exp(z - z.max())
-    p /= p.sum()
-    return int(rng.choice(len(p), p=p))
+    """One token id from a vector of logits: argmax at temperature 0, else softmax(logits/T) over the top k (None:
+    all); tg_nn.sampling.sample, the sampler tg_llm's Llama uses too."""
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"sample: top_k={top_k!r} must be >= 1")
+    return sample(logits, temperature, top_k or 0, 1.0, rng)
 
 
 # ---- Hugging Face GPT-2 checkpoints ----

@@ -1,4 +1,4 @@
-"""The KV cache of decoder-only transformers (tg_nn.gpt's GPT and tg_llm's Llama), and their token sampler.
+"""The KV cache of decoder-only transformers: one class for tg_nn.gpt's GPT and tg_llm's Llama.
 
 A `KVCache` holds one attention layer's keys and values for up to `context` positions, as realized buffers
 updated in place. `update(k, v, start)` writes the new positions start..start+t-1 and returns the keys and values
@@ -20,13 +20,11 @@ contiguous memory, as the scores' `q @ keys.T` does (GPU: wide loads, a warp per
 
 from __future__ import annotations
 
-import numpy as np
-
 from tg_tensor import Tensor
 from tg_uop import DType, Ops, UOp, dtypes
 from tg_uop.uop import sint
 
-__all__ = ["KVCache", "causal_mask", "sample"]
+__all__ = ["KVCache", "causal_mask"]
 
 
 class KVCache:
@@ -91,34 +89,3 @@ def causal_mask(start: sint, t: int, device: str | None = None) -> Tensor:
     Variable; the slots are an arange of the largest length, shrunk to this one)."""
     slots = Tensor.arange(_upper(start) + t, device=device)[: start + t].reshape(1, start + t)
     return slots <= (Tensor.arange(t, device=device).reshape(t, 1) + start)
-
-
-def sample(
-    logits: np.ndarray,
-    temperature: float = 1.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    rng: np.random.Generator | None = None,
-) -> int:
-    """One token id from a vector of logits: the argmax at temperature 0, else a draw from softmax(logits / T) cut
-    to the top k (0: all) and to the smallest set whose probability reaches top_p.
-
-    >>> sample(np.array([0.0, 5.0, 1.0]), temperature=0.0)
-    1
-    """
-    if temperature < 0 or not 0 < top_p <= 1 or top_k < 0:
-        raise ValueError(
-            f"sample: need temperature >= 0, 0 < top_p <= 1, top_k >= 0; got {temperature}, {top_p}, {top_k}"
-        )
-    if temperature == 0:
-        return int(np.argmax(logits))
-    z = np.asarray(logits, dtype=np.float64) / temperature
-    order = np.argsort(-z, kind="stable")
-    if top_k:
-        order = order[:top_k]
-    p = np.exp(z[order] - z[order[0]])
-    p /= p.sum()
-    if top_p < 1:
-        keep = int(np.searchsorted(np.cumsum(p), top_p) + 1)
-        order, p = order[:keep], p[:keep] / p[:keep].sum()
-    return int(order[(rng or np.random.default_rng()).choice(len(p), p=p)])
