@@ -1,6 +1,7 @@
 """LLM inference: prefill and decode tokens/s of a random Llama-style GGUF model in tg and tinygrad, beside
 the memory-bandwidth bound (weights bytes read per token / peak bandwidth).
 
+    MODEL=F.gguf uv run python bench/bench_llm.py          # CPU: that file in tg beside llama.cpp's llama-bench
     uv run python bench/bench_llm.py                       # tiny model on the default device (a smoke run)
     DEV=CUDA SIZE=1b uv run python bench/bench_llm.py      # the ~1.2B model (Llama 3.2 1B shapes), Q8_0 and F16
     QTYPES=Q8_0,F16,Q4_K DECODE=64 PROMPT=128 CONTEXT=1024 TINYGRAD_PYTHON=/path/to/python  ...
@@ -85,9 +86,10 @@ def peak_gbs() -> float | None:
     return next((v for k, v in PEAKS.items() if k in name), None)
 
 
-def bench_tg(path: str, qtype: str, keep_quantized: bool) -> None:
+def bench_tg(path: str, qtype: str, keep_quantized: bool, impl: str | None = None) -> None:
     """impl "tg": weights dequantized once at load (float16 on GPUs); "tg-kept": quantized blocks stay on
-    the device and the matmuls unpack them (load_model(keep_quantized=True))."""
+    the device and the matmuls are fused kernels that read them (load_model(keep_quantized=True), tg_nn.quant);
+    "tg-kept-graph" (QUANT_GRAPH=1): the same blocks unpacked by tg's own graph fused into its matmuls."""
     from tg_llm import load_model
     from tg_llm.cli import benchmark
     from tg_llm.generate import Session
@@ -95,7 +97,7 @@ def bench_tg(path: str, qtype: str, keep_quantized: bool) -> None:
     t0 = time.perf_counter()
     model, tok = load_model(path, context=CONTEXT, keep_quantized=keep_quantized)
     load_s = time.perf_counter() - t0
-    impl = "tg-kept" if keep_quantized else "tg"
+    impl = impl or ("tg-kept" if keep_quantized else "tg")
     for row in benchmark(Session(model, tok), DECODE, PROMPT):
         emit(
             row["bench"],
@@ -312,6 +314,11 @@ def bench_tinygrad_prefill(path: str, qtype: str) -> None:
 
 
 def main() -> None:
+    if os.getenv("MODEL"):  # a GGUF file on the CPU, beside llama.cpp (bench/llm_llamacpp.py)
+        from llm_llamacpp import bench_cpu_peer
+
+        bench_cpu_peer(emit, os.environ["MODEL"])
+        return
     peak = peak_gbs()
     for qtype in QTYPES:
         path = model_file(qtype)
@@ -330,6 +337,10 @@ def main() -> None:
         bench_tg(path, qtype, keep_quantized=False)
         if qtype.startswith("Q"):
             bench_tg(path, qtype, keep_quantized=True)
+            if os.getenv("QUANT_GRAPH", "0") == "1":  # the kept blocks through tg's graph instead of source kernels
+                os.environ["TG_QUANT_GRAPH"] = "1"
+                bench_tg(path, qtype, keep_quantized=True, impl="tg-kept-graph")
+                del os.environ["TG_QUANT_GRAPH"]
         if os.getenv("TINYGRAD", "1") != "0":
             bench_tinygrad(path, qtype)
             if os.getenv("TINYGRAD_PREFILL", "1") != "0":

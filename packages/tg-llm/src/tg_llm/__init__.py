@@ -33,9 +33,10 @@ def load_model(
     device = Device.canonicalize(device) if device is not None else Device.DEFAULT
     state: dict[str, Weight]
     if keep_quantized:
-        metadata, state = gguf_load_quantized(path, device)  # type: ignore[assignment]
+        metadata, state = gguf_load_quantized(path, device)
     else:
-        metadata, state = gguf_load(path, device)  # type: ignore[assignment]
+        metadata, plain = gguf_load(path, device)
+        state = dict(plain)
     if "token_embd.weight" not in state:
         raise GGUFError(f"load_model: {os.fspath(path)!r} has no token_embd.weight: not a language model")
     cfg = with_context(LlamaConfig.from_gguf(metadata, int(state["token_embd.weight"].shape[0])), context)

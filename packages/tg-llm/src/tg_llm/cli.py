@@ -37,6 +37,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1)")
     p.add_argument("--benchmark", type=int, default=None, metavar="N", help="time a prefill and N decode steps")
+    p.add_argument("--prompt-tokens", type=int, default=128, help="--benchmark's prompt length (default 128)")
     p.add_argument("--prompt", default=None, help="answer this one message and exit")
     p.add_argument("--device", default=None, help="tg device (default: Device.DEFAULT)")
     p.add_argument("--dtype", choices=["float32", "float16"], default=None, help="weight dtype (default: per device)")
@@ -82,7 +83,7 @@ def _run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
         return 1
     session = Session(model, tok)
     if args.benchmark is not None:
-        for line in benchmark(session, args.benchmark):
+        for line in benchmark(session, args.benchmark, args.prompt_tokens):
             print(json.dumps(line), file=stdout)
         return 0
     if args.serve is not None:

@@ -530,11 +530,11 @@ def _fuse_projections(
                 continue
             if len(tparts) != len(names) or len({p.dtype for p in tparts}) != 1:
                 continue
-            whole = fused[f"blk.{i}.{key}"] = tparts[0].cat(*tparts[1:]).contiguous().realize()
+            joined = fused[f"blk.{i}.{key}"] = tparts[0].cat(*tparts[1:]).contiguous().realize()
             at = 0
-            for n, w in zip(names, tparts):
-                loaded[n] = whole[at : at + int(w.shape[0])]
-                at += int(w.shape[0])
+            for n, t in zip(names, tparts):
+                loaded[n] = joined[at : at + int(t.shape[0])]
+                at += int(t.shape[0])
         release()
     return fused
 

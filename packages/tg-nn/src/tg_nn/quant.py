@@ -27,7 +27,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from tg_nn.gguf import _NATIVE, _Source, _tensor, dequantize, parse_gguf
+from tg_nn.gguf import _NATIVE, _Source, _tensor, dequantize
+from tg_nn.gguf_format import parse_gguf
 from tg_nn.quant_cpu import CPU_TYPES, cpu_source
 from tg_nn.quant_gpu import gpu_source
 from tg_runtime.device import Device

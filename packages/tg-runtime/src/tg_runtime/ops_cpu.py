@@ -92,7 +92,8 @@ class CPUAllocator(Allocator):
 def _malloc_trim() -> Callable[[int], int] | None:
     """glibc's malloc_trim, or None where the C library has none."""
     try:
-        return ctypes.CDLL(None).malloc_trim  # type: ignore[no-any-return]
+        trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim
+        return trim
     except (OSError, AttributeError):
         return None
 
