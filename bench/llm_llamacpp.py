@@ -22,6 +22,7 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -44,13 +45,15 @@ def llamacpp_bin() -> str | None:
 def _reaping_popen_rss(cmd: list[str], env: dict[str, str] | None) -> tuple[str, str, float, float]:
     """(stdout, stderr, wall seconds, peak RSS in MB) of one process: the child reaped with wait4, for its own
     rusage (the largest of its resident sets)."""
-    t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    out = p.stdout.read() if p.stdout else ""
-    err = p.stderr.read() if p.stderr else ""
-    _, status, usage = os.wait4(p.pid, 0)
-    p.returncode = os.waitstatus_to_exitcode(status)
-    wall = time.perf_counter() - t0
+    with tempfile.TemporaryFile("w+") as out_f, tempfile.TemporaryFile("w+") as err_f:  # (pipes could fill up)
+        t0 = time.perf_counter()
+        p = subprocess.Popen(cmd, stdout=out_f, stderr=err_f, text=True, env=env)
+        _, status, usage = os.wait4(p.pid, 0)
+        wall = time.perf_counter() - t0
+        p.returncode = os.waitstatus_to_exitcode(status)
+        out_f.seek(0)
+        err_f.seek(0)
+        out, err = out_f.read(), err_f.read()
     if p.returncode:
         print(f"# {os.path.basename(cmd[0])} exit {p.returncode}: {(err or out).strip()[-400:]}", file=sys.stderr)
     return out, err, wall, usage.ru_maxrss / 1024

@@ -27,7 +27,7 @@ CPU_TYPES: dict[str, tuple[int, int]] = {
     "Q6_K": (256, 210),
 }
 
-PARALLEL_BYTES = 1 << 20  # a product reading fewer weight bytes (times rows of x) than this runs on one thread
+PARALLEL_BYTES = 1 << 22  # a product reading fewer weight bytes (times rows of x) than this runs on one thread
 
 _PRELUDE = r"""
 #include <stdint.h>
