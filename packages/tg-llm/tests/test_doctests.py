@@ -7,7 +7,20 @@ import importlib
 
 import pytest
 
-MODULES = ["tg_llm.model", "tg_llm.tokenizer", "tg_llm.generate", "tg_nn.gguf", "tg_nn.gguf_format"]
+MODULES = [
+    "tg_llm.model",
+    "tg_llm.config",
+    "tg_llm.weights",
+    "tg_llm.tokenizer",
+    "tg_llm.generate",
+    "tg_nn.gguf",
+    "tg_nn.gguf_format",
+    "tg_nn.quant",
+    "tg_nn.quant_cpu",
+    "tg_nn.quant_gpu",
+    "tg_nn.kv_cache",
+    "tg_nn.sampling",
+]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -32,6 +32,7 @@ MODULES = [
     "selection",
     "shaping",
     "sorting",
+    "source",
     "split_reduce",
     "symbolic",
     "tensor",

@@ -20,118 +20,33 @@ device (a decode step never reads the whole table, except through a tied output 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
+from tg_llm.config import ARCHITECTURES, LlamaConfig, with_context
+from tg_llm.weights import (
+    Weight,
+    _fuse_projections,
+    _inv_freq,
+    _opt_tensor,
+    _param_shapes,
+    _random_params,
+    _storage,
+    _tensor,
+    linear,
+)
 from tg_nn.gguf import dequantize
 from tg_nn.kv_cache import KVCache, causal_mask
-from tg_nn.quant import QuantizedWeight, quantized_matmul
+from tg_nn.quant import QuantizedWeight
 from tg_runtime import Device
 from tg_tensor import Tensor, TinyJit
 from tg_tensor.schedule import buffer_of
 from tg_uop import DType, Ops, UOp, dtypes
 from tg_uop.uop import sint
 
-__all__ = ["ARCHITECTURES", "Llama", "LlamaConfig", "Weight", "linear"]
-
-Weight = Tensor | QuantizedWeight
-
-
-def linear(x: Tensor, w: Weight) -> Tensor:
-    """x @ w.T for a float matrix or one kept in quantized blocks (a fused kernel that reads the blocks)."""
-    return quantized_matmul(x, w) if isinstance(w, QuantizedWeight) else x @ w.T
-
-
-# architecture -> rotary style: "norm" rotates adjacent pairs (x[2i], x[2i+1]); "neox" rotates halves
-ARCHITECTURES = {"llama": "norm", "mistral": "norm", "qwen2": "neox", "qwen3": "neox"}
-
-
-@dataclass(frozen=True)
-class LlamaConfig:
-    """The shape and constants of a model; `from_gguf` reads them from a file's metadata."""
-
-    vocab_size: int
-    dim: int
-    n_layers: int
-    n_heads: int
-    n_kv_heads: int
-    hidden_dim: int
-    context_length: int
-    head_dim: int = 0  # 0: dim // n_heads
-    norm_eps: float = 1e-5
-    rope_theta: float = 10000.0
-    rope_style: str = "norm"
-    rope_linear_factor: float = 1.0
-    architecture: str = "llama"
-
-    def __post_init__(self) -> None:
-        for name in ("vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads", "hidden_dim", "context_length"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"LlamaConfig: {name}={v!r} must be a positive int")
-        if self.head_dim == 0:
-            if self.dim % self.n_heads:
-                raise ValueError(f"LlamaConfig: dim={self.dim} is not divisible by n_heads={self.n_heads}")
-            object.__setattr__(self, "head_dim", self.dim // self.n_heads)
-        if self.n_heads % self.n_kv_heads:
-            raise ValueError(f"LlamaConfig: n_heads={self.n_heads} is not a multiple of n_kv_heads={self.n_kv_heads}")
-        if self.head_dim % 2:
-            raise ValueError(f"LlamaConfig: head_dim={self.head_dim} must be even for rotary embeddings")
-        if self.rope_style not in ("norm", "neox"):
-            raise ValueError(f"LlamaConfig: rope_style={self.rope_style!r} must be 'norm' or 'neox'")
-
-    @classmethod
-    def from_gguf(cls, metadata: dict[str, Any], vocab_size: int) -> LlamaConfig:
-        """The config in a GGUF file's metadata (`vocab_size`: rows of token_embd.weight)."""
-        arch = metadata.get("general.architecture")
-        if arch not in ARCHITECTURES:
-            raise ValueError(f"Llama: unsupported architecture {arch!r}; tg runs {', '.join(sorted(ARCHITECTURES))}")
-
-        def get(key: str, default: Any = None) -> Any:
-            v = metadata.get(f"{arch}.{key}", default)
-            if v is None:
-                raise ValueError(f"Llama: the GGUF metadata has no {arch}.{key}")
-            return v
-
-        def count(key: str, default: Any = None) -> int:  # a size: checked before anything divides by it
-            v = get(key, default)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"Llama: {arch}.{key}={v!r:.80} in the GGUF metadata must be a positive integer")
-            return v
-
-        n_heads = count("attention.head_count")
-        scaling = metadata.get(f"{arch}.rope.scaling.type", "none")
-        factor = 1.0
-        if scaling == "linear":
-            factor = float(get("rope.scaling.factor"))
-        elif scaling not in ("none", None):
-            raise ValueError(f"Llama: rope scaling {scaling!r} is not supported (tg reads none, linear, llama3)")
-        dim = count("embedding_length")
-        if f"{arch}.attention.key_length" not in metadata and dim % n_heads:
-            raise ValueError(f"Llama: {arch}.embedding_length={dim} is not divisible by head_count={n_heads}")
-        head_dim = count("attention.key_length", dim // n_heads)
-        rope_dims = count("rope.dimension_count", head_dim)
-        if rope_dims != head_dim:
-            raise ValueError(f"Llama: partial rotary embeddings ({rope_dims} of {head_dim} dims) are not supported")
-        return cls(
-            vocab_size=vocab_size,
-            dim=dim,
-            n_layers=count("block_count"),
-            n_heads=n_heads,
-            n_kv_heads=count("attention.head_count_kv", n_heads),
-            hidden_dim=count("feed_forward_length"),
-            context_length=count("context_length"),
-            head_dim=head_dim,
-            norm_eps=float(get("attention.layer_norm_rms_epsilon", 1e-5)),
-            rope_theta=float(get("rope.freq_base", 1e4)),
-            rope_style=ARCHITECTURES[arch],
-            rope_linear_factor=factor,
-            architecture=arch,
-        )
-
+__all__ = ["ARCHITECTURES", "Llama", "LlamaConfig", "Weight", "linear", "with_context"]
 
 ARGMAX_CHUNK = 256
 
@@ -234,16 +149,6 @@ class Block:
         h = rms_norm(x, self.ffn_norm, self.cfg.norm_eps)
         gate, up = self.project(h, self.w_gate_up, self.w_gate, self.w_up)
         return (x + linear(gate.silu() * up, self.w_down)).contiguous()
-
-
-def _tensor(w: Weight) -> Tensor:
-    if isinstance(w, QuantizedWeight):
-        return w.dequantize()
-    return w
-
-
-def _opt_tensor(w: Weight | None) -> Tensor | None:
-    return None if w is None else _tensor(w)
 
 
 class Llama:
@@ -484,107 +389,3 @@ class Llama:
             int(t.numel()) * t.dtype.itemsize for t in read if not any(u.op is Ops.BUFFER for u in t.uop.toposort)
         )
         return sum(int(u.arg[1]) * u.dtype.itemsize for u in bufs) + unbuffered
-
-
-def _storage(w: Weight) -> Tensor:
-    """The tensor holding a weight's bytes (a quantized weight's blocks)."""
-    return w.blocks if isinstance(w, QuantizedWeight) else w
-
-
-def _nothing() -> None:
-    pass
-
-
-# the projections that read the same input, joined into one matrix each
-_FUSED = {"qkv": ("attn_q", "attn_k", "attn_v"), "gate_up": ("ffn_gate", "ffn_up")}
-
-
-def _fuse_projections(
-    cfg: LlamaConfig,
-    loaded: dict[str, Weight],
-    lazy: frozenset[str] = frozenset(),
-    release: Callable[[], None] = _nothing,
-) -> dict[str, Weight]:
-    """Join each layer's q, k, v weights (and gate, up) into one realized matrix ("blk.{i}.qkv", "blk.{i}.gate_up"):
-    the decode step then runs one matrix-vector product for them (3 kernels fewer per layer, and bigger ones: the
-    512-row k and v products of a 1B model left most SMs idle). Quantized weights of one type are joined as their
-    blocks (whole rows of blocks). The GGUF names stay in `loaded`, as row ranges (views) of the joined matrix, so
-    no weight is held twice. Lazy (kept-quantized) weights and groups of mixed dtypes or types stay apart."""
-    fused: dict[str, Weight] = {}
-    for i in range(cfg.n_layers):
-        for key, group in _FUSED.items():
-            names = [f"blk.{i}.{n}.weight" for n in group]
-            parts = [loaded.get(n) for n in names]
-            if all(isinstance(p, QuantizedWeight) for p in parts):
-                qparts = [p for p in parts if isinstance(p, QuantizedWeight)]
-                if len({p.qtype for p in qparts}) != 1:
-                    continue
-                whole_q = fused[f"blk.{i}.{key}"] = QuantizedWeight.cat(qparts)
-                at = 0
-                for n, w in zip(names, qparts):
-                    loaded[n] = whole_q.rows(at, at + w.shape[0])
-                    at += w.shape[0]
-                continue
-            tparts = [p for p in parts if isinstance(p, Tensor)]
-            if any(n in lazy for n in names):
-                continue
-            if len(tparts) != len(names) or len({p.dtype for p in tparts}) != 1:
-                continue
-            joined = fused[f"blk.{i}.{key}"] = tparts[0].cat(*tparts[1:]).contiguous().realize()
-            at = 0
-            for n, t in zip(names, tparts):
-                loaded[n] = joined[at : at + int(t.shape[0])]
-                at += int(t.shape[0])
-        release()
-    return fused
-
-
-def _inv_freq(cfg: LlamaConfig, factors: Tensor | None) -> np.ndarray:
-    half = cfg.head_dim // 2
-    inv = 1.0 / (cfg.rope_theta ** (np.arange(half, dtype=np.float64) * 2 / cfg.head_dim))
-    inv /= cfg.rope_linear_factor
-    if factors is not None:  # llama3-style scaling: the file stores a divisor per frequency
-        f = factors.numpy().astype(np.float64).reshape(-1)
-        if f.shape != (half,):
-            raise ValueError(f"Llama: rope_freqs.weight has {f.size} values, expected {half}")
-        inv /= f
-    return inv.astype(np.float32)
-
-
-def _param_shapes(cfg: LlamaConfig, separate_head: bool) -> dict[str, tuple[int, ...]]:
-    hd, d = cfg.head_dim, cfg.dim
-    shapes: dict[str, tuple[int, ...]] = {"token_embd.weight": (cfg.vocab_size, d), "output_norm.weight": (d,)}
-    if separate_head:
-        shapes["output.weight"] = (cfg.vocab_size, d)
-    for i in range(cfg.n_layers):
-        p = f"blk.{i}."
-        shapes |= {
-            p + "attn_norm.weight": (d,),
-            p + "ffn_norm.weight": (d,),
-            p + "attn_q.weight": (cfg.n_heads * hd, d),
-            p + "attn_k.weight": (cfg.n_kv_heads * hd, d),
-            p + "attn_v.weight": (cfg.n_kv_heads * hd, d),
-            p + "attn_output.weight": (d, cfg.n_heads * hd),
-            p + "ffn_gate.weight": (cfg.hidden_dim, d),
-            p + "ffn_up.weight": (cfg.hidden_dim, d),
-            p + "ffn_down.weight": (d, cfg.hidden_dim),
-        }
-    return shapes
-
-
-def _random_params(cfg: LlamaConfig, seed: int = 0) -> dict[str, Tensor]:
-    rng = np.random.default_rng(seed)
-    out = {}
-    for k, shape in _param_shapes(cfg, separate_head=True).items():
-        a = 1 + 0.1 * rng.standard_normal(shape) if k.endswith("norm.weight") else 0.02 * rng.standard_normal(shape)
-        out[k] = Tensor(a.astype(np.float32))
-    return out
-
-
-def with_context(cfg: LlamaConfig, context: int | None) -> LlamaConfig:
-    """`cfg` with its context cut to `context` tokens (a smaller KV cache); None keeps the file's."""
-    if context is None:
-        return cfg
-    if not 1 <= context:
-        raise ValueError(f"Llama: context={context} must be >= 1")
-    return replace(cfg, context_length=min(context, cfg.context_length))

@@ -5,7 +5,7 @@ element: each takes every 32nd block of the weight row, unpacks its values from 
 with x in float32; the 32 partial sums are added in local memory. One body serves both languages (macros for the
 qualifiers, ids and barrier); the float16 scales are decoded from their bits, so no half type is needed.
 
->>> "__kernel void qmm_Q8_0_1_4_32(" in gpu_source("Q8_0", 1, 4, 32, "CL")
+>>> "KERNEL qmm_Q8_0_1_4_32(" in gpu_source("Q8_0", 1, 4, 32, "CL")
 True
 """
 

@@ -1,0 +1,131 @@
+"""A Llama model's weights: float tensors or matrices kept in quantized blocks (tg_nn.quant), their products, the
+joining of q/k/v and gate/up into one matrix each, and the shapes a config implies.
+
+>>> from tg_tensor import Tensor
+>>> linear(Tensor.ones(1, 4), Tensor.ones(3, 4)).tolist()
+[[4.0, 4.0, 4.0]]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from tg_llm.config import LlamaConfig
+from tg_nn.quant import QuantizedWeight, quantized_matmul
+from tg_tensor import Tensor
+
+__all__ = ["Weight", "linear"]
+
+Weight = Tensor | QuantizedWeight
+
+
+def linear(x: Tensor, w: Weight) -> Tensor:
+    """x @ w.T for a float matrix or one kept in quantized blocks (a fused kernel that reads the blocks)."""
+    return quantized_matmul(x, w) if isinstance(w, QuantizedWeight) else x @ w.T
+
+
+def _tensor(w: Weight) -> Tensor:
+    if isinstance(w, QuantizedWeight):
+        return w.dequantize()
+    return w
+
+
+def _opt_tensor(w: Weight | None) -> Tensor | None:
+    return None if w is None else _tensor(w)
+
+
+def _storage(w: Weight) -> Tensor:
+    """The tensor holding a weight's bytes (a quantized weight's blocks)."""
+    return w.blocks if isinstance(w, QuantizedWeight) else w
+
+
+def _nothing() -> None:
+    pass
+
+
+# the projections that read the same input, joined into one matrix each
+_FUSED = {"qkv": ("attn_q", "attn_k", "attn_v"), "gate_up": ("ffn_gate", "ffn_up")}
+
+
+def _fuse_projections(
+    cfg: LlamaConfig,
+    loaded: dict[str, Weight],
+    lazy: frozenset[str] = frozenset(),
+    release: Callable[[], None] = _nothing,
+) -> dict[str, Weight]:
+    """Join each layer's q, k, v weights (and gate, up) into one realized matrix ("blk.{i}.qkv", "blk.{i}.gate_up"):
+    the decode step then runs one matrix-vector product for them (3 kernels fewer per layer, and bigger ones: the
+    512-row k and v products of a 1B model left most SMs idle). Quantized weights of one type are joined as their
+    blocks (whole rows of blocks). The GGUF names stay in `loaded`, as row ranges (views) of the joined matrix, so
+    no weight is held twice. Lazy (kept-quantized) weights and groups of mixed dtypes or types stay apart."""
+    fused: dict[str, Weight] = {}
+    for i in range(cfg.n_layers):
+        for key, group in _FUSED.items():
+            names = [f"blk.{i}.{n}.weight" for n in group]
+            parts = [loaded.get(n) for n in names]
+            if all(isinstance(p, QuantizedWeight) for p in parts):
+                qparts = [p for p in parts if isinstance(p, QuantizedWeight)]
+                if len({p.qtype for p in qparts}) != 1:
+                    continue
+                whole_q = fused[f"blk.{i}.{key}"] = QuantizedWeight.cat(qparts)
+                at = 0
+                for n, w in zip(names, qparts):
+                    loaded[n] = whole_q.rows(at, at + w.shape[0])
+                    at += w.shape[0]
+                continue
+            tparts = [p for p in parts if isinstance(p, Tensor)]
+            if any(n in lazy for n in names):
+                continue
+            if len(tparts) != len(names) or len({p.dtype for p in tparts}) != 1:
+                continue
+            joined = fused[f"blk.{i}.{key}"] = tparts[0].cat(*tparts[1:]).contiguous().realize()
+            at = 0
+            for n, t in zip(names, tparts):
+                loaded[n] = joined[at : at + int(t.shape[0])]
+                at += int(t.shape[0])
+        release()
+    return fused
+
+
+def _inv_freq(cfg: LlamaConfig, factors: Tensor | None) -> np.ndarray:
+    half = cfg.head_dim // 2
+    inv = 1.0 / (cfg.rope_theta ** (np.arange(half, dtype=np.float64) * 2 / cfg.head_dim))
+    inv /= cfg.rope_linear_factor
+    if factors is not None:  # llama3-style scaling: the file stores a divisor per frequency
+        f = factors.numpy().astype(np.float64).reshape(-1)
+        if f.shape != (half,):
+            raise ValueError(f"Llama: rope_freqs.weight has {f.size} values, expected {half}")
+        inv /= f
+    return inv.astype(np.float32)
+
+
+def _param_shapes(cfg: LlamaConfig, separate_head: bool) -> dict[str, tuple[int, ...]]:
+    hd, d = cfg.head_dim, cfg.dim
+    shapes: dict[str, tuple[int, ...]] = {"token_embd.weight": (cfg.vocab_size, d), "output_norm.weight": (d,)}
+    if separate_head:
+        shapes["output.weight"] = (cfg.vocab_size, d)
+    for i in range(cfg.n_layers):
+        p = f"blk.{i}."
+        shapes |= {
+            p + "attn_norm.weight": (d,),
+            p + "ffn_norm.weight": (d,),
+            p + "attn_q.weight": (cfg.n_heads * hd, d),
+            p + "attn_k.weight": (cfg.n_kv_heads * hd, d),
+            p + "attn_v.weight": (cfg.n_kv_heads * hd, d),
+            p + "attn_output.weight": (d, cfg.n_heads * hd),
+            p + "ffn_gate.weight": (cfg.hidden_dim, d),
+            p + "ffn_up.weight": (cfg.hidden_dim, d),
+            p + "ffn_down.weight": (d, cfg.hidden_dim),
+        }
+    return shapes
+
+
+def _random_params(cfg: LlamaConfig, seed: int = 0) -> dict[str, Tensor]:
+    rng = np.random.default_rng(seed)
+    out = {}
+    for k, shape in _param_shapes(cfg, separate_head=True).items():
+        a = 1 + 0.1 * rng.standard_normal(shape) if k.endswith("norm.weight") else 0.02 * rng.standard_normal(shape)
+        out[k] = Tensor(a.astype(np.float32))
+    return out
