@@ -56,3 +56,27 @@ def test_bad_input() -> None:
         t.custom_kernel(fxn=3)
     with pytest.raises(TypeError, match="expected Tensors"):
         t.custom_kernel(np.ones(1), fxn=lambda a, b: store(a, (1,), load(a, (1,))))  # type: ignore[arg-type]
+
+
+def test_source_kernel_is_lazy_jitted_and_names_a_missing_device() -> None:
+    """tg.source_kernel: a graph node that runs when realized (after the kernels of its inputs), that TinyJit
+    records and replays on new inputs, and that says which kernel has no source for which device."""
+    import numpy as np
+
+    from tg import Tensor, TinyJit
+    from tg_tensor import KernelSource, source_kernel
+    from tg_uop import dtypes
+
+    src = "void twice(float* restrict o, const float* restrict x) { for (int i = 0; i < 4; i++) o[i] = 2 * x[i]; }"
+
+    def make(device: str, dts: tuple[object, ...]) -> KernelSource | None:
+        return KernelSource(src, "twice") if device.startswith("CPU") else None
+
+    step = TinyJit(lambda x: (source_kernel((4,), dtypes.float32, [x + 1], "twice", make) - 1).realize())
+    for i in range(4):
+        x = np.arange(4, dtype=np.float32) * i
+        np.testing.assert_allclose(step(Tensor(x, device="CPU")).numpy(), 2 * (x + 1) - 1)
+    assert len(step.jit_cache) == 3  # x + 1, the source kernel, - 1
+    lazy = source_kernel((4,), dtypes.float32, [Tensor.ones(4, device="PYTHON")], "twice", make)
+    with pytest.raises(NotImplementedError, match="source_kernel 'twice': no source for device PYTHON"):
+        lazy.realize()
