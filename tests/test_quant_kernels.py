@@ -1,7 +1,7 @@
 """The fused dequantize-and-multiply kernels (tg_nn.quant) against numpy: gguf's own dequantizer, then a float64
-matmul. On PYTHON/CL the products are float32 all through (a tight tolerance); the CPU's kernels round each
-32-value block of x to 8 bits first, so their results are checked against the exact bound of that rounding:
-|error| <= sum over k of |W[n, k]| * d_block(k) / 2, with d = max|x in the block| / 127."""
+matmul. By default the products are float32 all through (a tight tolerance, every device); with int8=True the CPU's
+kernels round each 32-value block of x to 8 bits first, so their results are checked against the exact bound of
+that rounding: |error| <= sum over k of |W[n, k]| * d_block(k) / 2, with d = max|x in the block| / 127."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 from tg import Tensor, TinyJit
 from tg_nn.quant import QUANTIZED_TYPES, QuantizedWeight, quantized_matmul
 from tg_nn.quant_cpu import cpu_source
+from tg_nn.quant_cpu_float import cpu_float_source
 from tg_tensor import KernelSource, source_kernel
 from tg_uop import dtypes
 
@@ -42,9 +43,10 @@ def rounding_bound(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     return (half @ np.abs(w).T) * 1.001 + 1e-6 * (np.abs(x) @ np.abs(w).T) + 1e-5
 
 
-def check(got: np.ndarray, x: np.ndarray, w: np.ndarray, device: str) -> None:
+def check(got: np.ndarray, x: np.ndarray, w: np.ndarray, int8: bool) -> None:
+    """`int8`: the CPU's 8-bit rounding of x was used (bounded error); else float32 products (tight)."""
     want = x.astype(np.float64) @ w.T
-    if device == "CPU":
+    if int8:
         bound = rounding_bound(x, w)
         assert (np.abs(got - want) <= bound).all(), np.abs(got - want).max()
         assert np.abs(got - want).max() < 0.05 * np.abs(want).max()  # and the bound is not vacuous
@@ -52,29 +54,33 @@ def check(got: np.ndarray, x: np.ndarray, w: np.ndarray, device: str) -> None:
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
 
 
+@pytest.mark.parametrize("int8", [False, True])
 @pytest.mark.parametrize("qtype", QUANTIZED_TYPES)
-def test_fused_product_matches_dequantize_then_matmul(device: str, qtype: str) -> None:
+def test_fused_product_matches_dequantize_then_matmul(device: str, qtype: str, int8: bool) -> None:
     for i, (m, n, k) in enumerate(SHAPES):
         raw, w = blocks(qtype, n, k, seed=i)
         x = np.random.default_rng(10 + i).standard_normal((m, k)).astype(np.float32)
         qw = QuantizedWeight(Tensor(raw, device=device), qtype, (n, k))
-        check(quantized_matmul(Tensor(x, device=device), qw).numpy(), x, w, device)
+        got = quantized_matmul(Tensor(x, device=device), qw, int8=int8).numpy()
+        check(got, x, w, int8 and device == "CPU")  # (int8 is the CPU's: CL and PYTHON multiply in float32)
 
 
+@pytest.mark.parametrize("int8", [False, True])
 @pytest.mark.parametrize("qtype", QUANTIZED_TYPES)
-def test_generic_c_body_matches(qtype: str) -> None:
-    """The CPU kernel's plain-C body (any target), selected even where the compiler targets AVX2."""
+def test_generic_c_body_matches(qtype: str, int8: bool) -> None:
+    """The CPU kernels' plain-C bodies (any target), selected even where the compiler targets AVX2."""
     m, n, k = 6, 17, 512
     raw, w = blocks(qtype, n, k, seed=3)
     x = np.random.default_rng(4).standard_normal((m, k)).astype(np.float32)
-    src = cpu_source(qtype, m, n, k, generic=True)
+    src = cpu_source(qtype, m, n, k, generic=True) if int8 else cpu_float_source(qtype, m, n, k, generic=True)
+    name = f"qmm_{qtype}_{m}_{n}_{k}" if int8 else f"qmm_f_{qtype}_{m}_{n}_{k}"
 
     def make(device: str, dts: tuple[object, ...]) -> KernelSource:
-        return KernelSource(src, f"qmm_{qtype}_{m}_{n}_{k}")
+        return KernelSource(src, name)
 
     inputs = [Tensor(x, device="CPU"), Tensor(raw, device="CPU")]
-    got = source_kernel((m, n), dtypes.float32, inputs, ("generic", qtype), make)
-    check(got.numpy(), x, w, "CPU")
+    got = source_kernel((m, n), dtypes.float32, inputs, ("generic", qtype, int8), make)
+    check(got.numpy(), x, w, int8)
 
 
 def test_jitted_product_replays_with_new_inputs(device: str) -> None:
@@ -84,7 +90,7 @@ def test_jitted_product_replays_with_new_inputs(device: str) -> None:
     step = TinyJit(lambda x: (quantized_matmul(x, qw) * 2).realize())
     for i in range(4):
         x = np.random.default_rng(20 + i).standard_normal((2, 64)).astype(np.float32)
-        check(step(Tensor(x, device=device)).numpy() / 2, x, w, device)
+        check(step(Tensor(x, device=device)).numpy() / 2, x, w, False)
     assert len(step.jit_cache) >= 1
 
 

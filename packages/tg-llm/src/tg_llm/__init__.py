@@ -25,11 +25,13 @@ def load_model(
     dtype: DType | None = None,
     context: int | None = None,
     keep_quantized: bool = True,
+    int8_activations: bool = False,
 ) -> tuple[Llama, Tokenizer]:
     """The model and tokenizer of a GGUF file. `dtype` of the weights: float16 on GPUs, float32 elsewhere by
     default; `context` caps the KV cache (the file's context length when None). `keep_quantized` (the default):
     quantized matrices stay in their blocks on the device and their products are fused kernels that read the
-    blocks (tg_nn.quant); False dequantizes them to `dtype` at load."""
+    blocks (tg_nn.quant); False dequantizes them to `dtype` at load. `int8_activations`: those kernels round x to
+    8-bit blocks on the CPU, as llama.cpp does (faster; the default keeps x in float32)."""
     device = Device.canonicalize(device) if device is not None else Device.DEFAULT
     state: dict[str, Weight]
     if keep_quantized:
@@ -47,4 +49,4 @@ def load_model(
         raise GGUFError(
             f"load_model: the vocabulary has {len(tokenizer)} tokens, but token_embd.weight has {cfg.vocab_size} rows"
         )
-    return Llama(cfg, state, device, dtype, consume=True), tokenizer
+    return Llama(cfg, state, device, dtype, consume=True, int8_activations=int8_activations), tokenizer

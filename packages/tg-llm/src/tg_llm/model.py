@@ -91,10 +91,15 @@ def rope(x: Tensor, cos: Tensor, sin: Tensor, style: str) -> Tensor:
 
 class Block:
     def __init__(
-        self, cfg: LlamaConfig, params: dict[str, Weight], i: int, fused: dict[str, Weight] | None = None
+        self,
+        cfg: LlamaConfig,
+        params: dict[str, Weight],
+        i: int,
+        fused: dict[str, Weight] | None = None,
+        int8: bool = False,
     ) -> None:
         p = f"blk.{i}."
-        self.cfg = cfg
+        self.cfg, self.int8 = cfg, int8
         self.attn_norm, self.ffn_norm = _tensor(params[p + "attn_norm.weight"]), _tensor(params[p + "ffn_norm.weight"])
         self.wq, self.wk, self.wv = (params[p + f"attn_{n}.weight"] for n in "qkv")
         self.bq, self.bk, self.bv = (_opt_tensor(params.get(p + f"attn_{n}.bias")) for n in "qkv")
@@ -108,8 +113,8 @@ class Block:
     def project(self, x: Tensor, fused: Weight | None, *ws: Weight) -> tuple[Tensor, ...]:
         """x @ w.T for each of `ws`: one matmul, split by columns, when `fused` holds their rows in order."""
         if fused is None:
-            return tuple(linear(x, w) for w in ws)
-        out, ret, at = linear(x, fused), [], 0
+            return tuple(linear(x, w, self.int8) for w in ws)
+        out, ret, at = linear(x, fused, self.int8), [], 0
         for w in ws:
             n = int(w.shape[0])
             ret.append(out[:, at : at + n])
@@ -139,7 +144,7 @@ class Block:
         # (the probabilities realized: fused into the product with the values, each exp would be taken head_dim times)
         weights = scores.softmax(-1).contiguous().reshape(kv, group * t, n)
         out = (weights @ values).reshape(cfg.n_heads, t, hd).permute(1, 0, 2).reshape(t, cfg.n_heads * hd)
-        return linear(out, self.wo)
+        return linear(out, self.wo, self.int8)
 
     def __call__(self, x: Tensor, cache: KVCache, start: sint, cos: Tensor, sin: Tensor) -> Tensor:
         # the residual stream is realized (the add fused into the matvec before it): left lazy, layer i's norm
@@ -148,7 +153,7 @@ class Block:
         x = (x + attn).contiguous()
         h = rms_norm(x, self.ffn_norm, self.cfg.norm_eps)
         gate, up = self.project(h, self.w_gate_up, self.w_gate, self.w_up)
-        return (x + linear(gate.silu() * up, self.w_down)).contiguous()
+        return (x + linear(gate.silu() * up, self.w_down, self.int8)).contiguous()
 
 
 class Llama:
@@ -157,7 +162,9 @@ class Llama:
     `params` are the GGUF-named tensors (moved to `device`, cast to `dtype`), or QuantizedWeight matrices (kept in
     their blocks; tg_nn.quant.gguf_load_quantized); without them the weights are random (normal, std 0.02), which
     the tests and benchmarks use. `consume` empties the `params` dict it was given (load_model's own: the pieces
-    joined into one matrix are then freed as the load goes, not held twice until it ends).
+    joined into one matrix are then freed as the load goes, not held twice until it ends). `int8_activations`:
+    the products with quantized weights round x to 8-bit blocks on the CPU (llama.cpp's numerics, faster; the
+    logits move by ~0.5% per layer's worth of products, enough to change a greedy answer).
     """
 
     def __init__(
@@ -168,6 +175,7 @@ class Llama:
         dtype: DType = dtypes.float32,
         quantized: frozenset[str] = frozenset(),
         consume: bool = False,
+        int8_activations: bool = False,
     ) -> None:
         self.cfg = cfg
         given = params
@@ -193,7 +201,8 @@ class Llama:
         self.embedding = loaded["token_embd.weight"]
         self.output = loaded.get("output.weight", self.embedding)  # tied when the file has no head
         self.output_norm = _tensor(loaded["output_norm.weight"])
-        self.blocks = [Block(cfg, loaded, i, fused) for i in range(cfg.n_layers)]
+        self.int8_activations = int8_activations
+        self.blocks = [Block(cfg, loaded, i, fused, int8_activations) for i in range(cfg.n_layers)]
         self.inv_freq = Tensor(_inv_freq(cfg, _opt_tensor(loaded.get("rope_freqs.weight"))), device=self.device)
         self.inv_freq.realize()
         self.caches = [
@@ -279,7 +288,8 @@ class Llama:
                 x = x.realize()
         if last is not None:
             x = x[last : last + 1]
-        return linear(rms_norm(x, self.output_norm, self.cfg.norm_eps), self.output).cast(dtypes.float32)
+        x = rms_norm(x, self.output_norm, self.cfg.norm_eps)
+        return linear(x, self.output, self.int8_activations).cast(dtypes.float32)
 
     def _cache_tensors(self) -> list[Tensor]:
         return [c.keys for c in self.caches] + [c.values for c in self.caches]

@@ -21,9 +21,10 @@ __all__ = ["Weight", "linear"]
 Weight = Tensor | QuantizedWeight
 
 
-def linear(x: Tensor, w: Weight) -> Tensor:
-    """x @ w.T for a float matrix or one kept in quantized blocks (a fused kernel that reads the blocks)."""
-    return quantized_matmul(x, w) if isinstance(w, QuantizedWeight) else x @ w.T
+def linear(x: Tensor, w: Weight, int8: bool = False) -> Tensor:
+    """x @ w.T for a float matrix or one kept in quantized blocks (a fused kernel that reads the blocks; `int8`:
+    with x rounded to 8-bit blocks on the CPU, as llama.cpp does)."""
+    return quantized_matmul(x, w, int8) if isinstance(w, QuantizedWeight) else x @ w.T
 
 
 def _tensor(w: Weight) -> Tensor:

@@ -2,14 +2,16 @@
 
 `quantized_matmul(x, w)` is `x @ W.T` for a `QuantizedWeight` W: the raw blocks on the device and the type and
 shape they hold. On the CPU, CL and CUDA it is one fused kernel that reads the blocks as they are (C with AVX2 or
-a generic target: tg_nn.quant_cpu; OpenCL/CUDA C: tg_nn.quant_gpu), written as device source and run through
-`tg.source_kernel`, so TinyJit records it like any kernel. Elsewhere (the PYTHON device) it is tg's own graph:
-the blocks' dequantization (tg_nn.gguf.dequantize), which the scheduler fuses into the matmul that reads it.
+a generic target: tg_nn.quant_cpu_float, float32 activations, and with `int8=True` tg_nn.quant_cpu, llama.cpp's
+8-bit activations; OpenCL/CUDA C: tg_nn.quant_gpu), written as device source and run through `tg.source_kernel`,
+so TinyJit records it like any kernel. Elsewhere (the PYTHON device) it is tg's own graph: the blocks'
+dequantization (tg_nn.gguf.dequantize), which the scheduler fuses into the matmul that reads it.
 
-Why source kernels and not the graph on the CPU: the graph's fused kernel unpacks every weight to a float and
-multiplies in float (about 5 ALU operations per weight); the C kernel multiplies 8-bit integers, 32 at a time
-(`maddubs`/`dpbusd`), on rows of x quantized to 8 bits once per call, which is what reading 4.5 bits per weight
-at memory speed needs (bench/bench_llm.py: SmolLM2-135M Q4_1 decode, the two side by side with `TG_QUANT_GRAPH=1`).
+Why source kernels and not the graph on the CPU (measured on one core, SmolLM2's shapes, TG_QUANT_GRAPH=1 for the
+graph): a Q4_1 1536x576 matrix-vector product 80 us against 680, the Q8_0 49152x576 output head 1.5 ms against
+38 ms, a 128-row prompt product 3 ms against 6 ms. The graph's kernel unpacks each weight to a float with scalar
+code; the C kernels unpack 32 at a time into vector registers (and with int8, multiply 8-bit integers with
+`maddubs`/`dpbusd`).
 
 >>> import numpy as np
 >>> from tg_tensor import Tensor
@@ -30,6 +32,7 @@ from typing import Any
 from tg_nn.gguf import _NATIVE, _Source, _tensor, dequantize
 from tg_nn.gguf_format import parse_gguf
 from tg_nn.quant_cpu import CPU_TYPES, cpu_source
+from tg_nn.quant_cpu_float import cpu_float_source
 from tg_nn.quant_gpu import gpu_source
 from tg_runtime.device import Device
 from tg_tensor import KernelSource, Tensor, source_kernel
@@ -85,8 +88,10 @@ class QuantizedWeight:
         return QuantizedWeight(blocks, parts[0].qtype, (sum(p.shape[0] for p in parts), parts[0].shape[1]))
 
 
-def quantized_matmul(x: Tensor, w: QuantizedWeight) -> Tensor:
-    """x (..., cols) @ W.T -> (..., rows), float32, W kept in its blocks (see the module doc)."""
+def quantized_matmul(x: Tensor, w: QuantizedWeight, int8: bool = False) -> Tensor:
+    """x (..., cols) @ W.T -> (..., rows), float32, W kept in its blocks (see the module doc). `int8`: on the CPU,
+    round the rows of x to 8-bit blocks of 32 and multiply in integers (llama.cpp's numerics: faster, results move
+    by ~0.5%); by default x is used in float32 (the float product of the dequantized weights)."""
     rows, cols = w.shape
     if int(x.shape[-1]) != cols:
         raise ValueError(f"quantized_matmul: x of shape {x.shape} does not match W of shape {w.shape}: {cols} columns")
@@ -98,16 +103,19 @@ def quantized_matmul(x: Tensor, w: QuantizedWeight) -> Tensor:
     if family not in ("CPU", "CL", "CUDA") or os.getenv("TG_QUANT_GRAPH") == "1" or m == 0:
         return x.cast(dtypes.float32) @ w.dequantize().T
     xf = x.reshape(m, cols).cast(dtypes.float32)
-    make = functools.partial(_source, w.qtype, m, rows, cols)
-    out = source_kernel((m, rows), dtypes.float32, [xf, w.blocks], ("qmm", w.qtype, m, rows, cols), make)
+    make = functools.partial(_source, w.qtype, m, rows, cols, int8)
+    out = source_kernel((m, rows), dtypes.float32, [xf, w.blocks], ("qmm", w.qtype, m, rows, cols, int8), make)
     return out.reshape(*lead, rows)
 
 
-def _source(qtype: str, m: int, n: int, k: int, device: str, dts: tuple[DType, ...]) -> KernelSource | None:
+def _source(qtype: str, m: int, n: int, k: int, int8: bool, device: str, dts: tuple[DType, ...]) -> KernelSource | None:
     family = device.split(":")[0]
     name = f"qmm_{qtype}_{m}_{n}_{k}"
     if family == "CPU":
-        return KernelSource(cpu_source(qtype, m, n, k, Device[device].renderer.threads), name)
+        threads = Device[device].renderer.threads
+        if int8:
+            return KernelSource(cpu_source(qtype, m, n, k, threads), name)
+        return KernelSource(cpu_float_source(qtype, m, n, k, threads), f"qmm_f_{qtype}_{m}_{n}_{k}")
     if family in ("CL", "CUDA"):
         return KernelSource(gpu_source(qtype, m, n, k, family), name, (n, m, 1), (32, 1, 1))
     return None
