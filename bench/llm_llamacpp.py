@@ -2,8 +2,9 @@
 generation lengths, interleaved in one run (REPEAT rounds, medians reported).
 
 Each figure comes from a fresh process, so memory is measured per program (peak resident set, from wait4):
-  - tg: `python -m tg_llm --model F --benchmark DECODE --context CONTEXT --device CPU` (THREADS=threads): its
-    prefill of PROMPT tokens and decode tok/s, its load time (the line it prints), its peak RSS;
+  - tg: `python -m tg_llm --model F --benchmark DECODE --context C --device CPU` (THREADS=threads) at each context
+    C of CONTEXTS (float32 activations, the default) and at the first with `--int8-activations` (llama.cpp's
+    numerics; impl "tg-int8"): its prefill of PROMPT tokens and decode tok/s, load time (the line it prints), peak RSS;
   - llama.cpp: `llama-bench -m F -t threads -p PROMPT -n DECODE -r 1 -o json`: prefill (pp) and decode (tg) tok/s,
     its peak RSS;
   - time to first token, both: the wall time of a fresh process that loads the file and answers one token to the
@@ -59,9 +60,10 @@ def _reaping_popen_rss(cmd: list[str], env: dict[str, str] | None) -> tuple[str,
     return out, err, wall, usage.ru_maxrss / 1024
 
 
-def tg_round(path: str, threads: int, prompt: int, decode: int, context: int) -> dict[str, float]:
+def tg_round(path: str, threads: int, prompt: int, decode: int, context: int, int8: bool = False) -> dict[str, float]:
     env = dict(os.environ, THREADS=str(threads))
     cmd = [sys.executable, "-m", "tg_llm", "--model", path, "--device", "CPU", "--context", str(context)]
+    cmd += ["--int8-activations"] if int8 else []
     out, err, _, rss = _reaping_popen_rss([*cmd, "--benchmark", str(decode), "--prompt-tokens", str(prompt)], env)
     rows = {r["bench"]: r["value"] for r in (json.loads(x) for x in out.splitlines() if x.startswith("{"))}
     load = re.search(r"in ([\d.]+) s", err)
@@ -101,10 +103,12 @@ def bench_cpu_peer(emit: Any, path: str) -> None:
     contexts = [int(c) for c in os.getenv("CONTEXTS", "512,8192").split(",")]
     bindir = llamacpp_bin()
     tg_round(path, threads, prompt, 2, contexts[0])  # compile (tg's disk cache), not timed
-    rounds: dict[str, list[dict[str, float]]] = {f"tg@{c}": [] for c in contexts} | {"llama.cpp": []}
+    rounds: dict[str, list[dict[str, float]]] = {f"tg@{c}": [] for c in contexts}
+    rounds |= {f"tg-int8@{contexts[0]}": [], "llama.cpp": []}
     for _ in range(repeat):
         for c in contexts:
             rounds[f"tg@{c}"].append(tg_round(path, threads, prompt, decode, c))
+        rounds[f"tg-int8@{contexts[0]}"].append(tg_round(path, threads, prompt, decode, contexts[0], int8=True))
         if bindir:
             rounds["llama.cpp"].append(llamacpp_round(bindir, path, threads, prompt, decode))
     params = dict(model=os.path.basename(path), threads=threads, prompt_tokens=prompt, decode_tokens=decode)
@@ -123,8 +127,10 @@ def bench_cpu_peer(emit: Any, path: str) -> None:
     first = f"tg@{contexts[0]}"
     if "llama.cpp" in med:
         for key in ("prefill", "decode"):
-            if med["llama.cpp"].get(key):
-                emit(f"llm_{key}_ratio", "tg/llama.cpp", med[first][key] / med["llama.cpp"][key], "x", **params)
+            for impl in ("tg", "tg-int8"):
+                if med["llama.cpp"].get(key):
+                    ratio = med[f"{impl}@{contexts[0]}"][key] / med["llama.cpp"][key]
+                    emit(f"llm_{key}_ratio", f"{impl}/llama.cpp", ratio, "x", **params)
     for c in contexts[1:]:  # decode at a long context against the first: the cost follows the position
         emit(
             "llm_decode_context_ratio",
