@@ -17,6 +17,7 @@ MODULES = [
     "tg_nn.gguf_format",
     "tg_nn.quant",
     "tg_nn.quant_cpu",
+    "tg_nn.quant_cpu_float",
     "tg_nn.quant_gpu",
     "tg_nn.kv_cache",
     "tg_nn.sampling",
