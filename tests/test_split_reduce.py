@@ -56,3 +56,29 @@ def test_no_split_without_a_divisor() -> None:
     assert sr.split_reduce(node) is not None  # 7 outputs: the chunk form
     prime = Tensor(np.ones((40, 32771), np.float32)).uop.r(sr.Ops.ADD, (1,))
     assert sr.split_axis(prime) is None and sr.split_reduce(prime) is None
+
+
+def test_sum_of_an_indivisible_length_is_split_with_zero_padding(device: str) -> None:
+    """10,007 x 7 floats (no chunking divides it): the sum pads zeros to a length that splits evenly, so each chunk
+    is long enough for a workgroup to share; a max of the same is left as it is. Both equal numpy."""
+    x = np.random.default_rng(3).standard_normal(70049).astype(np.float32)
+    node = Tensor(x).uop.r(sr.Ops.ADD, (0,))
+    split = sr.split_reduce(node)
+    assert split is not None and any(u.op is sr.Ops.PAD for u in split.toposort)
+    assert sr.split_reduce(Tensor(x).uop.r(sr.Ops.MAX, (0,))) is None
+    t = Tensor(x, device=device)
+    np.testing.assert_allclose(t.sum().numpy(), x.astype(np.float64).sum(), rtol=1e-5)
+    np.testing.assert_allclose(t.max().numpy(), x.max())
+
+
+def test_split_k_fills_the_compute_units(device: str) -> None:
+    """A weight-gradient-like sum (16384 rows into 96 outputs) on a device of 132 units is cut in G parts whose
+    partials fill them (split-K); on a device of none (a CPU) it is left whole. The split sum equals numpy."""
+    x = np.random.default_rng(4).standard_normal((4096, 96)).astype(np.float32)
+    node = Tensor(x, device=device).uop.r(sr.Ops.ADD, (0,))
+    assert sr.split_for_units(node, 0) is None
+    split = sr.split_for_units(node, 132)
+    assert split is not None
+    partials = split.src[0].src[0]
+    assert partials.shape is not None and partials.shape[0] >= 2  # G partials per output
+    np.testing.assert_allclose(Tensor(split).numpy(), x.astype(np.float64).sum(0, keepdims=True), rtol=1e-4, atol=1e-4)

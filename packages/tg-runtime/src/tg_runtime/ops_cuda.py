@@ -364,7 +364,7 @@ class CUDADevice(Compiled):
         super().__init__(
             name,
             CUDAAllocator(drv),
-            CUDARenderer(drv.arch, drv.limits()),
+            CUDARenderer(drv.arch, drv.limits(), drv.attribute(16)),  # 16: MULTIPROCESSOR_COUNT
             NVRTCCompiler(drv.arch),
             lambda fname, lib, shared_bytes=0: CUDAProgram(drv, fname, lib, shared_bytes),
         )

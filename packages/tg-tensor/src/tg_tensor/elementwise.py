@@ -696,7 +696,12 @@ class ElementwiseMixin:
     def cast(self: Tensor, dtype: DType | str) -> Tensor:
         """This tensor as `dtype` (a DType or its name, e.g. "uint8")."""
         dtype = to_dtype(dtype)
-        return self if self.dtype == dtype else type(self)(self.uop.cast(dtype))
+        if self.dtype == dtype:
+            return self
+        if self.uop.op is Ops.EXPAND:  # cast before the broadcast: once per element, and a matmul operand narrowed to
+            src = self.uop.src[0]  # 16 bits (the gradient reaching an autocast product) stays a 16-bit read
+            return type(self)(src.cast(dtype).expand(self.uop.arg))
+        return type(self)(self.uop.cast(dtype))
 
     def bitcast(self: Tensor, dtype: DType | str) -> Tensor:
         """Reinterpret the bits as `dtype` (same item size)."""

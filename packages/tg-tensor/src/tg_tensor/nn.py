@@ -91,7 +91,10 @@ class NNMixin(ConvMixin):
             shape = tuple(int(s) for s in self.shape)
             bits, _ = state.bits(shape, self.device)
             uniform = type(self)(to_unit_float(bits, shape, self.device))
-        return (uniform >= p).where(self, 0) * (1 / (1 - p))
+        # the mask is stored (a byte per element), not recomputed from the random stream by every kernel that reads
+        # it (the forward's and the backward's: ~100 integer operations per element each time)
+        keep = (uniform >= p).contiguous()
+        return keep.where(self, 0) * (1 / (1 - p))
 
     def scaled_dot_product_attention(
         self: Tensor,

@@ -22,8 +22,9 @@ import itertools
 import weakref
 from dataclasses import dataclass, field
 
-from tg_runtime.device import Buffer
+from tg_runtime.device import Buffer, Device, DeviceSet
 from tg_shape import ShapeTracker
+from tg_tensor.fusion_cost import FusionCost
 from tg_tensor.lift_consts import lift_changing_consts
 from tg_tensor.realizer import Realizer, ScheduleItem, current
 from tg_tensor.source import is_source_kernel, source_program
@@ -251,6 +252,8 @@ class _KernelBuilder:
         uses = prod(st.shape) // max(1, prod(shape))
         if uses < REPEAT_MIN_USES:
             return False
+        if node.op is Ops.CAST and node.dtype in HALF_FLOATS and node.src[0].dtype.itemsize > node.dtype.itemsize:
+            return True  # a matmul operand narrowed to 16 bits is stored so: reread at half the bytes, on tensor cores
         alus, bufs = self.sched.elementwise_cost(node, self.root)
         return alus >= REPEAT_MAX_ALUS or bufs >= REPEAT_MAX_BUFFERS
 
@@ -260,6 +263,7 @@ class _KernelBuilder:
 REPEAT_MIN_USES = 8
 REPEAT_MAX_ALUS = 4
 REPEAT_MAX_BUFFERS = 3
+HALF_FLOATS = (dtypes.float16, dtypes.bfloat16)
 
 
 def _elements(n: UOp) -> int | None:
@@ -638,16 +642,29 @@ def create_copy_kernel(buf: UOp) -> tuple[ScheduleItem, UOp]:
     return item, next(iter(becomes.values())).base
 
 
+def compute_units(device: str | tuple[str, ...] | None) -> int:
+    """The compute units (a GPU's SMs) a kernel on `device` should fill; 0 for CPUs and device sets."""
+    if not isinstance(device, str) or isinstance(device, DeviceSet):
+        return 0
+    return Device[device].renderer.compute_units
+
+
 def _create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
     sched = Scheduler()
     realized = sched.r.realized
     becomes: dict[UOp, UOp] = {}
     rewritten: dict[UOp, UOp] = {}  # by split_reduces, across the roots
+    todo: dict[UOp, UOp] = {}  # root -> the node its kernels compute
     for root in roots:
-        r = split_reduces(sched.r.resolve(root), realized, rewritten)
+        r = split_reduces(sched.r.resolve(root), realized, rewritten, compute_units(root.device))
         if r.op is Ops.BUFFER or (r.base.op is Ops.BUFFER and all(n.op in GroupOp.Movement for n in _chain(r))):
             becomes[root] = r
-            continue
+        else:
+            todo[root] = r
+    # nodes several kernels would recompute at a higher cost than loading them get kernels of their own
+    cost = FusionCost(sched.r.resolve, lambda n: n in sched.forced, buffer_of)
+    sched.forced.update(cost.computed_once(todo.values()))
+    for root, r in todo.items():
         sched.schedule_node(r)
         becomes[root] = realized[r]
     return sched.items, becomes

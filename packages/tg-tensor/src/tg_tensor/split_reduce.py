@@ -13,7 +13,7 @@ Without the split, the conv weight gradient of the MNIST step ran on 18 blocks o
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from tg_uop import Ops, UOp
 from tg_uop.helpers import prod
@@ -24,13 +24,16 @@ SPLIT_REDUCE_OUT = 16
 # TinyJit replay: 2834-2871 GB/s vs 2544-2578 with 64, torch 2839-2846 in the same runs; bench/sweep_sum_split.py)
 SPLIT_CHUNKS = (128, 64, 32, 16)
 SPLIT_LANES = 8
+SPLIT_INNER = 32  # a chunk's length per lane: a multiple of this lets a workgroup share it (the GPU's GROUP)
 SPLIT_AXIS_MAX_PARTIALS = 1 << 22  # the first kernel of split_axis writes at most this many partials
 SPLIT_AXIS_PARTS = (256, 8)  # G, the parts an axis is cut into: the largest in this range that divides it
 SPLIT_AXIS_LAST = False  # G outermost (MNIST step 217 steps/s, vs 96 with G last: bench/sweep_split.py)
 
 
-def _splits(u: UOp) -> bool:
-    return not is_one_hot_sum(u) and (split_reduce(u) is not None or split_axis(u) is not None)
+def _splits(u: UOp, units: int) -> bool:
+    if is_one_hot_sum(u):
+        return False
+    return split_reduce(u) is not None or split_axis(u) is not None or split_for_units(u, units) is not None
 
 
 def compares_with_arange(node: UOp, resolve: Mapping[UOp, UOp] | None = None) -> bool:
@@ -70,14 +73,32 @@ def split_reduce(node: UOp) -> UOp | None:
     if not all(isinstance(s, int) for s in shape) or prod(out) > SPLIT_REDUCE_OUT:
         return None
     red = prod(shape[a] for a in axes)
-    chunks = next((g for g in SPLIT_CHUNKS if red % (g * SPLIT_LANES) == 0), None)
+    chunks, pad = _chunking(red, node.arg[0])
     if red < SPLIT_REDUCE_MIN or chunks is None:
         return None
     keep = [i for i in range(len(shape)) if i not in axes]
-    split = (chunks, red // (chunks * SPLIT_LANES), SPLIT_LANES)
-    flat = src.permute(tuple(keep + list(axes))).reshape(tuple(shape[i] for i in keep) + split)
+    split = (chunks, (red + pad) // (chunks * SPLIT_LANES), SPLIT_LANES)
+    flat = src.permute(tuple(keep + list(axes))).reshape(tuple(shape[i] for i in keep) + (red,))
+    if pad:
+        flat = flat.pad(((0, 0),) * len(keep) + ((0, pad),))
+    flat = flat.reshape(tuple(shape[i] for i in keep) + split)
     stage1 = flat.r(node.arg[0], (len(keep) + 1,))
     return stage1.r(node.arg[0], (len(keep), len(keep) + 2)).reshape(out)
+
+
+def _chunking(red: int, op: Ops) -> tuple[int | None, int]:
+    """(G, padding): the chunks of a split reduction of length `red` and the zeros appended to it.
+
+    Each chunk's length per lane should be a multiple of SPLIT_INNER, so that a workgroup shares it (GROUP); a sum
+    that no G divides so is padded with zeros to one that does (10,778,112 floats: 1,536 zeros), a max is split as
+    it divides (or not at all)."""
+    for g in SPLIT_CHUNKS:
+        if red % (g * SPLIT_LANES * SPLIT_INNER) == 0:
+            return g, 0
+    if op is Ops.ADD:  # (zeros change no sum)
+        unit = SPLIT_CHUNKS[0] * SPLIT_LANES * SPLIT_INNER
+        return SPLIT_CHUNKS[0], -red % unit
+    return next(((g, 0) for g in SPLIT_CHUNKS if red % (g * SPLIT_LANES) == 0), (None, 0))
 
 
 def split_axis(node: UOp) -> UOp | None:
@@ -88,11 +109,53 @@ def split_axis(node: UOp) -> UOp | None:
     """
     src = node.src[0]
     shape, out = tuple(src.shape or ()), tuple(node.shape or ())
-    axes = node.arg[1]
     if not all(isinstance(s, int) for s in shape) or prod(shape) // max(1, prod(out)) < SPLIT_REDUCE_MIN:
         return None
     most = min(SPLIT_AXIS_PARTS[0], SPLIT_AXIS_MAX_PARTIALS // max(1, prod(out)))
-    cut = next(((a, g) for a in axes for g in range(most, SPLIT_AXIS_PARTS[1] - 1, -1) if shape[a] % g == 0), None)
+    return _split_in_parts(node, range(most, SPLIT_AXIS_PARTS[1] - 1, -1))
+
+
+# Split-K: a reduction long enough per output whose outputs fill fewer thread blocks than the device has compute
+# units (a weight gradient: 384 x 1536 outputs, each a sum over batch x time = 16384, made 72 blocks of an H200's
+# 132 SMs) is cut in G parts, G the smallest power of two giving SPLIT_K_WAVES blocks per unit.
+SPLIT_K_MIN = 1024  # the reduction per output at least this long ...
+SPLIT_K_PART_MIN = 256  # ... and each of the G parts at least this long
+SPLIT_K_TILE = 8192  # outputs of one thread block in a long reduction (the GPU heuristic's 128 x 64 matmul tile)
+SPLIT_K_WAVES = 2
+SPLIT_K_MAX = 32
+
+
+def split_for_units(node: UOp, units: int) -> UOp | None:
+    """A long reduction to too few outputs to keep `units` compute units busy, cut in G parts (split-K).
+
+    >>> from tg_uop import Ops, UOp, dtypes
+    >>> x = UOp.new_buffer("CPU", 384 * 16384, dtypes.float32).reshape((16384, 384))
+    >>> split_for_units(x.r(Ops.ADD, (0,)), units=132).src[0].src[0].shape  # the partials: 32 per output
+    (32, 1, 384)
+    >>> split_for_units(x.r(Ops.ADD, (0,)), units=0) is None  # (a CPU: its threads split the outputs)
+    True
+    """
+    src = node.src[0]
+    shape, out = tuple(src.shape or ()), tuple(node.shape or ())
+    if units <= 0 or not all(isinstance(s, int) for s in shape):
+        return None
+    outs, red = prod(out), prod(shape) // max(1, prod(out))
+    blocks = -(-outs // SPLIT_K_TILE)
+    if red < SPLIT_K_MIN or blocks >= units:
+        return None
+    want = min(SPLIT_K_MAX, red // SPLIT_K_PART_MIN, -(-SPLIT_K_WAVES * units // blocks))
+    g = 1 << max(0, (want - 1).bit_length())  # the smallest power of two >= want
+    return _split_in_parts(node, [p for p in (g, g // 2, g // 4) if p >= 2 and p * SPLIT_K_PART_MIN <= red])
+
+
+def _split_in_parts(node: UOp, parts: Iterable[int]) -> UOp | None:
+    """`node` with a reduce axis cut in G parts (the first of `parts` that divides one), the G partials as a
+    new output axis of a first reduction, then summed by a second one; None when no part count divides."""
+    src = node.src[0]
+    shape, out = tuple(src.shape or ()), tuple(node.shape or ())
+    axes = node.arg[1]
+    parts = list(parts)
+    cut = next(((a, g) for a in axes for g in parts if shape[a] % g == 0), None)
     if cut is None:
         return None
     a, g = cut
@@ -104,14 +167,17 @@ def split_axis(node: UOp) -> UOp | None:
     return partials.r(node.arg[0], (len(shape) if SPLIT_AXIS_LAST else 0,)).reshape(out)
 
 
-def split_reduces(root: UOp, realized: Mapping[UOp, UOp], done: dict[UOp, UOp] | None = None) -> UOp:
-    """`root` with every long reduction (not yet realized) replaced by its two-stage form.
+def split_reduces(
+    root: UOp, realized: Mapping[UOp, UOp], done: dict[UOp, UOp] | None = None, units: int = 0
+) -> UOp:
+    """`root` with every long reduction (not yet realized) replaced by its two-stage form; `units`: the compute
+    units of the device (0: none to fill, no split-K).
 
     `done` (original -> rewritten node) is shared by the roots of one schedule: a node two roots read (an
     optimizer state's ASSIGN read by the parameter's update) is rewritten once, so it is scheduled once.
     """
     nodes = root.toposort
-    if not any(u.op is Ops.REDUCE_AXIS and u not in realized and _splits(u) for u in nodes):
+    if not any(u.op is Ops.REDUCE_AXIS and u not in realized and _splits(u, units) for u in nodes):
         return root
     done = {} if done is None else done
     for u in nodes:
@@ -122,5 +188,5 @@ def split_reduces(root: UOp, realized: Mapping[UOp, UOp], done: dict[UOp, UOp] |
             continue
         new = u.replace(src=tuple(done[s] for s in u.src))
         split = new.op is Ops.REDUCE_AXIS and not is_one_hot_sum(new)
-        done[u] = (split_reduce(new) or split_axis(new) or new) if split else new
+        done[u] = (split_reduce(new) or split_axis(new) or split_for_units(new, units) or new) if split else new
     return done[root]

@@ -92,6 +92,9 @@ class Renderer:
     limits: LaunchLimits | None = None  # per-launch limits of a GPU (threads, block/grid sizes, shared memory)
     tensor_cores: tuple[object, ...] = ()
     emulate_bf16: bool = False  # bf16 math in float32, bf16 stored as 16-bit integers (bf16.py)
+    # processors that each run whole thread blocks (a GPU's SMs); 0: not a device that needs a kernel cut into many
+    # blocks to be busy. The scheduler splits a long reduction to too few outputs over them (split_reduce.py).
+    compute_units: int = 0
 
     def render(self, name: str, uops: list[UOp]) -> str:
         raise NotImplementedError(f"{type(self).__name__} does not render programs")

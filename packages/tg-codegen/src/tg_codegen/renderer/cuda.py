@@ -30,10 +30,12 @@ class CUDARenderer(CStyleLanguage):
 
     code_for_op = {**CStyleLanguage.code_for_op, Ops.WMMA: lambda a, b, c, dt: f"__tg_mma_{dt.name}({a},{b},{c})"}
 
-    def __init__(self, arch: str = "sm_90", limits: LaunchLimits | None = None) -> None:
+    def __init__(self, arch: str = "sm_90", limits: LaunchLimits | None = None, compute_units: int = 0) -> None:
         if not isinstance(arch, str) or not arch.startswith("sm_") or not arch[3:].isdigit():
             raise ValueError(f"CUDARenderer: arch must look like 'sm_90', got {arch!r}")
         self.arch = arch
+        # the SMs of the device when it is open; else those of the arch's data-center part (H100/H200: 132)
+        self.compute_units = compute_units or _SMS.get(arch, 108)
         # the device's, when it is open; else those of the arch, with the shared memory a block may opt in to
         self.limits = limits if limits is not None else LaunchLimits(shared_bytes=_OPTIN_SHARED.get(arch, 48) * 1024)
         self._dynamic: dict[str, int] | None = None  # while rendering: shared buffers' offsets in dynamic memory
@@ -228,6 +230,8 @@ _PTX_TYPES = {dtypes.float16: "f16", dtypes.bfloat16: "bf16", dtypes.float32: "t
 STATIC_SHARED_BYTES = 48 * 1024  # the most shared memory a kernel declares statically; beyond it, dynamic
 # the shared memory (KiB) a block may opt in to, by arch (CUDA programming guide, compute capabilities table)
 _OPTIN_SHARED = {"sm_80": 163, "sm_86": 99, "sm_87": 163, "sm_89": 99, "sm_90": 227}
+# SMs of the usual part of an arch, for a renderer without a device (A100 108, A10 72, L4 58, H100 SXM / H200 132)
+_SMS = {"sm_80": 108, "sm_86": 72, "sm_89": 58, "sm_90": 132}
 
 
 def _smem_align(u: UOp) -> int:
