@@ -13,6 +13,7 @@ import pytest
 
 from tg import Device, Tensor
 from tg_runtime import runner
+from tg_runtime.ops_cpu import ClangCompiler
 
 
 def _reductions(seed: int) -> tuple[list[Tensor], list[np.ndarray]]:
@@ -86,3 +87,42 @@ def test_a_forked_child_waits_for_none_of_its_parents_compiles() -> None:
         assert os.WEXITSTATUS(status) == 0
     finally:
         runner._compiling.pop(key, None)
+
+
+class _OneByOne(ClangCompiler):
+    """The C compiler without batches: like NVRTC, one kernel at a time, so compile_all hands it to processes."""
+
+    batches = False
+
+
+def _pool_device(name: str) -> Any:
+    from tg_codegen.renderer.cstyle import ClangRenderer
+    from tg_runtime.device import Compiled
+    from tg_runtime.ops_cpu import CPUAllocator, CPUProgram
+
+    return Compiled(name, CPUAllocator(), ClangRenderer(1), _OneByOne(), CPUProgram)
+
+
+def test_kernels_render_and_compile_in_worker_processes(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """A device whose compiler builds one kernel at a time (NVRTC) gets a schedule's kernels rendered and compiled
+    by forked worker processes (Python codegen in parallel), and they compute what numpy does."""
+    from tg_runtime import build_pool
+
+    monkeypatch.setenv("COMPILE_WORKERS", "2")
+    monkeypatch.setenv("CACHEDB", str(tmp_path / "cache.db"))
+    Device.register("POOLCPU", _pool_device)
+    submitted: list[str] = []
+    real = build_pool.submit
+
+    def counting(ast: Any, renderer: Any, compiler: Any) -> Any:
+        submitted.append(compiler.__class__.__name__)
+        return real(ast, renderer, compiler)
+
+    monkeypatch.setattr(build_pool, "submit", counting)
+    a = np.arange(48 * 32, dtype=np.float32).reshape(48, 32)
+    x = Tensor(a, device="POOLCPU")
+    outs = [(x[: 48 - i] * 3 + 1).relu().sum(axis=1) for i in range(12)]  # 12 kernels of 12 shapes
+    Tensor.realize(*outs)
+    assert len(submitted) >= build_pool.MIN_KERNELS and set(submitted) == {"_OneByOne"}
+    for i, out in enumerate(outs):
+        np.testing.assert_allclose(out.numpy(), np.maximum(a[: 48 - i] * 3 + 1, 0).sum(axis=1), rtol=1e-6)

@@ -97,6 +97,10 @@ class Compiler:
     def compile_cached(self, src: str) -> bytes:
         return self.compile_cached_many([src])[0]
 
+    def remember(self, src: str, lib: bytes) -> None:
+        """Keep `lib` as the binary of `src` (built by this compiler in another process)."""
+        _compiled[_memory_key(self, src)] = lib
+
     def compile_cached_many(self, srcs: list[str]) -> list[bytes]:
         """`compile_many` of the sources not compiled before in this process (their binaries are kept)."""
         found = {src: lib for src in srcs if (lib := _compiled.get(_memory_key(self, src))) is not None}

@@ -9,7 +9,7 @@ import dataclasses
 import os
 import re
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from tg_codegen.opt import Opt
 from tg_codegen.program import get_program
@@ -17,6 +17,7 @@ from tg_codegen.program_cache import get_program_cached
 from tg_codegen.renderer import ProgramSpec
 from tg_codegen.search import beam_search
 from tg_codegen.tensorcore import ALLOW_TF32
+from tg_runtime import build_pool
 from tg_runtime.device import Buffer, Device, Program, launcher_of, program_extra
 from tg_runtime.search import DeviceSearchTarget
 from tg_uop import Ops, UOp
@@ -172,8 +173,13 @@ def compile_all(kernels: list[tuple[str, UOp]]) -> None:
     todo: dict[tuple[str, UOp, int], UOp] = {}
     for device, ast in kernels:
         key = (Device.canonicalize(device), ast, ALLOW_TF32.value)
-        if key not in _runner_cache and key not in _compiling and Device[key[0]].compiler.threadsafe:
+        if key not in _runner_cache and key not in _compiling:
             todo[key] = ast
+    if len(todo) >= build_pool.MIN_KERNELS and build_pool.workers():
+        for key in [k for k in todo if build_pool.can_travel(Device[k[0]].renderer, Device[k[0]].compiler)]:
+            dev = Device[key[0]]
+            _compiling[key] = (build_pool.submit(todo.pop(key), dev.renderer, dev.compiler), None)
+    todo = {key: ast for key, ast in todo.items() if Device[key[0]].compiler.threadsafe}
     if len(todo) < 2:
         return
     if (pool := _pool.get(os.getpid())) is None:
@@ -210,8 +216,10 @@ def compile_all(kernels: list[tuple[str, UOp]]) -> None:
             _compiling[key] = (job, spec)
 
 
-# kernels compile_all handed to the compiler threads, by get_runner's key: (their batch's job, the kernel)
-_compiling: dict[tuple[str, UOp, int], tuple[Future[list[bytes]], ProgramSpec]] = {}
+# kernels compile_all handed to the compiler threads, by get_runner's key: (their batch's job, the kernel), or to
+# the worker processes: (the job giving the kernel and its binary, None)
+_Built = tuple[ProgramSpec, bytes]
+_compiling: dict[tuple[str, UOp, int], tuple[Future[list[bytes]], ProgramSpec] | tuple[Future[_Built], None]] = {}
 os.register_at_fork(after_in_child=_compiling.clear)  # (a forked child has none of its parent's threads)
 
 
@@ -221,9 +229,14 @@ def _from_batch(key: tuple[str, UOp, int]) -> CompiledRunner | None:
     alone, and a kernel that fails to compile raises where it runs, in order)."""
     if (pending := _compiling.pop(key, None)) is None or BEAM >= 1:
         return None
-    job, spec = pending
+    job, known = pending
     if job.exception() is not None:
         return None
+    if known is not None:
+        spec = known
+    else:  # built by a worker process: its binary goes into this process's compile cache
+        spec, lib = cast("_Built", job.result())
+        Device[key[0]].compiler.remember(spec.src, lib)
     ret = _runner_cache[key] = CompiledRunner(spec, device=key[0])  # (the binary is in the compile cache now)
     return ret
 
