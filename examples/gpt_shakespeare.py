@@ -50,6 +50,10 @@ LR = float(env("LR", 1e-3 if BIG else 2e-3))
 WARMUP = int(env("WARMUP", 100))
 CLIP = float(env("CLIP", 1.0))
 EVAL_EVERY = int(env("EVAL_EVERY", 250))
+# DTYPE=bf16 (or fp16): mixed precision, the matmuls and the attention in that dtype on tensor cores; the weights,
+# AdamW's state, the layer norms, the softmax and the loss stay float32. ALLOW_TF32=1: float32 matmuls in TF32.
+_DTYPE = str(env("DTYPE", "fp32"))
+DTYPE = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}.get(_DTYPE, _DTYPE)
 LOG_EVERY = int(env("LOG_EVERY", 10))
 EVAL_BATCHES = int(env("EVAL_BATCHES", 20))
 SEED = int(env("SEED", 1337))
@@ -92,7 +96,10 @@ def main() -> None:
     rng = np.random.default_rng(SEED)
     train_t, val_t, vocab = shakespeare()
     train, val = train_t.numpy(), val_t.numpy()
-    cfg = GPTConfig(vocab_size=len(vocab), block_size=BLOCK, n_layer=LAYERS, n_head=HEADS, n_embd=EMBD, dropout=DROPOUT)
+    cfg = GPTConfig(
+        vocab_size=len(vocab), block_size=BLOCK, n_layer=LAYERS, n_head=HEADS, n_embd=EMBD, dropout=DROPOUT,
+        compute_dtype=DTYPE,
+    )
     model = GPT(cfg)
     params = get_parameters(model)
     n_params = sum(int(np.prod(p.shape)) for p in params)
@@ -101,7 +108,8 @@ def main() -> None:
     if SHARDED:  # data parallel: a full copy of the model on every device
         for p in params:
             p.to_(GPUS)
-    opt = AdamW(params, lr=LR, weight_decay=0.1)
+    # fused: the parameters in one flat buffer, so the update and the clipping are a few kernels for all of them
+    opt = AdamW(params, lr=LR, weight_decay=0.1, fused=not SHARDED)
 
     @TinyJit
     def train_step(x: Tensor, y: Tensor) -> Tensor:
@@ -110,12 +118,8 @@ def main() -> None:
             x, y = split(x, y)
             loss = model.loss(x, y)
             loss.backward()
-            grads = [p.grad for p in opt.params if p.grad is not None]
-            norm = Tensor.stack(*[(g.float() * g.float()).sum() for g in grads]).sum().sqrt()
-            scale = (CLIP / (norm + 1e-6)).minimum(1.0)
-            for p in opt.params:
-                if p.grad is not None:
-                    p.grad = p.grad * scale
+            if CLIP > 0:
+                opt.clip_grad_norm(CLIP)  # the global gradient norm, clipped to CLIP (0: no clipping)
             opt.step()
         return one_device(loss).realize()
 
@@ -133,11 +137,14 @@ def main() -> None:
 
     start = time.perf_counter()
     last_t, last_step, val_loss = start, 0, "-"  # no validation loss before the first evaluation
-    step = 0
+    step, first_step_s, eval_s = 0, 0.0, 0.0  # (the first step compiles; evaluations are not training)
     for step in range(STEPS):
         opt.lr.assign(Tensor([lr_at(step)], dtype=dtypes.float32, device=opt.lr.device)).realize()
         x, y = batches(train, rng)
         loss = train_step(Tensor(x, dtype=dtypes.int32), Tensor(y, dtype=dtypes.int32))
+        if step == 0:
+            loss.item()
+            first_step_s = time.perf_counter() - start
         if step % LOG_EVERY == 0 or step == STEPS - 1:
             train_loss = loss.item()
             now = time.perf_counter()
@@ -147,15 +154,20 @@ def main() -> None:
             print(f"\r[{bar:<30s}] step {step + 1:5d}/{STEPS} loss {train_loss:.3f} val {val_loss} "
                   f"{tok_s:8.0f} tok/s {now - start:6.0f}s", end="", flush=True)
         if EVAL_EVERY > 0 and (step + 1) % EVAL_EVERY == 0:  # EVAL_EVERY=0: only at the end
+            eval_start = time.perf_counter()
             loss_val = evaluate(val)
             val_loss, seconds = f"{loss_val:.3f}", time.perf_counter() - start
             print(f"\nstep {step + 1}: train {evaluate(train):.4f} val {loss_val:.4f} ({seconds:.0f}s)")
+            eval_s += time.perf_counter() - eval_start
         if TIME_LIMIT and time.perf_counter() - start > TIME_LIMIT:
             print(f"\nTIME_LIMIT={TIME_LIMIT:.0f}s reached at step {step + 1}")
             break
+    loss.item()
     elapsed = time.perf_counter() - start
+    train_s = elapsed - first_step_s - eval_s
+    print(f"\nfirst step {first_step_s:.2f}s (its kernels compile), then {step / max(train_s, 1e-9):.2f} train steps/s")
     train_final, val_final = evaluate(train), evaluate(val)
-    print(f"\nfinal: train loss {train_final:.4f} val loss {val_final:.4f} after {step + 1} steps in {elapsed:.0f}s "
+    print(f"final: train loss {train_final:.4f} val loss {val_final:.4f} after {step + 1} steps in {elapsed:.0f}s "
           f"({(step + 1) * BS * BLOCK / elapsed:.0f} tokens/s)")
     if SHARDED:  # the checkpoint and the sample from the first device's copy
         for p in params:
