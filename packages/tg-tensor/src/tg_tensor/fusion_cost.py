@@ -45,7 +45,6 @@ from tg_tensor.split_reduce import compares_with_arange
 from tg_uop import GroupOp, Ops, UOp
 from tg_uop.helpers import prod
 
-OWN_KERNEL = (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN, Ops.COLLECTIVE)  # always computed by a kernel of their own
 MAX_WALK = 1024  # nodes visited to find what a node reads; a node with a larger graph under it is not weighed
 ALU_PER_BYTE = 8  # ALU operations that cost what a byte of memory traffic does (GPUs and CPUs: ~8-16 per byte)
 
@@ -66,7 +65,9 @@ def _nbytes(n: UOp) -> int | None:
 
 class FusionCost:
     """Finds the nodes of a graph (given by its roots) worth computing once; `resolve` maps a node to what
-    stands for it now (a realized node to its BUFFER), `is_own` says whether a node gets its own kernel anyway."""
+    stands for it now (a realized node to its BUFFER), `is_own` whether a node gets its own kernel anyway (CONTIGUOUS,
+    ASSIGN, COPY, a collective, a source kernel, a node the scheduler forced), `memory` the memory a BUFFER node is a
+    version of."""
 
     def __init__(
         self, resolve: Callable[[UOp], UOp], is_own: Callable[[UOp], bool], memory: Callable[[UOp], object]
@@ -76,7 +77,7 @@ class FusionCost:
         self.versioned: set[int] = set()  # ids of the memories the graph reads in more than one version
 
     def is_anchor(self, n: UOp) -> bool:
-        return n in self.anchors or n.op is Ops.REDUCE_AXIS or n.op in OWN_KERNEL or self.is_own(n)
+        return n in self.anchors or n.op is Ops.REDUCE_AXIS or self.is_own(n)
 
     def computed_once(self, roots: Iterable[UOp]) -> list[UOp]:
         """The elementwise nodes under `roots` that the rule gives a kernel of their own, consumers first."""

@@ -662,7 +662,7 @@ def _create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UO
         else:
             todo[root] = r
     # nodes several kernels would recompute at a higher cost than loading them get kernels of their own
-    cost = FusionCost(sched.r.resolve, lambda n: n in sched.forced, buffer_of)
+    cost = FusionCost(sched.r.resolve, lambda n: sched.is_boundary(n, n), buffer_of)
     sched.forced.update(cost.computed_once(todo.values()))
     for root, r in todo.items():
         sched.schedule_node(r)
