@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tg import Tensor, dtypes
-from tg.nn.optim import SGD, AdamW, LAMB
+from tg.nn.optim import LAMB, SGD, AdamW
 from tg.nn.state import get_state_dict, load_state_dict
 
 SHAPES = [(3, 4), (4,), (2, 2, 3)]

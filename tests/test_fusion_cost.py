@@ -109,6 +109,7 @@ def test_big_gpt_step_fills_an_h200(gpu_like: str, dtype: str) -> None:
     than 1 GFLOP launches at least as many thread blocks as an H200 has SMs (132) when rendered for sm_90; the weight
     gradients (16384-long reductions into 384 x 1536 outputs) made 72 before split-K. In bf16 every product of
     the layers takes the tensor cores."""
+    assert Device.DEFAULT == gpu_like
     cfg = GPTConfig(vocab_size=65, block_size=256, n_layer=1, n_head=6, n_embd=384, dropout=0.2, compute_dtype=dtype)
     renderer = CUDARenderer("sm_90")
     big, tc = 0, 0

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
-import multiprocessing
 import os
 import pickle
 from typing import TYPE_CHECKING
@@ -40,7 +39,7 @@ MIN_KERNELS = 8  # fewer kernels than this are rendered in the program itself (a
 def workers() -> int:
     """How many worker processes the pool has (0: no pool)."""
     n = getenv("COMPILE_WORKERS", min(16, len(os.sched_getaffinity(0))))
-    return n if n > 1 and "fork" in multiprocessing.get_all_start_methods() else 0
+    return n if n > 1 and hasattr(os, "fork") else 0
 
 
 _pools: dict[int, ProcessPoolExecutor] = {}  # by process id: a forked child never uses its parent's pool
@@ -48,6 +47,7 @@ _pools: dict[int, ProcessPoolExecutor] = {}  # by process id: a forked child nev
 
 def _pool() -> ProcessPoolExecutor:
     if (pool := _pools.get(os.getpid())) is None:
+        import multiprocessing  # (imported by the first pool: `import tg` stays light)
         from concurrent.futures import ProcessPoolExecutor
 
         _pools.clear()
