@@ -1,5 +1,5 @@
 """The compile cache across processes: a second process of the same program starts no compiler at all (no
-kernel compile, no `--version`, no OpenMP probe); a corrupt or unwritable cache warns once and compiles."""
+kernel compile, no `--version`, no thread pool build); a corrupt or unwritable cache warns once and compiles."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ import json, subprocess
 kernel_runs = []
 _run = subprocess.run
 def counting_run(cmd, *a, **kw):
-    if "-lm" in cmd:  # a kernel build (not `--version` nor the OpenMP probe)
+    if "-lm" in cmd and "-pthread" not in cmd:  # a kernel build (not `--version` nor the thread pool)
         kernel_runs.append(cmd[0])
     return _run(cmd, *a, **kw)
 subprocess.run = counting_run

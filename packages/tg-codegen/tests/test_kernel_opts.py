@@ -79,9 +79,14 @@ def test_upcast_copy_renders_one_vector_load_per_store(gated: bool) -> None:
     assert ("?((tg_float8)*((tg_float8_u*)(data1+" in src) == gated
 
 
-def test_thread_renders_an_openmp_loop() -> None:
-    src = get_program(_matmul(), ClangRenderer(threads=2), opts=[Opt(OptOps.THREAD, 0, 2)]).src
-    assert "#pragma omp parallel for" in src
+def test_thread_renders_a_call_of_the_thread_pool() -> None:
+    """The THREAD loop's body becomes a function of one iteration; the kernel hands it to tg_parallel (threadpool.py)
+    with the loop's length and the renderer's threads. With one thread the loop stays a loop."""
+    src = get_program(_matmul(), ClangRenderer(threads=3), opts=[Opt(OptOps.THREAD, 0, 4)]).src
+    assert "static void r_4_4_16_32_chunk(void* tg_args, int tg_chunk) {" in src.replace("R_", "r_")
+    assert "tg_parallel(R_4_4_16_32_chunk, &tg_a, 4, 3);" in src and "for (int ridx0" not in src
+    serial = get_program(_matmul(), ClangRenderer(threads=1), opts=[Opt(OptOps.THREAD, 0, 4)]).src
+    assert "tg_parallel" not in serial and "for (int ridx0 = 0; ridx0 < 4; ridx0++) {" in serial
 
 
 def test_group_renders_local_memory_and_a_barrier() -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from tg_codegen.diskcache import reset_connections
 from tg_runtime import ops_cpu
-from tg_runtime.ops_cpu import ClangCompiler, CPUProgram, compiler_build, compiler_version, openmp_flags
+from tg_runtime.ops_cpu import ClangCompiler, CPUProgram, compiler_build, compiler_version, half_type
 
 SRC = "void k(float* restrict out) { out[0] = %s; }\n"
 CC = shutil.which("clang") or shutil.which("gcc") or shutil.which("cc")
@@ -30,7 +30,7 @@ def cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
 
 def _clear_compiler_facts() -> None:
     """What a new process would find out again (these are kept per process)."""
-    for fn in (compiler_build, compiler_version, openmp_flags):
+    for fn in (compiler_build, compiler_version, half_type):
         fn.cache_clear()
 
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from tg_codegen.diskcache import diskcache_get, diskcache_put
 from tg_codegen.renderer.cstyle import ClangRenderer
+from tg_codegen.renderer.threadpool import THREAD_POOL_C
 from tg_runtime.device import Allocator, Compiled, Compiler, UnusableCompilerError
 
 
@@ -99,7 +100,7 @@ def _malloc_trim() -> Callable[[int], int] | None:
 
 
 def find_cc() -> str:
-    """$CC if set; else clang or gcc, preferring one that can build OpenMP (threads); else cc."""
+    """$CC if set; else clang, gcc or cc, the first on PATH."""
     if cc := os.getenv("CC"):
         if not shutil.which(cc):
             raise UnusableCompilerError(
@@ -109,7 +110,7 @@ def find_cc() -> str:
     found = [cc for cc in ("clang", "gcc", "cc") if shutil.which(cc)]
     if not found:
         raise RuntimeError("the CPU device needs a C compiler: none of $CC, clang, gcc, cc was found on PATH")
-    return next((cc for cc in found if openmp_flags(cc)), found[0])
+    return found[0]
 
 
 @functools.cache
@@ -124,18 +125,19 @@ def compiler_build(cc: str) -> str:
 
 
 @functools.cache
-def openmp_flags(cc: str) -> tuple[str, ...]:
-    """("-fopenmp",) when `cc` can build and link OpenMP code, else () (loops then run on one core).
-
-    Found by a test compile once per compiler build (kept in the disk cache)."""
-    if isinstance(known := diskcache_get("cc_openmp", compiler_build(cc)), bool):
-        return ("-fopenmp",) if known else ()
+def half_type(cc: str) -> str:
+    """The C type of float16 for `cc`: `_Float16` where it compiles (gcc 12+, clang 15+ on x86), else `__fp16` (clang
+    14 on x86), a storage type whose arithmetic runs in float and rounds to half when assigned (the kernels assign
+    every op to a variable, so each op rounds once, as with _Float16). Asked once per compiler build (disk cache)."""
+    if isinstance(known := diskcache_get("cc_half", compiler_build(cc)), str):
+        return known
     with tempfile.TemporaryDirectory() as tmp:
-        src = "#include <omp.h>\nint f(void) { return omp_get_max_threads(); }\n"
-        cmd = [cc, "-shared", "-fPIC", "-fopenmp", "-x", "c", "-", "-o", os.path.join(tmp, "t.so")]
+        src = "_Float16 f(_Float16 a, _Float16 b) { return a * b; }\n"
+        cmd = [cc, "-c", "-x", "c", "-", "-o", os.path.join(tmp, "t.o")]
         ok = subprocess.run(cmd, input=src.encode(), capture_output=True).returncode == 0
-    diskcache_put("cc_openmp", compiler_build(cc), ok)
-    return ("-fopenmp",) if ok else ()
+    found = "_Float16" if ok else "__fp16"
+    diskcache_put("cc_half", compiler_build(cc), found)
+    return found
 
 
 @functools.cache
@@ -196,8 +198,10 @@ class ClangCompiler(Compiler):
     def __init__(self, cc: str | None = None, args: tuple[str, ...] | None = None) -> None:
         self.cc = cc or find_cc()
         # (no -ftree-vectorize: the renderer writes the vector code itself; gcc's vectorizer spent ~15% of the
-        # compile on the kernels of an MNIST step and changed none of their speeds, bench/bench_cpu.py)
-        default = ("-O2", "-march=native", "-fno-tree-vectorize", *openmp_flags(self.cc))
+        # compile on the kernels of an MNIST step and changed none of their speeds, bench/bench_cpu.py.
+        # -ffp-contract=fast: a product and the sum it feeds become one FMA across statements, as gcc does by default;
+        # clang fuses only within one expression, and a register tile's `acc = acc + a*b` ran as a MUL and an ADD)
+        default = ("-O2", "-march=native", "-fno-tree-vectorize", "-ffp-contract=fast")
         self.args = args if args is not None else default
         self.cachekey = f"cpu:{self.cc}:{' '.join(self.args)}"
         self.invocations = 0  # how many times the C compiler ran (a disk cache hit runs none)
@@ -255,12 +259,21 @@ class ClangCompiler(Compiler):
                 errors.append(e)
         return built
 
-    def _compile(self, src: str) -> bytes:
+    def compile_library(self, src: str, flags: tuple[str, ...]) -> bytes:
+        """A shared object of `src` built with these extra flags (the thread pool: -pthread), disk-cached."""
+        key = self.cache_key(f"// {' '.join(flags)}\n{src}")
+        if (lib := diskcache_get("cpu_binary", key)) is not None:
+            return bytes(lib)
+        lib = self._compile(src, flags)
+        diskcache_put("cpu_binary", key, lib)
+        return lib
+
+    def _compile(self, src: str, flags: tuple[str, ...] = ()) -> bytes:
         with self._lock:
             self.invocations += 1
         with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, "kernel.so")
-            cmd = [self.cc, "-shared", "-fPIC", *self.args, "-x", "c", "-", "-o", out, "-lm"]
+            cmd = [self.cc, "-shared", "-fPIC", *self.args, *flags, "-x", "c", "-", "-o", out, "-lm"]
             proc = subprocess.run(cmd, input=src.encode(), capture_output=True)
             if proc.returncode != 0 and b"Assembler messages" in proc.stderr and "-march=native" in cmd:
                 # a compiler newer than its assembler emits instructions of this CPU that the assembler cannot
@@ -292,7 +305,7 @@ def exported_names(src: str) -> set[str]:
     >>> sorted(exported_names("static inline int h(int a) { return a; }\\nvoid E_4(float* restrict d) {}"))
     ['E_4']
     """
-    return {m.group(1) for m in _FUNCTION.finditer(src) if not m.group(0).startswith(("static", "typedef"))}
+    return {m.group(1) for m in _FUNCTION.finditer(src) if not m.group(0).startswith(("static", "typedef", "extern"))}
 
 
 def name_batches(srcs: list[str]) -> list[list[str]]:
@@ -329,7 +342,7 @@ def join_sources(srcs: list[str]) -> str:
     out: list[str] = []
     for src in srcs:
         for line in src.splitlines():
-            if line.startswith(("typedef ", "static ", "#include ")) and line.endswith((";", "}", ">", '"')):
+            if line.startswith(("typedef ", "static ", "#include ", "extern ")) and line.endswith((";", "}", ">", '"')):
                 if line in seen:
                     continue
                 seen.add(line)
@@ -342,7 +355,7 @@ _loaded: weakref.WeakValueDictionary[bytes, ctypes.CDLL] = weakref.WeakValueDict
 _load_lock = threading.Lock()
 
 
-def load_library(lib: bytes) -> ctypes.CDLL:
+def load_library(lib: bytes, mode: int = ctypes.DEFAULT_MODE) -> ctypes.CDLL:
     """The shared object `lib`, loaded once while any program uses it (the kernels of a batch share one)."""
     with _load_lock:
         if (found := _loaded.get(lib)) is not None:
@@ -351,10 +364,30 @@ def load_library(lib: bytes) -> ctypes.CDLL:
             f.write(lib)
             path = f.name
         try:
-            loaded = _loaded[lib] = ctypes.CDLL(path)
+            loaded = _loaded[lib] = ctypes.CDLL(path, mode=mode)
         finally:
             os.unlink(path)
         return loaded
+
+
+_pools: list[ctypes.CDLL] = []  # the thread pool, loaded once per process and kept (kernels call into it)
+
+
+def load_thread_pool(compiler: ClangCompiler) -> bool:
+    """Build (once per compiler and host, disk-cached) and load the thread pool that runs THREAD loops
+    (tg_codegen.renderer.threadpool), globally, so kernel libraries find `tg_parallel`. False when it cannot be
+    built (the kernels then run on one thread)."""
+    if _pools:
+        return True
+    try:
+        lib = compiler.compile_library(THREAD_POOL_C, ("-pthread",))
+    except CompileError as e:
+        warnings.warn(
+            f"the CPU thread pool did not build, kernels run on one thread: {e}", RuntimeWarning, stacklevel=2
+        )
+        return False
+    _pools.append(load_library(lib, ctypes.RTLD_GLOBAL))
+    return True
 
 
 class CPUProgram:
@@ -422,4 +455,8 @@ def host_vector_bytes() -> int:
 
 def open_device(name: str) -> Compiled:
     threads = int(os.getenv("THREADS", "0")) or len(os.sched_getaffinity(0))
-    return Compiled(name, CPUAllocator(), ClangRenderer(threads, host_vector_bytes()), ClangCompiler(), CPUProgram)
+    compiler = ClangCompiler()
+    if threads > 1 and not load_thread_pool(compiler):
+        threads = 1
+    renderer = ClangRenderer(threads, host_vector_bytes(), half=half_type(compiler.cc))
+    return Compiled(name, CPUAllocator(), renderer, compiler, CPUProgram)

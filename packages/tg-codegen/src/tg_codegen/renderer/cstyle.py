@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from tg_codegen.axes import RangeKind
 from tg_codegen.renderer import Renderer, buffer_params
@@ -28,6 +29,17 @@ def _nonzero_divisor(d: UOp) -> bool:
     return bool(d.vmin > 0 or d.vmax < -1)
 
 
+@dataclass
+class ThreadLoop:
+    """Where a kernel's THREAD loop is in its rendered body: the `for` line, its closing `}`, variable, bound, type."""
+
+    start: int
+    end: int
+    var: str
+    bound: str
+    dtype: str
+
+
 class CStyleLanguage(Renderer):
     """Renders linear UOps as C-like source: one variable per value, loops as `for`."""
 
@@ -37,7 +49,6 @@ class CStyleLanguage(Renderer):
     arg_int_prefix: str = "const int"
     type_map: dict[DType, str] = {}
     extra_headers: tuple[str, ...] = ()
-    thread_pragma: str = ""  # put before a loop over CPU threads
     smem_prefix: str = ""  # declares local (shared) memory
     barrier: str = ""  # waits for every thread of the workgroup
 
@@ -119,6 +130,17 @@ class CStyleLanguage(Renderer):
         params: list[tuple[str, DType, bool]],
         vec_dts: tuple[DType, ...] = (),
     ) -> str:
+        lines = [
+            *self.extra_headers,
+            *self.render_vector_types(list(vec_dts)),
+            f"{self.kernel_prefix}void {function_name}({', '.join(self.render_params(params))}) {{",
+            *body,
+            "}",
+        ]
+        return "\n".join(lines)
+
+    def render_params(self, params: list[tuple[str, DType, bool]]) -> list[str]:
+        """The kernel's parameter declarations: buffers (const where only read), then ints."""
         args = []
         for name, dt, mutable in params:
             if isinstance(dt, PtrDType):
@@ -126,14 +148,7 @@ class CStyleLanguage(Renderer):
                 args.append(f"{self.buffer_prefix}{const}{self.render_dtype(dt)}{self.buffer_suffix} {name}")
             else:
                 args.append(f"{self.arg_int_prefix} {name}")
-        lines = [
-            *self.extra_headers,
-            *self.render_vector_types(list(vec_dts)),
-            f"{self.kernel_prefix}void {function_name}({', '.join(args)}) {{",
-            *body,
-            "}",
-        ]
-        return "\n".join(lines)
+        return args
 
     # ---- vectors (a vector dtype has count > 1) ----
     native_vector_ops: frozenset[Ops] = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.NEG})
@@ -215,6 +230,7 @@ class CStyleLanguage(Renderer):
         params: list[tuple[str, DType, bool]] = []
         stored = {u.src[0].src[0] for u in uops if u.op is Ops.STORE}
         indent = 1
+        thread: ThreadLoop | None = None  # the THREAD loop, when one runs at the top level of the kernel
 
         def fresh(prefix: str) -> str:
             counters[prefix] = counters.get(prefix, 0) + 1
@@ -245,12 +261,14 @@ class CStyleLanguage(Renderer):
                 line(self.barrier)
             elif op is Ops.RANGE:
                 names[u] = f"ridx{u.arg[0]}"
-                if u.arg[1] == RangeKind.THREAD and self.thread_pragma:
-                    line(self.thread_pragma)
+                if u.arg[1] == RangeKind.THREAD and indent == 1 and thread is None:
+                    thread = ThreadLoop(len(body), -1, names[u], r[0], self.render_dtype(u.dtype))
                 line(f"for ({self.render_dtype(u.dtype)} {names[u]} = 0; {names[u]} < {r[0]}; {names[u]}++) {{")
                 indent += 1
             elif op is Ops.ENDRANGE:
                 indent -= 1
+                if thread is not None and names[src[0]] == thread.var:
+                    thread.end = len(body)
                 line("}")
             elif op is Ops.INDEX:
                 names[u] = f"({r[0]}+{r[1]})"
@@ -303,7 +321,20 @@ class CStyleLanguage(Renderer):
         order = {names[g]: g.arg for g in uops if g.op is Ops.DEFINE_GLOBAL}
         params.sort(key=lambda p: order.get(p[0], len(order)))
         vec_dts = tuple(sorted({u.dtype for u in uops if u.dtype.count > 1 and not isinstance(u.dtype, PtrDType)}))
+        if thread is not None and thread.end == len(body) - 1:  # (nothing after the thread loop)
+            return self.render_threaded(name, body, params, vec_dts, thread)
         return self.render_kernel(name, body, params, vec_dts)
+
+    def render_threaded(
+        self,
+        function_name: str,
+        body: list[str],
+        params: list[tuple[str, DType, bool]],
+        vec_dts: tuple[DType, ...],
+        thread: ThreadLoop,
+    ) -> str:
+        """A kernel whose iterations of its outermost loop (`thread`) run on CPU threads; here, one after another."""
+        return self.render_kernel(function_name, body, params, vec_dts)
 
 
 class ClangRenderer(CStyleLanguage):
@@ -311,7 +342,6 @@ class ClangRenderer(CStyleLanguage):
 
     device = "CPU"
     has_threads = True
-    thread_pragma = "#pragma omp parallel for schedule(static)"
     # gcc 12 has no __bf16 arithmetic: bf16 is computed in float and stored as its 16 bits (bf16.py), as tinygrad does
     emulate_bf16 = True
     type_map = {dtypes.bool: "_Bool", dtypes.float16: "_Float16", dtypes.bfloat16: "unsigned short"}
@@ -388,14 +418,62 @@ class ClangRenderer(CStyleLanguage):
             return str(self.code_for_op[op](*r, dt.scalar()))  # (a random kernel's Threefry: 3x less source)
         return super().render_alu(op, r, src)
 
-    def __init__(self, threads: int = 1, vector_bytes: int = 32) -> None:
+    def render_threaded(
+        self,
+        function_name: str,
+        body: list[str],
+        params: list[tuple[str, DType, bool]],
+        vec_dts: tuple[DType, ...],
+        thread: ThreadLoop,
+    ) -> str:
+        """The THREAD loop's body as a function of one iteration, run on `threads` threads by `tg_parallel` (the thread
+        pool of renderer/threadpool.py, which the CPU device loads): the kernel packs its arguments in a struct and
+        hands the pool that function. What comes before the loop (constants) is computed again in each iteration."""
+        if self.threads <= 1:
+            return self.render_kernel(function_name, body, params, vec_dts)
+        args, decls = f"{function_name}_args", self.render_params(params)
+        names = [name for name, _, _ in params]
+        fields = [
+            f"{'' if mutable else 'const '}{self.render_dtype(dt)} {name}"
+            if isinstance(dt, PtrDType)
+            else f"int {name}"
+            for name, dt, mutable in params
+        ]
+        chunk = [
+            f"static void {function_name}_chunk(void* tg_args, int tg_chunk) {{",
+            f"  struct {args}* tg_a = (struct {args}*)tg_args;",
+            *[f"  {decl} = tg_a->{name};" for decl, name in zip(decls, names)],
+            *body[: thread.start],
+            f"  {thread.dtype} {thread.var} = tg_chunk;",
+            *[text[2:] for text in body[thread.start + 1 : thread.end]],
+            "}",
+        ]
+        lines = [
+            *self.extra_headers,
+            *self.render_vector_types(list(vec_dts)),
+            "extern void tg_parallel(void (*chunk)(void*, int), void* args, int n, int threads);",
+            f"struct {args} {{ {' '.join(f + ';' for f in fields)} }};",
+            *chunk,
+            f"void {function_name}({', '.join(decls)}) {{",
+            f"  struct {args} tg_a = {{{', '.join(names)}}};",
+            f"  tg_parallel({function_name}_chunk, &tg_a, {thread.bound}, {self.threads});",
+            "}",
+        ]
+        return "\n".join(lines)
+
+    def __init__(self, threads: int = 1, vector_bytes: int = 32, half: str = "_Float16") -> None:
         """`threads`: CPU threads of THREAD loops; `vector_bytes`: the widest vector, 32 (AVX2) or 64 where the host
-        has AVX-512 (its 32 vector registers hold the wider tiles of heuristic._tile_pair)."""
+        has AVX-512 (its 32 vector registers hold the wider tiles of heuristic._tile_pair); `half`: the C type of
+        float16, `_Float16` or, for compilers without it (clang 14 on x86), the storage type `__fp16`."""
         if not isinstance(threads, int) or threads < 1:
             raise ValueError(f"ClangRenderer: threads must be an int >= 1, got {threads!r}")
         if vector_bytes not in (16, 32, 64):
             raise ValueError(f"ClangRenderer: vector_bytes must be 16, 32 or 64, got {vector_bytes!r}")
+        if half not in ("_Float16", "__fp16"):
+            raise ValueError(f"ClangRenderer: half must be '_Float16' or '__fp16', got {half!r}")
         self.threads, self.vector_bytes = threads, vector_bytes
+        if half != "_Float16":  # (an instance attribute only where it differs: part of the program cache's key)
+            self.type_map = {**type(self).type_map, dtypes.float16: half}
 
 
 # bitwise ops and shifts that the vector extensions apply lane by lane, as written on whole vectors; for 32- and

@@ -1,0 +1,150 @@
+"""The thread pool that runs a CPU kernel's THREAD loop: C source, built once and loaded before any kernel.
+
+ClangRenderer outlines the body of a kernel's THREAD loop into a function of one iteration (a "chunk") and calls
+`tg_parallel(chunk, args, n, threads)`, which this library defines. The CPU device (tg_runtime.ops_cpu) compiles
+it with the kernels' compiler and loads it with RTLD_GLOBAL, so every kernel library finds the symbol.
+
+How a call runs:
+- the caller publishes the job in one 64-bit word (generation, chunk count, next chunk) and takes chunks itself;
+- workers (threads - 1 of them, started on first use) spin for a while on that word after their last job, then
+  sleep on a condition variable; a job wakes sleepers only when there are some;
+- every participant claims the next chunk with a compare-and-swap, so a worker that is slow to wake (a machine
+  busy with other work) never holds the kernel up: the others run its chunks. The call returns when every chunk
+  is done; a worker that comes late finds none left.
+- one job at a time: a second caller (another Python thread) runs its chunks alone, in order.
+- after fork() the child has no workers: its first job starts them again.
+Measured per call on a 2-core EPYC with the workers spinning: ~1-2 us (bench/bench_cpu.py `thread_overhead`).
+
+>>> "tg_parallel" in THREAD_POOL_C
+True
+"""
+
+from __future__ import annotations
+
+# how long an idle worker spins on the job word before it sleeps (microseconds): long enough to span the Python
+# work between two kernels of one realize, short enough not to hold a core of a quiet program
+SPIN_US = 300
+
+THREAD_POOL_C = r"""
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <time.h>
+#if defined(__x86_64__) || defined(__i386__)
+#define tg_pause() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define tg_pause() __asm__ volatile("yield")
+#else
+#define tg_pause() ((void)0)
+#endif
+
+typedef void (*tg_chunk_fn)(void *args, int chunk);
+
+#define TG_MAX_WORKERS 255
+#define TG_CHUNK_BITS 20
+#define TG_CHUNK_MASK ((1ull << TG_CHUNK_BITS) - 1)
+
+static struct {
+  _Atomic uint64_t job;   /* generation (24 bits) | chunks (20) | next chunk (20) */
+  tg_chunk_fn fn;
+  void *args;
+  _Atomic int done;       /* chunks finished in this generation */
+  _Atomic int sleepers;
+  int workers;
+  pthread_mutex_t lock, busy;
+  pthread_cond_t wake;
+  int ready;
+} tg_pool = {.lock = PTHREAD_MUTEX_INITIALIZER, .busy = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
+
+static double tg_now_us(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
+}
+
+/* claim and run chunks of generation `gen` until none is left */
+static void tg_run_chunks(uint64_t gen) {
+  for (;;) {
+    uint64_t w = atomic_load_explicit(&tg_pool.job, memory_order_acquire);
+    uint64_t next = w & TG_CHUNK_MASK, n = (w >> TG_CHUNK_BITS) & TG_CHUNK_MASK;
+    if ((w >> (2 * TG_CHUNK_BITS)) != gen || next >= n) return;
+    if (!atomic_compare_exchange_weak_explicit(&tg_pool.job, &w, w + 1, memory_order_acq_rel, memory_order_relaxed))
+      continue;
+    tg_pool.fn(tg_pool.args, (int)next);  /* the job is live until this chunk is counted done */
+    atomic_fetch_add_explicit(&tg_pool.done, 1, memory_order_release);
+  }
+}
+
+static int tg_has_work(uint64_t seen) {
+  uint64_t w = atomic_load(&tg_pool.job);  /* (sequentially consistent: pairs with the caller's check of sleepers) */
+  return (w >> (2 * TG_CHUNK_BITS)) != seen && (w & TG_CHUNK_MASK) < ((w >> TG_CHUNK_BITS) & TG_CHUNK_MASK);
+}
+
+static void *tg_worker(void *unused) {
+  (void)unused;
+  uint64_t seen = atomic_load(&tg_pool.job) >> (2 * TG_CHUNK_BITS);
+  for (;;) {
+    double until = tg_now_us() + TG_SPIN_US;
+    int spins = 0;
+    while (!tg_has_work(seen)) {
+      tg_pause();
+      if (++spins % 256 == 0 && tg_now_us() > until) {
+        pthread_mutex_lock(&tg_pool.lock);
+        atomic_fetch_add(&tg_pool.sleepers, 1);
+        while (!tg_has_work(seen)) pthread_cond_wait(&tg_pool.wake, &tg_pool.lock);
+        atomic_fetch_sub(&tg_pool.sleepers, 1);
+        pthread_mutex_unlock(&tg_pool.lock);
+      }
+    }
+    seen = atomic_load_explicit(&tg_pool.job, memory_order_acquire) >> (2 * TG_CHUNK_BITS);
+    tg_run_chunks(seen);
+  }
+  return 0;
+}
+
+static void tg_after_fork(void) {  /* the child has only the thread that forked: no workers, nothing locked */
+  tg_pool.workers = 0;
+  pthread_mutex_init(&tg_pool.lock, 0);
+  pthread_mutex_init(&tg_pool.busy, 0);
+  pthread_cond_init(&tg_pool.wake, 0);
+  atomic_store(&tg_pool.sleepers, 0);
+}
+
+static void tg_start_workers(int want) {
+  if (!tg_pool.ready) {
+    pthread_atfork(0, 0, tg_after_fork);
+    tg_pool.ready = 1;
+  }
+  if (want > TG_MAX_WORKERS) want = TG_MAX_WORKERS;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  while (tg_pool.workers < want) {
+    pthread_t t;
+    if (pthread_create(&t, &attr, tg_worker, 0) != 0) break;
+    tg_pool.workers++;
+  }
+  pthread_attr_destroy(&attr);
+}
+
+void tg_parallel(tg_chunk_fn fn, void *args, int n, int threads) {
+  if (n <= 1 || threads <= 1 || (uint64_t)n > TG_CHUNK_MASK || pthread_mutex_trylock(&tg_pool.busy) != 0) {
+    for (int i = 0; i < n; i++) fn(args, i);
+    return;
+  }
+  tg_start_workers((threads < n ? threads : n) - 1);
+  tg_pool.fn = fn;
+  tg_pool.args = args;
+  atomic_store_explicit(&tg_pool.done, 0, memory_order_relaxed);
+  uint64_t gen = ((atomic_load(&tg_pool.job) >> (2 * TG_CHUNK_BITS)) + 1) & 0xffffff;
+  atomic_store(&tg_pool.job, (gen << (2 * TG_CHUNK_BITS)) | ((uint64_t)n << TG_CHUNK_BITS));
+  if (atomic_load(&tg_pool.sleepers) > 0) {
+    pthread_mutex_lock(&tg_pool.lock);
+    pthread_cond_broadcast(&tg_pool.wake);
+    pthread_mutex_unlock(&tg_pool.lock);
+  }
+  tg_run_chunks(gen);
+  while (atomic_load_explicit(&tg_pool.done, memory_order_acquire) < n) tg_pause();
+  pthread_mutex_unlock(&tg_pool.busy);
+}
+""".replace("TG_SPIN_US", str(SPIN_US))
