@@ -1,8 +1,9 @@
-"""CPU matmul on packed panels of the right operand (tg_tensor.linalg._packed_dot) against numpy.
+"""CPU matmul on packed panels of the right operand, and of the left one where its rows divide into panels
+(tg_tensor.linalg._packed_dot), against numpy.
 
 The size threshold is lowered here so small products take the packed path; every case checks that it did
-(one more kernel: the copy into panels). Odd shapes, batched and broadcast batches, transposed operands,
-gradients, and the shapes that are never packed (1xN, Nx1, widths that are not a multiple of the panel).
+(one more kernel per packed operand: the copy into panels). Odd shapes, batched and broadcast batches, transposed
+operands, gradients, and the shapes that are never packed (1xN, Nx1, widths that are not a multiple of the panel).
 """
 
 from __future__ import annotations
@@ -36,10 +37,13 @@ def _kernels(a: np.ndarray, b: np.ndarray, pack: int, ta: bool = False, tb: bool
 
 PACKED = [
     ((33, 7), (7, 48)),  # rows and reduce length that divide nothing
-    ((64, 600), (600, 32)),  # a reduce long enough for the heuristic's panel loop order (heuristic.py)
+    ((64, 600), (600, 32)),  # a reduce long enough for the heuristic's panel loop order (heuristic.py); x packed
     ((3, 40, 5), (3, 5, 32)),  # batched
     ((2, 1, 40, 8), (3, 8, 32)),  # broadcast batch dims
     ((40, 9), (2, 9, 64)),  # a 2-D left operand against a batch of right operands
+    ((2, 48, 9), (9, 32)),  # a batch of left operands (packed) against one right operand
+    ((3, 32, 5), (1, 5, 32)),  # broadcast batch, both packed
+    ((32, 2100), (2100, 32)),  # a reduction long enough to be cut in blocks (KBLOCK)
 ]
 
 
@@ -48,7 +52,8 @@ def test_packed_matmul_matches_numpy(low_threshold: None, sa: tuple[int, ...], s
     a, b = _rand(*sa), _rand(*sb, seed=1)
     got, packed_kernels = _kernels(a, b, 1)
     want, plain_kernels = _kernels(a, b, 0)
-    assert packed_kernels == plain_kernels + 1, "the right operand should be copied into panels first"
+    copies = 1 + (sa[-2] % 16 == 0)  # w into panels, and x when its rows divide into them
+    assert packed_kernels == plain_kernels + copies, "the operands should be copied into panels first"
     np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(want, a @ b, rtol=1e-4, atol=1e-4)
 

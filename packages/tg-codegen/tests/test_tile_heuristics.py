@@ -44,28 +44,41 @@ def _upcasts(opts: list[Opt]) -> list[Opt]:
     return [o for o in opts if o.op is OptOps.UPCAST]
 
 
-def test_cpu_matmul_tile_is_16_contiguous_lanes_by_8() -> None:
-    opts = hand_coded_optimizations(Kernel(_matmul(64), ClangRenderer(2)))
-    # the N axis (B moves along it with stride 1) is the vector axis, so it comes last
-    assert _upcasts(opts) == [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 16)]
+def test_cpu_matmul_tile_by_vector_width() -> None:
+    """The N axis (B moves along it with stride 1) is the vector axis, so it comes last: AVX2 (16 registers) one
+    8-float vector by 8 rows, AVX-512 (32 registers) one 16-float vector by 16 rows."""
+    avx2 = hand_coded_optimizations(Kernel(_matmul(64), ClangRenderer(2)))
+    assert _upcasts(avx2) == [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 8)]
+    avx512 = hand_coded_optimizations(Kernel(_matmul(256), ClangRenderer(2, vector_bytes=64)))
+    assert _upcasts(avx512) == [Opt(OptOps.UPCAST, 0, 16), Opt(OptOps.UPCAST, 1, 16)]
 
 
 def test_cpu_long_matmul_runs_the_column_strips_outside() -> None:
-    """K=1024: a strip of B (1024 x 16 floats, 64 KB) outgrows L1, so the tile loop along N (B moves) goes outside
+    """K=1536: a strip of B (1536 x 8 floats, 48 KB) outgrows L1, so the tile loop along N (B moves) goes outside
     the one along M (A moves): each strip serves every row tile while it is in cache. K=64 keeps the order."""
-    opts = hand_coded_optimizations(Kernel(_matmul(1024), ClangRenderer(2)))
-    assert opts[:3] == [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.SWAP, 0, 1)]
+    opts = hand_coded_optimizations(Kernel(_matmul(1536), ClangRenderer(2)))
+    assert opts[:3] == [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.SWAP, 0, 1)]
     assert not any(o.op is OptOps.SWAP for o in hand_coded_optimizations(Kernel(_matmul(64), ClangRenderer(2))))
 
 
-def test_cpu_packed_matmul_runs_the_panels_outside() -> None:
-    """B packed in panels (N/16, K, 16) as tg_tensor.linalg does on the CPU: the 16 columns of a panel are the
-    vector lanes, and the loop over panels runs outside the loop over row tiles."""
+def test_cpu_longer_matmul_is_blocked_along_k() -> None:
+    """K=2048: the reduction runs in blocks of 512 outside the tile loops (KBLOCK); a block's strips fit in L1, so
+    the tile loops keep their order."""
+    opts = hand_coded_optimizations(Kernel(_matmul(2048), ClangRenderer(2)))
+    assert opts[:3] == [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.KBLOCK, 0, 512)]
+    assert not any(o.op is OptOps.SWAP for o in opts)
+    assert not any(o.op is OptOps.KBLOCK for o in hand_coded_optimizations(Kernel(_matmul(1024), ClangRenderer(2))))
+
+
+def test_cpu_packed_matmul_tiles_the_panels() -> None:
+    """A and B packed in panels of 16 as tg_tensor.linalg does on the CPU: (M/16, 16, N/16, 16, K), A (M/16, K, 16)
+    and B (N/16, K, 16). The 16 columns of a B panel are the vector lanes, the 16 rows of an A panel the copies."""
     n = 1024
-    shape = (n, n // 16, n, 16)  # (M, panels, K, lanes)
-    opts = hand_coded_optimizations(Kernel(_mul_sum(shape, (n, 0, 1, 0), (0, n * 16, 16, 1), (2,)), ClangRenderer(2)))
-    assert _upcasts(opts) == [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 2, 16)]
-    assert Opt(OptOps.SWAP, 0, 1) in opts
+    shape = (n // 16, 16, n // 16, 16, n)
+    a, b = (n * 16, 1, 0, 0, 16), (0, 0, n * 16, 1, 16)
+    opts = hand_coded_optimizations(Kernel(_mul_sum(shape, a, b, (4,)), ClangRenderer(2, vector_bytes=64)))
+    assert sorted(o.arg for o in _upcasts(opts)) == [16, 16]
+    assert not any(o.op is OptOps.KBLOCK for o in opts)
 
 
 def test_cpu_conv_tile_gathers_batch_lanes_and_copies_cout() -> None:

@@ -277,7 +277,7 @@ def test_heuristic_panel_order_matches_numpy(
 ) -> None:
     """The CPU heuristic's loop order for long reductions (SWAP of the tile loops, heuristic._panel_outer), with the
     strip size it waits for lowered so that small kernels take it; with AVX2- and AVX-512-wide vectors (twice the
-    lanes: the columns and panels scale with them)."""
+    lanes and twice the rows: the columns, panels and rows scale with them)."""
     from tg_codegen import heuristic
     from tg_codegen.kernel import Kernel
 
@@ -288,7 +288,7 @@ def test_heuristic_panel_order_matches_numpy(
         wide = vector_bytes // 32
     elif vector_bytes != 32:
         pytest.skip(f"{device} writes no vector code")
-    shape = (*shape[:3], shape[3] * wide)
+    shape = (shape[0], shape[1] * wide, shape[2], shape[3] * wide)
     c = packed_matmul(*shape, 16 * wide) if shape[0] else matmul(*shape[1:])  # batch 0: B as it is, not packed
     opts = heuristic.hand_coded_optimizations(Kernel(c[0], Device[device].renderer))
     assert any(o.op is OptOps.SWAP for o in opts), opts

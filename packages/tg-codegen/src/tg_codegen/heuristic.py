@@ -41,14 +41,23 @@ def hand_coded_optimizations(k: Kernel) -> list[Opt]:
 def _cpu(k: Kernel) -> None:
     if k.reduceops and _broadcast_axes(k):
         _tile(k)
+        last = len(k.axes_of(AxisType.REDUCE)) - 1
         if k.upcast_size < 16:
-            k.apply_first([Opt(OptOps.UNROLL, len(k.axes_of(AxisType.REDUCE)) - 1, a) for a in (4, 2)])
+            k.apply_first([Opt(OptOps.UNROLL, last, a) for a in (4, 2)])
+        elif last >= 0 and int(k.full_shape[k.axes_of(AxisType.REDUCE)[-1]]) <= CPU_UNROLL_TAPS:
+            k.apply_first([Opt(OptOps.UNROLL, last, 0)])
     elif k.reduceops:
         _upcast_unit_stride(k)
         k.apply_first([Opt(OptOps.UNROLL, len(k.axes_of(AxisType.REDUCE)) - 1, a) for a in (8, 4, 2)])
     else:
         _upcast_inner(k)
     _threads(k)
+
+
+# a tiled kernel's innermost reduce loop up to this long (a conv's taps along a row) is unrolled whole: neighbouring
+# taps read overlapping input. Conv (8,64,56,56)x(64,64,3,3) pad 1 on one EPYC core 58 -> 75 GFLOPS, (16,3,64,64)
+# x(16,3,3,3) 61-73 -> 76-86 (noisy, shared machine)
+CPU_UNROLL_TAPS = 7
 
 
 def _load_strides(k: Kernel, ignore_valid: bool = False) -> list[tuple[int | None, ...]]:
@@ -84,8 +93,25 @@ def _tile(k: Kernel) -> None:
     mv, mo = _moving(strides, globals_[v]), _moving(strides, globals_[o])
     # O first, V second: V stays the last upcast axis and becomes the vector lanes
     if k.apply_first([Opt(OptOps.UPCAST, o, o_amt)]) and k.apply_first([Opt(OptOps.UPCAST, v, v_amt)]):
+        _kblock(k)
         if all(strides[i][globals_[v]] == 1 for i in mv):  # vector loads (not lanes gathered from far apart)
             _panel_outer(k, mv, mo, v_amt)
+
+
+# a reduction at least this long is cut in blocks (kblock.py) of the divisor of its length in CPU_KBLOCK_RANGE nearest
+# CPU_KBLOCK: matmul 2048 on one EPYC core 74 -> 95 GFLOPS (blocks of 256 or 512); at 1024 blocking cost 5-15%
+CPU_KBLOCK_MIN = 2048
+CPU_KBLOCK, CPU_KBLOCK_RANGE = 512, (256, 768)
+
+
+def _kblock(k: Kernel) -> None:
+    """Cache blocking of a register-tiled kernel's long reduction (CPU)."""
+    reduces = k.axes_of(AxisType.REDUCE)
+    if k.opts.has_local or len(reduces) != 1 or int(k.full_shape[reduces[0]]) < CPU_KBLOCK_MIN:
+        return
+    size = int(k.full_shape[reduces[0]])
+    blocks = [d for d in range(CPU_KBLOCK_RANGE[0], CPU_KBLOCK_RANGE[1] + 1) if size % d == 0]
+    k.apply_first([Opt(OptOps.KBLOCK, 0, kc) for kc in sorted(blocks, key=lambda d: abs(d - CPU_KBLOCK))])
 
 
 def _moving(strides: list[tuple[int | None, ...]], axis: int) -> frozenset[int]:
@@ -116,10 +142,12 @@ def _panel_outer(k: Kernel, mv: frozenset[int], mo: frozenset[int], v_amt: int) 
         k.apply_first([Opt(OptOps.SWAP, first_o, last_v)])
 
 
-# lanes of V and the most accumulators of a tile: contiguous loads along V (wide loads) take 16 lanes and
-# up to 128 accumulators (16 AVX registers), twice both with 64-byte vectors (AVX-512: matmul 1024 on 2 cores
-# 123 -> 201 GFLOPS, best of 4 interleaved rounds); lanes gathered from scattered addresses take 4 and up to 64
-TILE_CONTIGUOUS, TILE_CONTIGUOUS_MAX = (16, 8), 128
+# lanes of V and the most accumulators of a tile (floats), by the host's vector width. AVX2 (16 registers): one
+# 8-float vector by 8 copies, 8 accumulators that leave registers for the operands (16 accumulators spill: packed
+# matmul 1024 on one EPYC core built for AVX2, 8x8 83 GFLOPS, 16x8 63, 8x16 63). AVX-512 (32 registers): one 16-float
+# vector by 16 copies (matmul 256 113, conv (16,3,64,64)x(16,3,3,3) 16x16 66 vs 8x32 53). Lanes gathered from
+# scattered addresses take 4, up to 64 accumulators
+TILE_CONTIGUOUS = {32: ((8, 16), 64), 64: ((16, 8, 32), 256)}
 TILE_GATHERED, TILE_GATHERED_MAX = (4,), 64
 TILE_OTHER = (16, 8, 9, 6, 4, 3, 2)  # copies of O, the first that divides it and fits
 
@@ -127,7 +155,12 @@ TILE_OTHER = (16, 8, 9, 6, 4, 3, 2)  # copies of O, the first that divides it an
 def _tile_pair(
     k: Kernel, strides: list[tuple[int | None, ...]], globals_: list[int]
 ) -> tuple[tuple[int, int], tuple[int, int]] | None:
-    """((V, lanes), (O, copies)) as Opt axis numbers, or None when no two axes form an outer product."""
+    """((V, lanes), (O, copies)) as Opt axis numbers, or None when no two axes form an outer product.
+
+    Strides are compared as if no load were masked: a padded conv's input walks its rows with stride 1 except at
+    the borders, and its lanes load as one vector there (conv (8,64,56,56)x(64,64,3,3) pad 1 on one EPYC core:
+    26 GFLOPS with 4 lanes gathered along the batch, 58 with 8 lanes along the row, 16 output channels copies)."""
+    unmasked = _load_strides(k, ignore_valid=True)
 
     def moving(a: int) -> frozenset[int]:
         return _moving(strides, a)
@@ -139,11 +172,9 @@ def _tile_pair(
     outer = next((n for n in range(len(globals_)) if size(n) > 1), None)
     for v in range(len(globals_)):
         mv = moving(globals_[v])
-        contiguous = bool(mv) and all(strides[i][globals_[v]] == 1 for i in mv)
-        lanes: tuple[int, ...] = TILE_CONTIGUOUS if contiguous else TILE_GATHERED
-        most = TILE_CONTIGUOUS_MAX if contiguous else TILE_GATHERED_MAX
-        if contiguous and (wide := k.opts.vector_bytes // 32) > 1:  # AVX-512: twice the lanes, twice the registers
-            lanes, most = tuple(dict.fromkeys([w * wide for w in lanes] + list(lanes))), most * wide
+        contiguous = bool(mv) and all(unmasked[i][globals_[v]] == 1 for i in mv)
+        wide = 64 if k.opts.vector_bytes >= 64 else 32
+        lanes, most = TILE_CONTIGUOUS[wide] if contiguous else (TILE_GATHERED, TILE_GATHERED_MAX)
         v_amt = next((w for w in lanes if size(v) % w == 0), None)
         if v_amt is None or not mv or (v == outer and size(v) // v_amt < 4 * k.opts.threads):
             continue  # (the outermost axis must keep enough iterations to share among the threads)
@@ -156,8 +187,8 @@ def _tile_pair(
                 continue
             # rank (measured on conv and matmul kernels): contiguous vector loads; else gather the lanes
             # from the farthest-apart addresses and keep the O copies' loads close together; then a big tile
-            o_stride = min(abs(strides[i][globals_[o]] or 0) for i in mo)
-            v_stride = max(abs(strides[i][globals_[v]] or 0) for i in mv)
+            o_stride = min(abs(unmasked[i][globals_[o]] or 0) for i in mo)
+            v_stride = max(abs(unmasked[i][globals_[v]] or 0) for i in mv)
             score = (int(contiguous), v_stride, -o_stride, o_amt * v_amt)
             if best is None or score > best[0]:
                 best = (score, ((v, v_amt), (o, o_amt)))

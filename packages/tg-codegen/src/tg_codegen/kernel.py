@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from tg_codegen.axes import AxisType
 from tg_codegen.gather import fold_gathers
+from tg_codegen.kblock import apply_kblock, carried
 from tg_codegen.limits import assign_dims, check_resources, check_threads
 from tg_codegen.opt import KernelOptError, Opt, OptOps
 from tg_codegen.renderer import Renderer
@@ -322,7 +323,14 @@ def _expand_axis(k: Kernel, opt: Opt, from_type: AxisType, to_type: AxisType) ->
 
 
 def _upcast(k: Kernel, opt: Opt) -> None:
+    _not_carried(k, opt, k._pick(opt, AxisType.GLOBAL))
     _expand_axis(k, opt, AxisType.GLOBAL, AxisType.UPCAST)
+
+
+def _not_carried(k: Kernel, opt: Opt, axis: int) -> None:
+    """KernelOptError for an opt that would run the blocks of a KBLOCK at once (they add up in order)."""
+    if carried(k, axis):
+        raise KernelOptError(f"{opt}: axis {axis} is the block loop of a KBLOCK; its steps must run one after another")
 
 
 def _unroll(k: Kernel, opt: Opt) -> None:
@@ -335,12 +343,14 @@ def _thread(k: Kernel, opt: Opt) -> None:
     if k.axes_of(AxisType.THREAD):
         raise KernelOptError(f"{opt}: the kernel is already split over threads")
     axis = k._pick(opt, AxisType.GLOBAL)
+    _not_carried(k, opt, axis)
     k._split(axis, k._amount(axis, opt.arg), AxisType.THREAD, inner=False)
 
 
 def _local(k: Kernel, opt: Opt) -> None:
     _need_locals(k, opt)
     axis = k._pick(opt, AxisType.GLOBAL)
+    _not_carried(k, opt, axis)
     k._split(axis, k._amount(axis, opt.arg), AxisType.LOCAL, inner=True)
 
 
@@ -391,6 +401,7 @@ def _swap(k: Kernel, opt: Opt) -> None:
 
 def _padto(k: Kernel, opt: Opt) -> None:
     axis = k._pick(opt, AxisType.GLOBAL, AxisType.REDUCE)
+    _not_carried(k, opt, axis)
     size = k.full_shape[axis]
     if not isinstance(size, int) or opt.arg <= 1:
         raise KernelOptError(f"{opt}: needs an int axis size and a pad multiple > 1")
@@ -435,4 +446,5 @@ _HANDLERS: dict[OptOps, Callable[[Kernel, Opt], None]] = {
     OptOps.PADTO: _padto,
     OptOps.TC: _tc,
     OptOps.STAGE: apply_stage,
+    OptOps.KBLOCK: apply_kblock,
 }

@@ -58,12 +58,46 @@ def _accumulator(ctx: list[int], u: UOp) -> UOp:
     return UOp(Ops.ASSIGN, u.dtype, (acc, upd, *rngs))
 
 
+def _start_from_stored(store: UOp, i: UOp, a: UOp, old: UOp) -> UOp | None:
+    """STORE(i, sum + LOAD(i)) -> the sum's accumulator starts from the loaded value (a KBLOCK's partial sums,
+    kblock.py): the value is in no register while the reduce loop runs, and one ADD fewer."""
+    if a.op is not Ops.ASSIGN or a.src[1].op is not Ops.ADD or old.dtype != a.dtype:
+        return None
+    acc = a.src[0]
+    start = acc.src[0] if acc.op is Ops.DEFINE_ACC else None
+    lanes = start.src if start is not None and start.op is Ops.VECTORIZE else (start,)
+    if not all(c is not None and c.op is Ops.CONST and c.arg == 0 for c in lanes):
+        return None
+    started = a.substitute({acc: acc.replace(src=(old, *acc.src[1:]))})
+    return store.replace(src=(i, started, *store.src[2:]))
+
+
 expand_reduces = PatternMatcher([(UPat(Ops.REDUCE, name="u"), _accumulator)])
+start_from_stored = PatternMatcher(
+    [
+        (
+            UPat(
+                Ops.STORE,
+                src=(
+                    UPat(name="i"),
+                    UPat(
+                        Ops.ADD,
+                        src=(UPat(name="a"), UPat(Ops.LOAD, src=(UPat(name="i"),), allow_any_len=True, name="old")),
+                    ),
+                ),
+                allow_any_len=True,
+                name="store",
+            ),
+            _start_from_stored,
+        )
+    ]
+)
 
 
 def _expand_reduces(sink: UOp) -> UOp:
-    """Replace each REDUCE by an ASSIGN into a fresh accumulator (DEFINE_ACC); a rewrite pass."""
-    return graph_rewrite(sink, expand_reduces, ctx=[0], name="expand reduces")
+    """Replace each REDUCE by an ASSIGN into a fresh accumulator (DEFINE_ACC), started from the stored value where
+    the sum is added to it (`_start_from_stored`); a rewrite pass."""
+    return graph_rewrite(sink, expand_reduces + start_from_stored, ctx=[0], name="expand reduces")
 
 
 def _accumulate_into(wmma: UOp, acc: UOp) -> UOp:

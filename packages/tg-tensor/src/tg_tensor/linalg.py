@@ -214,10 +214,20 @@ def _packs(x: Tensor, w: Tensor) -> bool:
 
 
 def _packed_dot(x: Tensor, w: Tensor, dtype: DType | None) -> Tensor:
-    """x @ w as (x (..., n, 1, k, 1) * w packed (..., 1, m/P, k, P)).sum(k), reshaped to (..., n, m)."""
+    """x @ w on w packed in panels (..., m/P, k, P) and, when its rows divide into them, x in panels (..., n/P, k, P).
+
+    Both packed: (x (..., n/P, P, 1, 1, k) * w (..., 1, 1, m/P, P, k)).sum(k) is (..., n/P, P, m/P, P), which is
+    (..., n, m) as it is stored. Only w packed: (x (..., n, 1, k, 1) * w (..., 1, m/P, k, P)).sum(k)."""
     b, k, m = w.ndim - 2, int(w.shape[-2]), int(w.shape[-1])
     panels = w.reshape(*w.shape[:-2], k, m // PACK_PANEL, PACK_PANEL)
     panels = panels.permute(*range(b), b + 1, b, b + 2).contiguous()  # (..., m/P, k, P)
+    n, lead = int(x.shape[-2]), x.shape[:-2]
+    if n % PACK_PANEL == 0:
+        rows = x.reshape(*lead, n // PACK_PANEL, PACK_PANEL, k).transpose(-1, -2).contiguous()  # (..., n/P, k, P)
+        rows = rows.transpose(-1, -2).reshape(*lead, n // PACK_PANEL, PACK_PANEL, 1, 1, k)
+        cols = panels.transpose(-1, -2).reshape(*w.shape[:-2], 1, 1, m // PACK_PANEL, PACK_PANEL, k)
+        out = (rows * cols).sum(-1, dtype=dtype)  # (..., n/P, P, m/P, P)
+        return out.reshape(*out.shape[:-4], n, m)
     prod_ = x.reshape(*x.shape[:-1], 1, k, 1) * panels.unsqueeze(-4)  # (..., n, m/P, k, P)
     out = prod_.sum(-2, dtype=dtype)  # (..., n, m/P, P)
     return out.reshape(*out.shape[:-2], m)
