@@ -1,17 +1,27 @@
-"""CPU benchmarks: tg (default opts and BEAM=2) against numpy, and torch / tinygrad when importable.
+"""CPU benchmarks: tg (default opts, and BEAM=2) against numpy, torch and tinygrad where they are importable.
 
-Run: `uv run python bench/bench_cpu.py` (prints one JSON line per figure). torch and tinygrad are never
-dependencies: run the script with an interpreter that has them (and PYTHONPATH=packages/*/src) to compare.
-Figures: matmul N=256/1024/2048 fp32; ((a+b)*c).relu() and sum on 2^24 floats; conv2d (16,3,64,64)x(16,3,3,3)
-and (64,64,56,56)x(64,64,3,3) pad 1; realize of a tiny op (us); BEAM=2 search seconds for matmul 1024 cold/warm.
-Threads: numpy (OpenBLAS) and tg both take one thread per core by default; the matmul lines say how many each
-used ("threads"). `OPENBLAS_NUM_THREADS=1 THREADS=1` compares them on one core.
+Run: `uv run python bench/bench_cpu.py` (one JSON line per figure). torch and tinygrad are never dependencies: run
+the script with an interpreter that has them and PYTHONPATH=$(ls -d packages/*/src | paste -sd:) to compare, e.g.
+`DEV=CPU PYTHONPATH=$(ls -d packages/*/src | paste -sd:) /work/peers/torchvenv/bin/python bench/bench_cpu.py`.
+
+Figures: matmul N=256/1024/2048 fp32 (GFLOPS); ((a+b)*c).relu() and sum on 2^24 floats (GB/s); conv2d
+(16,3,64,64)x(16,3,3,3) and (64,64,56,56)x(64,64,3,3), padding 1 (GFLOPS); realize of a tiny op (us); BEAM=2
+search seconds for matmul 1024, cold and warm. Each figure is measured in ROUNDS rounds (default 5) that take the
+implementations in turn (numpy, torch, tinygrad, tg), the best of a few runs in each round; the line gives the
+median over the rounds and its range. A `ratio` line per figure gives tg over the best peer (medians).
+Every line says how many threads its implementation used: numpy's OpenBLAS, torch's intra-op threads, tg's
+(THREADS, default all cores). `OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 THREADS=1` compares them on one core.
+Diagnostics beside the headline (what tg's figure is made of): `matmul_kernels`, tg's kernels of a matmul alone
+(the copies into panels and the product, without building and scheduling the graph), and `thread_pool_us`, one
+launch of a threaded kernel that does almost nothing (the cost of handing a kernel to the threads and back).
+BENCH_SMALL=1: small sizes (a smoke run); BENCH_BEAM=0 skips the BEAM figures.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -21,6 +31,14 @@ from typing import Any
 import numpy as np
 
 SMALL = os.getenv("BENCH_SMALL", "0") not in ("", "0")  # quick smoke run with small sizes
+ROUNDS = int(os.getenv("ROUNDS", "5"))
+SIZES = (256,) if SMALL else (256, 1024, 2048)
+N_VEC = 1 << (16 if SMALL else 24)
+CONVS = (
+    [((2, 3, 16, 16), (4, 3, 3, 3))]
+    if SMALL
+    else [((16, 3, 64, 64), (16, 3, 3, 3)), ((64, 64, 56, 56), (64, 64, 3, 3))]
+)
 
 
 def emit(bench: str, impl: str, value: float, unit: str, **params: Any) -> None:
@@ -28,8 +46,7 @@ def emit(bench: str, impl: str, value: float, unit: str, **params: Any) -> None:
     sys.stdout.flush()
 
 
-def best_of(fn: Callable[[], object], reps: int = 5) -> float:
-    fn()
+def best_time(fn: Callable[[], object], reps: int = 3) -> float:
     best = float("inf")
     for _ in range(reps):
         st = time.perf_counter()
@@ -38,6 +55,7 @@ def best_of(fn: Callable[[], object], reps: int = 5) -> float:
     return best
 
 
+# ---------------------------------------------------------------- thread counts
 def numpy_threads() -> int | None:
     """Threads numpy's OpenBLAS uses (asked from the library numpy ships), None when it cannot be asked."""
     import ctypes
@@ -56,47 +74,135 @@ def tg_threads() -> int:
     return int(Device["CPU"].renderer.threads)
 
 
-# ---------------------------------------------------------------- tg
-def tg_matmul(a: Any, b: Any) -> Any:
-    if hasattr(a, "__matmul__"):
-        return a @ b
-    n, k = a.shape
-    m = b.shape[1]
-    return (a.reshape(n, k, 1) * b.reshape(1, k, m)).sum(1)
+# ---------------------------------------------------------------- implementations
+class Impl:
+    """One implementation's way to run each figure; `run(figure, args)` returns seconds (best of a few runs)."""
+
+    name = ""
+    threads: int | None = None
+
+    def matmul(self, n: int) -> Callable[[], float]:
+        raise NotImplementedError
+
+    def add_mul_relu(self, n: int) -> Callable[[], float]:
+        raise NotImplementedError
+
+    def sum(self, n: int) -> Callable[[], float]:
+        raise NotImplementedError
+
+    def conv2d(self, xs: tuple[int, ...], ws: tuple[int, ...]) -> Callable[[], float] | None:
+        return None
 
 
-def tg_conv2d(x: Any, w: Any, pad: int) -> Any:
-    """Stride-1 conv as a sum over the kernel taps of shifted windows times the tap's weights (one fused
-    kernel: every tap is a reduction over input channels of the same shape), unless Tensor has conv2d."""
-    if hasattr(x, "conv2d"):
-        return x.conv2d(w, padding=pad)
-    from tg import Tensor
+class NumpyImpl(Impl):
+    name = "numpy"
 
-    n, c, h, wd = x.shape
-    o, _, kh, kw = w.shape
-    xp = x.uop.pad(((0, 0), (0, 0), (pad, pad), (pad, pad)))
-    oh, ow = h + 2 * pad - kh + 1, wd + 2 * pad - kw + 1
-    out = None
-    for i in range(kh):
-        for j in range(kw):
-            win = xp.shrink(((0, n), (0, c), (i, i + oh), (j, j + ow))).reshape((n, 1, c, oh, ow))
-            tap = w.uop.shrink(((0, o), (0, c), (i, i + 1), (j, j + 1))).reshape((1, o, c, 1, 1))
-            term = (Tensor(win) * Tensor(tap)).sum(2)
-            out = term if out is None else out + term
-    return out
+    def __init__(self) -> None:
+        self.threads = numpy_threads()
+
+    def matmul(self, n: int) -> Callable[[], float]:
+        a, b = np.random.rand(n, n).astype(np.float32), np.random.rand(n, n).astype(np.float32)
+        a @ b
+        return lambda: best_time(lambda: a @ b)
+
+    def add_mul_relu(self, n: int) -> Callable[[], float]:
+        a, b, c = (np.random.rand(n).astype(np.float32) for _ in range(3))
+        return lambda: best_time(lambda: np.maximum((a + b) * c, 0))
+
+    def sum(self, n: int) -> Callable[[], float]:
+        a = np.random.rand(n).astype(np.float32)
+        return lambda: best_time(lambda: a.sum())
 
 
-def run_tg(inputs: Callable[[], tuple[Any, ...]], compute: Callable[..., Any], reps: int = 4) -> float:
-    """Best time of `compute(*inputs).realize()`, on fresh realized inputs each time (a graph already
-    computed would be served from its result without running a kernel)."""
-    best = float("inf")
-    for i in range(reps + 1):
-        args = tuple(t.realize() for t in inputs())
-        st = time.perf_counter()
-        compute(*args).realize()
-        if i:  # the first run compiles
-            best = min(best, time.perf_counter() - st)
-    return best
+class TorchImpl(Impl):
+    name = "torch"
+
+    def __init__(self) -> None:
+        import torch
+
+        self.torch = torch
+        self.threads = torch.get_num_threads()
+
+    def matmul(self, n: int) -> Callable[[], float]:
+        a, b = self.torch.rand(n, n), self.torch.rand(n, n)
+        a @ b
+        return lambda: best_time(lambda: a @ b)
+
+    def add_mul_relu(self, n: int) -> Callable[[], float]:
+        a, b, c = self.torch.rand(n), self.torch.rand(n), self.torch.rand(n)
+        return lambda: best_time(lambda: ((a + b) * c).relu())
+
+    def sum(self, n: int) -> Callable[[], float]:
+        a = self.torch.rand(n)
+        return lambda: best_time(lambda: a.sum())
+
+    def conv2d(self, xs: tuple[int, ...], ws: tuple[int, ...]) -> Callable[[], float] | None:
+        x, w = self.torch.rand(*xs), self.torch.rand(*ws)
+        conv = self.torch.nn.functional.conv2d
+        conv(x, w, padding=1)
+        return lambda: best_time(lambda: conv(x, w, padding=1))
+
+
+class TinygradImpl(Impl):
+    name = "tinygrad"
+
+    def __init__(self) -> None:
+        os.environ.setdefault("DEV", "CPU")  # tinygrad's CPU backend (it would pick an OpenCL CPU driver first)
+        from tinygrad import Tensor as TT
+
+        self.TT = TT
+
+    def _realized(self, fn: Callable[[], Any]) -> Callable[[], float]:
+        fn().realize()
+        return lambda: best_time(lambda: fn().realize())
+
+    def matmul(self, n: int) -> Callable[[], float]:
+        a, b = self.TT.rand(n, n).realize(), self.TT.rand(n, n).realize()
+        return self._realized(lambda: a @ b)
+
+    def add_mul_relu(self, n: int) -> Callable[[], float]:
+        a, b, c = (self.TT.rand(n).realize() for _ in range(3))
+        return self._realized(lambda: ((a + b) * c).relu())
+
+    def sum(self, n: int) -> Callable[[], float]:
+        a = self.TT.rand(n).realize()
+        return self._realized(lambda: a.sum())
+
+
+class TgImpl(Impl):
+    """tg as a user runs it: build the graph on realized inputs and realize it (fresh inputs each run, so nothing is
+    served from an earlier result); the first run of each figure compiles."""
+
+    def __init__(self, beam: int = 0) -> None:
+        self.name, self.beam, self.threads = ("tg_beam2" if beam else "tg"), beam, tg_threads()
+
+    def _timed(self, inputs: Callable[[], tuple[Any, ...]], compute: Callable[..., Any]) -> Callable[[], float]:
+        from tg_uop.helpers import Context
+
+        def run(reps: int = 3) -> float:
+            best = float("inf")
+            with Context(BEAM=self.beam):
+                for _ in range(reps):
+                    args = tuple(t.realize() for t in inputs())
+                    st = time.perf_counter()
+                    compute(*args).realize()
+                    best = min(best, time.perf_counter() - st)
+            return best
+
+        run(1)  # compile (and search, with BEAM)
+        return run
+
+    def matmul(self, n: int) -> Callable[[], float]:
+        return self._timed(lambda: (rand(n, n), rand(n, n)), lambda a, b: a @ b)
+
+    def add_mul_relu(self, n: int) -> Callable[[], float]:
+        return self._timed(lambda: (rand(n), rand(n), rand(n)), lambda a, b, c: ((a + b) * c).relu())
+
+    def sum(self, n: int) -> Callable[[], float]:
+        return self._timed(lambda: (rand(n),), lambda a: a.sum())
+
+    def conv2d(self, xs: tuple[int, ...], ws: tuple[int, ...]) -> Callable[[], float] | None:
+        return self._timed(lambda: (rand(*xs), rand(*ws)), lambda x, w: x.conv2d(w, padding=1))
 
 
 def rand(*shape: int) -> Any:
@@ -105,38 +211,120 @@ def rand(*shape: int) -> Any:
     return Tensor(np.random.rand(*shape).astype(np.float32))
 
 
-def bench_tg(label: str, beam: int) -> None:
-    from tg_uop.helpers import Context
+# ---------------------------------------------------------------- rounds
+def compare(
+    bench: str, unit: str, work: float, makers: list[tuple[Impl, Callable[[], float] | None]], **params: Any
+) -> None:
+    """Time every implementation in turn for ROUNDS rounds; emit each one's median (work / seconds) and tg's ratio."""
+    runs = [(impl, run) for impl, run in makers if run is not None]
+    values: dict[str, list[float]] = {impl.name: [] for impl, _ in runs}
+    for _ in range(ROUNDS):
+        for impl, run in runs:
+            values[impl.name].append(work / run() * 1e-9)
+    medians = {name: statistics.median(v) for name, v in values.items()}
+    for impl, _ in runs:
+        v = values[impl.name]
+        emit(
+            bench,
+            impl.name,
+            medians[impl.name],
+            unit,
+            **params,
+            threads=impl.threads,
+            range=[round(min(v), 2), round(max(v), 2)],
+        )
+    peers = {name: m for name, m in medians.items() if not name.startswith("tg")}
+    if peers and "tg" in medians:
+        best = max(peers, key=lambda name: peers[name])
+        emit(bench, "ratio", medians["tg"] / peers[best], "x", **params, vs=best)
 
-    with Context(BEAM=beam):
-        for n in (256,) if SMALL else (256, 1024, 2048):
-            if beam and n >= 2048 and os.getenv("BENCH_BEAM_BIG", "0") in ("", "0"):
-                continue  # each BEAM candidate of the 2048 matmul runs for seconds: BENCH_BEAM_BIG=1 includes it
-            t = run_tg(lambda n=n: (rand(n, n), rand(n, n)), tg_matmul)
-            emit("matmul", label, 2 * n**3 / t * 1e-9, "GFLOPS", n=n, threads=tg_threads())
-        n = 1 << (16 if SMALL else 24)
-        t = run_tg(lambda: (rand(n), rand(n), rand(n)), lambda a, b, c: ((a + b) * c).relu())
-        emit("add_mul_relu", label, 4 * 4 * n / t * 1e-9, "GB/s", n=n)
-        emit("sum", label, 4 * n / run_tg(lambda: (rand(n),), lambda a: a.sum()) * 1e-9, "GB/s", n=n)
-        for xs, ws in conv_shapes():
-            if beam and xs[1] >= 64 and os.getenv("BENCH_BEAM_BIG", "0") in ("", "0"):
-                continue  # each candidate of the 64-channel conv runs for seconds: BENCH_BEAM_BIG=1 includes it
-            t = run_tg(lambda xs=xs, ws=ws: (rand(*xs), rand(*ws)), lambda x, w: tg_conv2d(x, w, 1))
-            emit("conv2d", label, conv_flops(xs, ws) / t * 1e-9, "GFLOPS", x=xs, w=ws)
 
-
-def conv_shapes() -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
-    if SMALL:
-        return [((2, 3, 16, 16), (4, 3, 3, 3))]
-    return [((16, 3, 64, 64), (16, 3, 3, 3)), ((64, 64, 56, 56), (64, 64, 3, 3))]
+def safe_make(impl: Impl, fn: Callable[[], Callable[[], float] | None]) -> Callable[[], float] | None:
+    """A peer that is installed but cannot run a figure is reported on stderr and left out of it."""
+    try:
+        return fn()
+    except Exception as e:
+        print(f"{impl.name}: skipped ({type(e).__name__}: {e})", file=sys.stderr)
+        return None
 
 
 def conv_flops(xs: tuple[int, ...], ws: tuple[int, ...]) -> float:
     return 2.0 * xs[0] * ws[0] * xs[2] * xs[3] * ws[1] * ws[2] * ws[3]
 
 
+def run_figures(impls: list[Impl], beam_big: bool) -> None:
+    def makers(fig: Callable[[Impl], Callable[[], Callable[[], float] | None]]) -> list[tuple[Impl, Any]]:
+        return [(impl, safe_make(impl, fig(impl))) for impl in impls]
+
+    for n in SIZES:
+        use = [i for i in impls if not (isinstance(i, TgImpl) and i.beam and n >= 2048 and not beam_big)]
+        compare("matmul", "GFLOPS", 2.0 * n**3, [(i, safe_make(i, lambda i=i, n=n: i.matmul(n))) for i in use], n=n)
+    compare("add_mul_relu", "GB/s", 16.0 * N_VEC, makers(lambda i: lambda: i.add_mul_relu(N_VEC)), n=N_VEC)
+    compare("sum", "GB/s", 4.0 * N_VEC, makers(lambda i: lambda: i.sum(N_VEC)), n=N_VEC)
+    for xs, ws in CONVS:
+        use = [i for i in impls if not (isinstance(i, TgImpl) and i.beam and xs[1] >= 64 and not beam_big)]
+        conv = [(i, safe_make(i, lambda i=i, xs=xs, ws=ws: i.conv2d(xs, ws))) for i in use]
+        compare("conv2d", "GFLOPS", conv_flops(xs, ws), conv, x=xs, w=ws)
+
+
+# ---------------------------------------------------------------- diagnostics
+def bench_matmul_kernels() -> None:
+    """tg's kernels of a matmul, launched alone on prepared buffers (no graph building, no scheduling)."""
+    from tg_runtime.runner import get_runner
+    from tg_tensor.realizer import current
+
+    for n in SIZES:
+        items = (rand(n, n).realize() @ rand(n, n).realize()).schedule()
+        for item in items:
+            current().unqueue(item)
+            for buf in item.bufs:
+                buf.ensure_allocated()
+        runners = [(get_runner(item.bufs[0].device, item.ast), item.bufs) for item in items]
+
+        def launch(runners: list[Any] = runners) -> None:
+            for runner, bufs in runners:
+                runner(bufs)
+
+        launch()
+        times = [best_time(launch) for _ in range(ROUNDS)]
+        emit(
+            "matmul_kernels",
+            "tg",
+            2 * n**3 / statistics.median(times) * 1e-9,
+            "GFLOPS",
+            n=n,
+            kernels=len(items),
+            threads=tg_threads(),
+        )
+
+
+def bench_thread_pool() -> None:
+    """One launch of a kernel split over the threads with almost no work in it: what handing a kernel to the threads
+    costs (with the workers still awake from the launch before)."""
+    from tg import Device
+    from tg_codegen import get_program
+    from tg_codegen.opt import Opt, OptOps
+    from tg_runtime.runner import CompiledRunner
+    from tg_tensor.realizer import current
+
+    threads = tg_threads()
+    if threads < 2:
+        return
+    (item,) = (rand(threads * 4, 16).realize() + 1).schedule()
+    current().unqueue(item)
+    for buf in item.bufs:
+        buf.ensure_allocated()
+    runner = CompiledRunner(get_program(item.ast, Device["CPU"].renderer, opts=[Opt(OptOps.THREAD, 0, threads * 4)]))
+    runner(item.bufs)
+    calls = 2000
+    st = time.perf_counter()
+    for _ in range(calls):
+        runner(item.bufs)
+    emit("thread_pool_us", "tg", (time.perf_counter() - st) / calls * 1e6, "us", chunks=threads * 4, threads=threads)
+
+
 def bench_tiny_realize() -> None:
-    """Realize of `t + 1.5` on a 4-element tensor: a new graph shape (kernel compiled before), then a seen one."""
+    """Realize of `t * 2.5` on a 4-element tensor: a new graph shape (kernel compiled before), then a seen one."""
     from tg import Tensor
 
     Tensor(np.ones(4, np.float32)).realize().mul(2.5).realize()  # compile the kernel once
@@ -164,81 +352,34 @@ def bench_beam_time() -> None:
         clear_runner_cache()
         st = time.perf_counter()
         with Context(BEAM=2):
-            tg_matmul(a, b).realize()
+            (a @ b).realize()
         emit("beam_search_matmul", f"tg_{label}", time.perf_counter() - st, "s", n=n)
 
 
-# ---------------------------------------------------------------- peers
-def bench_numpy() -> None:
-    for n in (256,) if SMALL else (256, 1024, 2048):
-        a, b = np.random.rand(n, n).astype(np.float32), np.random.rand(n, n).astype(np.float32)
-        t = best_of(lambda a=a, b=b: a @ b)
-        emit("matmul", "numpy", 2 * n**3 / t * 1e-9, "GFLOPS", n=n, threads=numpy_threads())
-    n = 1 << (16 if SMALL else 24)
-    a, b, c = (np.random.rand(n).astype(np.float32) for _ in range(3))
-    emit("add_mul_relu", "numpy", 16 * n / best_of(lambda: np.maximum((a + b) * c, 0)) * 1e-9, "GB/s", n=n)
-    emit("sum", "numpy", 4 * n / best_of(lambda: a.sum()) * 1e-9, "GB/s", n=n)
-
-
-def bench_torch() -> None:
-    try:
-        import torch
-    except ImportError:
-        return
-    for n in (256,) if SMALL else (256, 1024, 2048):
-        a, b = torch.rand(n, n), torch.rand(n, n)
-        emit("matmul", "torch", 2 * n**3 / best_of(lambda a=a, b=b: a @ b) * 1e-9, "GFLOPS", n=n)
-    n = 1 << (16 if SMALL else 24)
-    a, b, c = torch.rand(n), torch.rand(n), torch.rand(n)
-    emit("add_mul_relu", "torch", 16 * n / best_of(lambda: ((a + b) * c).relu()) * 1e-9, "GB/s", n=n)
-    emit("sum", "torch", 4 * n / best_of(lambda: a.sum()) * 1e-9, "GB/s", n=n)
-    for xs, ws in conv_shapes():
-        x, w = torch.rand(*xs), torch.rand(*ws)
-        t = best_of(lambda x=x, w=w: torch.nn.functional.conv2d(x, w, padding=1))
-        emit("conv2d", "torch", conv_flops(xs, ws) / t * 1e-9, "GFLOPS", x=xs, w=ws)
-
-
-def bench_tinygrad() -> None:
-    os.environ.setdefault("DEV", "CPU")  # tinygrad's CPU backend (it would pick an OpenCL CPU driver first)
-    try:
-        from tinygrad import Tensor as TT
-    except ImportError:
-        return
-    for n in (256,) if SMALL else (256, 1024):
-        a, b = TT.rand(n, n).realize(), TT.rand(n, n).realize()
-        emit("matmul", "tinygrad", 2 * n**3 / best_of(lambda a=a, b=b: (a @ b).realize()) * 1e-9, "GFLOPS", n=n)
-    n = 1 << (16 if SMALL else 24)
-    a, b, c = TT.rand(n).realize(), TT.rand(n).realize(), TT.rand(n).realize()
-    emit("add_mul_relu", "tinygrad", 16 * n / best_of(lambda: ((a + b) * c).relu().realize()) * 1e-9, "GB/s", n=n)
-    emit("sum", "tinygrad", 4 * n / best_of(lambda: a.sum().realize()) * 1e-9, "GB/s", n=n)
-    t = TT([1.0, 2.0, 3.0, 4.0]).realize()
-    (t + 1.5).realize()
-    st = time.perf_counter()
-    for _ in range(100):
-        (t + 1.5).realize()
-    emit("tiny_realize", "tinygrad", (time.perf_counter() - st) / 100 * 1e6, "us")
-
-
-def peer(fn: Callable[[], None]) -> None:
-    """A peer that is installed but cannot run here is reported on stderr, not fatal."""
-    try:
-        fn()
-    except Exception as e:
-        print(f"{fn.__name__}: skipped ({type(e).__name__}: {e})", file=sys.stderr)
+def peers() -> list[Impl]:
+    ret: list[Impl] = [NumpyImpl()]
+    for cls in (TorchImpl, TinygradImpl):
+        try:
+            ret.append(cls())
+        except ImportError:
+            pass
+    return ret
 
 
 def main() -> None:
     from tg import Device
 
     Device.DEFAULT = "CPU"
-    bench_numpy()
-    peer(bench_torch)
-    peer(bench_tinygrad)
-    bench_tg("tg", beam=0)
+    beam = os.getenv("BENCH_BEAM", "1") not in ("", "0")
+    impls = [*peers(), TgImpl()]
+    run_figures(impls, beam_big=False)
+    bench_matmul_kernels()
+    bench_thread_pool()
     bench_tiny_realize()
-    if os.getenv("BENCH_BEAM", "1") not in ("", "0"):
+    if beam:
         bench_beam_time()
-        bench_tg("tg_beam2", beam=2)
+        # (each BEAM candidate of the 2048 matmul or the 64-channel conv runs for seconds: BENCH_BEAM_BIG=1 adds them)
+        run_figures([TgImpl(beam=2)], beam_big=os.getenv("BENCH_BEAM_BIG", "0") not in ("", "0"))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,8 @@ What tg promises, and so what the oracle checks (programs that would depend on m
   sums that round) are compared with a tolerance, and comparisons, casts to int/bool, reciprocals and
   square roots are only applied to exact nodes (a last-ulp difference would flip them).
 
-In the test run: CI runs a sample (about 250 programs over PYTHON, CPU and CL; one in three with NOOPT=1).
+In the test run: CI runs a sample (about 250 programs over PYTHON, CPU and CL; one in three with NOOPT=1, one in
+three with OPT_FUZZ: random opts of BEAM's space, KBLOCK and THREAD included, on the heuristics' or on none).
 `FUZZ=1` runs 2,000 per device; `FUZZ_N=<n>` sets the count per device and `FUZZ_SEED=<s>` the first seed.
 Long runs: `python tests/test_codegen_fuzz.py --device CPU --start 0 --count 1000` (chunks in subprocesses,
 so a crash is counted and the run goes on); `python tests/test_codegen_fuzz.py --device CPU --seed 17`
@@ -40,6 +41,7 @@ import numpy as np
 import pytest
 
 from tg import Tensor, dtypes
+from tg_runtime.runner import clear_runner_cache
 from tg_uop import DType
 from tg_uop.helpers import Context
 
@@ -511,10 +513,20 @@ def check(got: np.ndarray, node: Node, what: str, zero_signs: bool = True) -> No
     np.testing.assert_allclose(_f64(got), _f64(want), rtol=tol, atol=tol * scale, equal_nan=True, err_msg=what)
 
 
+# random opts on the devices without workgroups (GPU opts: a random STAGE where no reduce loop is left fails to
+# lower, CL seed 157)
+FUZZ_OPT_DEVICES = ("CPU", "PYTHON")
+
+
 def run_program(seed: int, device: str, verbose: bool = False) -> Program:
-    """Build program `seed`, realize its outputs on `device` (NOOPT=1 for one seed in three), check them."""
-    noopt = seed % 3 == 0
-    with Context(NOOPT=int(noopt)):
+    """Build program `seed`, realize its outputs on `device` (NOOPT=1 for one seed in three; for another one in
+    three, OPT_FUZZ: the heuristics' opts or none, then random actions of BEAM's space, KBLOCK and THREAD included),
+    check them."""
+    noopt, fuzz = seed % 3 == 0, seed % 3 == 1 and device in FUZZ_OPT_DEVICES
+    if fuzz:  # (kernels compiled earlier with other opts are not reused: the program cache keys OPT_FUZZ)
+        clear_runner_cache()
+    mode = " NOOPT=1" if noopt else " OPT_FUZZ" if fuzz else ""
+    with Context(NOOPT=int(noopt), OPT_FUZZ=seed + 1 if fuzz else 0):
         p = Program(seed, device)
         n_steps = p.rng.randint(1, 8)
         tries = made = 0
@@ -528,14 +540,14 @@ def run_program(seed: int, device: str, verbose: bool = False) -> Program:
         derived = p.nodes[-made:] if made else p.nodes
         outs = [derived[-1]] + p.rng.sample(derived[:-1], k=min(len(derived) - 1, p.rng.randint(0, 2)))
         if verbose:
-            print(f"seed {seed} on {device}{' NOOPT=1' if noopt else ''}:\n  " + "\n  ".join(p.steps))
+            print(f"seed {seed} on {device}{mode}:\n  " + "\n  ".join(p.steps))
         Tensor.realize(*[o.t for o in outs])
         for o in outs:
             check(
                 o.t.numpy(),
                 o,
                 zero_signs=not p.sums,
-                what=f"seed {seed} {device}{' NOOPT=1' if noopt else ''} n{p.nodes.index(o)}\n  "
+                what=f"seed {seed} {device}{mode} n{p.nodes.index(o)}\n  "
                 + "\n  ".join(p.steps),
             )
     return p

@@ -14,7 +14,7 @@ from tg_codegen.lowerer import lower
 from tg_codegen.opt import Opt
 from tg_codegen.renderer import KernelParamError, ProgramSpec, Renderer, buffer_params, estimate
 from tg_uop import DType, Ops, PtrDType, UOp
-from tg_uop.helpers import DEBUG, NOOPT
+from tg_uop.helpers import DEBUG, NOOPT, ContextVar
 from tg_uop.trace import TRACE
 
 
@@ -26,7 +26,16 @@ def optimized_kernel(ast: UOp, renderer: Renderer, opts: list[Opt] | tuple[Opt, 
     if opts is None:
         with TRACE.hidden():  # the heuristics try opts on copies: not passes of this kernel
             opts = [] if NOOPT else hand_coded_optimizations(k)
+            if OPT_FUZZ and not NOOPT:
+                from tg_codegen.search import fuzz_opts
+
+                opts = fuzz_opts(k, opts, OPT_FUZZ.value)
     return k.apply_opts(opts)
+
+
+# OPT_FUZZ=n (n > 0): the heuristics' opts plus a few random actions of BEAM's space, drawn from a generator seeded
+# by n and the kernel (search.fuzz_opts); the codegen fuzzer (tests/test_codegen_fuzz.py) covers the opt space so
+OPT_FUZZ = ContextVar("OPT_FUZZ", 0)
 
 
 def get_program(

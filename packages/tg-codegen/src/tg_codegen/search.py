@@ -51,6 +51,8 @@ def actions(renderer: Renderer) -> list[Opt]:
     ret += [Opt(OptOps.PADTO, a, 16) for a in range(3)]
     if renderer.has_threads and renderer.threads > 1:
         ret += [Opt(OptOps.THREAD, a, renderer.threads * m) for a in range(3) for m in (1, 2, 4, 8)]
+    if not renderer.has_local:  # CPU cache blocking of a long reduction (kblock.py)
+        ret += [Opt(OptOps.KBLOCK, 0, n) for n in (256, 512)]
     if renderer.has_local:
         ret += [Opt(OptOps.LOCAL, a, n) for a in range(3) for n in (2, 4, 8, 16, 32)]
         ret += [Opt(op, a, n) for op in (OptOps.GROUP, OptOps.GROUPTOP) for a in range(2) for n in (8, 16, 32)]
@@ -60,6 +62,27 @@ def actions(renderer: Renderer) -> list[Opt]:
     if renderer.tensor_cores:  # (arg 1: Hopper's warpgroup MMA, which needs a pipelined STAGE to lower)
         ret += [Opt(OptOps.TC, a, t) for a in range(2) for t in range(2)]
     return ret
+
+
+def fuzz_opts(k: Kernel, heuristic: list[Opt], seed: int) -> list[Opt]:
+    """`heuristic` (or, for half the kernels, no opts), a KBLOCK where one applies (3 times in 4), then up to 4 random
+    actions that apply: BEAM's, and small KBLOCK and THREAD amounts that fit small kernels. The generator is seeded
+    by `seed` and the kernel's AST, so a program's kernels get the same opts every run (OPT_FUZZ;
+    tests/test_codegen_fuzz.py uses it)."""
+    import random
+
+    rng = random.Random(f"{seed}:{hashlib.sha256(repr(k.ast).encode()).hexdigest()}")
+    acts = actions(k.opts)
+    acts += [Opt(OptOps.KBLOCK, a, n) for a in range(2) for n in (2, 3, 4, 8)]
+    acts += [Opt(OptOps.THREAD, a, n) for a in range(3) for n in (2, 3, 4)] if k.opts.has_threads else []
+    work = k.copy().apply_opts(heuristic if rng.random() < 0.5 else [])
+    if rng.random() < 0.75:  # (few kernels can take a KBLOCK: a plain sum stored as it is; most that can do)
+        work.apply_first([Opt(OptOps.KBLOCK, 0, n) for n in rng.sample((2, 3, 4, 8), 4)])
+    for _ in range(rng.randint(1, 4)):
+        for act in rng.sample(acts, len(acts)):
+            if work.apply_first([act]):
+                break
+    return list(work.applied_opts)
 
 
 def children(k: Kernel, acts: list[Opt]) -> list[Kernel]:

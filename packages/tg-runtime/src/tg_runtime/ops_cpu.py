@@ -355,8 +355,9 @@ _loaded: weakref.WeakValueDictionary[bytes, ctypes.CDLL] = weakref.WeakValueDict
 _load_lock = threading.Lock()
 
 
-def load_library(lib: bytes, mode: int = ctypes.DEFAULT_MODE) -> ctypes.CDLL:
-    """The shared object `lib`, loaded once while any program uses it (the kernels of a batch share one)."""
+def load_library(lib: bytes) -> ctypes.CDLL:
+    """The shared object `lib`, loaded once while any program uses it (the kernels of a batch share one), its
+    kernels' `tg_parallel` pointed at the thread pool where one is loaded (load_thread_pool)."""
     with _load_lock:
         if (found := _loaded.get(lib)) is not None:
             return found
@@ -364,19 +365,22 @@ def load_library(lib: bytes, mode: int = ctypes.DEFAULT_MODE) -> ctypes.CDLL:
             f.write(lib)
             path = f.name
         try:
-            loaded = _loaded[lib] = ctypes.CDLL(path, mode=mode)
+            loaded = _loaded[lib] = ctypes.CDLL(path)
         finally:
             os.unlink(path)
+        if _pool_run and hasattr(loaded, "tg_parallel"):
+            ctypes.c_void_p.in_dll(loaded, "tg_parallel").value = _pool_run[0]
         return loaded
 
 
-_pools: list[ctypes.CDLL] = []  # the thread pool, loaded once per process and kept (kernels call into it)
+_pools: list[ctypes.CDLL] = []  # the thread pool library, loaded once per process and kept
+_pool_run: list[int] = []  # the address of its tg_pool_run
 
 
 def load_thread_pool(compiler: ClangCompiler) -> bool:
     """Build (once per compiler and host, disk-cached) and load the thread pool that runs THREAD loops
-    (tg_codegen.renderer.threadpool), globally, so kernel libraries find `tg_parallel`. False when it cannot be
-    built (the kernels then run on one thread)."""
+    (tg_codegen.renderer.threadpool); kernel libraries loaded from now on call it. False when it cannot be built
+    (threaded kernels then run their iterations one after another)."""
     if _pools:
         return True
     try:
@@ -386,7 +390,9 @@ def load_thread_pool(compiler: ClangCompiler) -> bool:
             f"the CPU thread pool did not build, kernels run on one thread: {e}", RuntimeWarning, stacklevel=2
         )
         return False
-    _pools.append(load_library(lib, ctypes.RTLD_GLOBAL))
+    pool = load_library(lib)
+    _pools.append(pool)
+    _pool_run.append(ctypes.cast(pool.tg_pool_run, ctypes.c_void_p).value or 0)
     return True
 
 

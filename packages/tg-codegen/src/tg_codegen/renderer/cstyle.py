@@ -426,9 +426,10 @@ class ClangRenderer(CStyleLanguage):
         vec_dts: tuple[DType, ...],
         thread: ThreadLoop,
     ) -> str:
-        """The THREAD loop's body as a function of one iteration, run on `threads` threads by `tg_parallel` (the thread
-        pool of renderer/threadpool.py, which the CPU device loads): the kernel packs its arguments in a struct and
-        hands the pool that function. What comes before the loop (constants) is computed again in each iteration."""
+        """The THREAD loop's body as a function of one iteration, run on `threads` threads by the thread pool of
+        renderer/threadpool.py: the kernel packs its arguments in a struct and hands the pool that function through
+        the pointer `tg_parallel`, which the CPU device sets in each library it loads (unset: the iterations run one
+        after another). What comes before the loop (constants) is computed again in each iteration."""
         if self.threads <= 1:
             return self.render_kernel(function_name, body, params, vec_dts)
         args, decls = f"{function_name}_args", self.render_params(params)
@@ -451,12 +452,13 @@ class ClangRenderer(CStyleLanguage):
         lines = [
             *self.extra_headers,
             *self.render_vector_types(list(vec_dts)),
-            "extern void tg_parallel(void (*chunk)(void*, int), void* args, int n, int threads);",
+            "void (*tg_parallel)(void (*chunk)(void*, int), void* args, int n, int threads);",
             f"struct {args} {{ {' '.join(f + ';' for f in fields)} }};",
             *chunk,
             f"void {function_name}({', '.join(decls)}) {{",
             f"  struct {args} tg_a = {{{', '.join(names)}}};",
-            f"  tg_parallel({function_name}_chunk, &tg_a, {thread.bound}, {self.threads});",
+            f"  if (tg_parallel) tg_parallel({function_name}_chunk, &tg_a, {thread.bound}, {self.threads});",
+            f"  else for (int tg_i = 0; tg_i < {thread.bound}; tg_i++) {function_name}_chunk(&tg_a, tg_i);",
             "}",
         ]
         return "\n".join(lines)

@@ -1,8 +1,9 @@
 """The thread pool that runs a CPU kernel's THREAD loop: C source, built once and loaded before any kernel.
 
 ClangRenderer outlines the body of a kernel's THREAD loop into a function of one iteration (a "chunk") and calls
-`tg_parallel(chunk, args, n, threads)`, which this library defines. The CPU device (tg_runtime.ops_cpu) compiles
-it with the kernels' compiler and loads it with RTLD_GLOBAL, so every kernel library finds the symbol.
+it through the function pointer `tg_parallel(chunk, args, n, threads)` that each kernel library defines. The CPU
+device (tg_runtime.ops_cpu) compiles this library with the kernels' compiler, loads it once, and points every
+kernel library's `tg_parallel` at its `tg_pool_run` (no symbol is left for the dynamic linker to resolve).
 
 How a call runs:
 - the caller publishes the job in one 64-bit word (generation, chunk count, next chunk) and takes chunks itself;
@@ -15,7 +16,7 @@ How a call runs:
 - after fork() the child has no workers: its first job starts them again.
 Measured per call on a 2-core EPYC with the workers spinning: ~1-2 us (bench/bench_cpu.py `thread_overhead`).
 
->>> "tg_parallel" in THREAD_POOL_C
+>>> "void tg_pool_run(" in THREAD_POOL_C
 True
 """
 
@@ -127,7 +128,7 @@ static void tg_start_workers(int want) {
   pthread_attr_destroy(&attr);
 }
 
-void tg_parallel(tg_chunk_fn fn, void *args, int n, int threads) {
+void tg_pool_run(tg_chunk_fn fn, void *args, int n, int threads) {
   if (n <= 1 || threads <= 1 || (uint64_t)n > TG_CHUNK_MASK || pthread_mutex_trylock(&tg_pool.busy) != 0) {
     for (int i = 0; i < n; i++) fn(args, i);
     return;

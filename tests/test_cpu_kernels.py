@@ -1,0 +1,295 @@
+"""The CPU's matmul and convolution kernels against numpy: KBLOCK (a reduction in blocks, partial sums in the output),
+the thread pool (THREAD loops outlined and run by tg_parallel), register tiles for AVX2 and AVX-512 targets.
+
+Kernels are compiled here with the opts each test names (as BEAM or the heuristics would apply them) and run on
+buffers of a scheduled tensor; odd sizes, sizes below one tile, transposed and strided operands, threads that do
+not divide the chunks. The PYTHON device (an interpreter of the same linear program) checks KBLOCK without a C
+compiler.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import platform
+import shutil
+import threading
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from tg import Device, Tensor
+from tg_codegen import get_program
+from tg_codegen.kernel import Kernel
+from tg_codegen.opt import KernelOptError, Opt, OptOps
+from tg_codegen.renderer.cstyle import ClangRenderer
+from tg_runtime.ops_cpu import ClangCompiler, CPUProgram, load_thread_pool
+from tg_runtime.runner import CompiledRunner
+from tg_tensor.realizer import ScheduleItem, current
+
+U, R, T, K, S = OptOps.UPCAST, OptOps.UNROLL, OptOps.THREAD, OptOps.KBLOCK, OptOps.SWAP
+
+
+def _rand(*shape: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def _item(t: Tensor) -> ScheduleItem:
+    """The last kernel of `t`'s schedule, the ones before it run (the copies its inputs need)."""
+    items = t.schedule()
+    for item in items:
+        current().unqueue(item)
+        for buf in item.bufs:
+            buf.ensure_allocated()
+    for item in items[:-1]:
+        CompiledRunner(get_program(item.ast, Device[item.bufs[0].device].renderer))(item.bufs)
+    return items[-1]
+
+
+def _run(item: ScheduleItem, opts: list[Opt], renderer: object | None = None) -> np.ndarray:
+    device = item.bufs[0].device
+    spec = get_program(item.ast, renderer or Device[device].renderer, opts=opts)  # type: ignore[arg-type]
+    CompiledRunner(spec, device=device)(item.bufs)
+    out = item.bufs[0]
+    return np.frombuffer(out.as_bytes(), dtype=np.float32).copy()
+
+
+def _matmul(a: np.ndarray, b: np.ndarray, device: str) -> ScheduleItem:
+    x, w = Tensor(a, device=device).realize(), Tensor(b, device=device).realize()
+    return _item(x @ w)
+
+
+# ---- KBLOCK ----
+@pytest.mark.parametrize(
+    "n,k,m,opts",
+    [
+        (5, 12, 7, [Opt(K, 0, 4)]),  # below one tile, three blocks
+        (16, 64, 16, [Opt(U, 0, 4), Opt(U, 1, 8), Opt(K, 0, 16)]),
+        (9, 30, 24, [Opt(U, 1, 8), Opt(R, 0, 3), Opt(K, 0, 5)]),  # an unrolled block of 5 x 3
+        (12, 40, 8, [Opt(K, 0, 8), Opt(S, 0, 1)]),  # the block loop moved inside the row loop: still in order
+    ],
+)
+def test_kblock_matches_numpy(device: str, n: int, k: int, m: int, opts: list[Opt]) -> None:
+    if device == "CL":
+        pytest.skip("KBLOCK is for renderers without workgroups")
+    a, b = _rand(n, k), _rand(k, m, seed=1)
+    got = _run(_matmul(a, b, device), opts).reshape(n, m)
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_kblock_of_transposed_and_strided_operands() -> None:
+    a, b = _rand(24, 48), _rand(48, 60, seed=1)
+    x = Tensor(a).realize().T  # (48, 24), read by columns
+    w = Tensor(b).realize()[::2, 1::3]  # (24, 20) every other row, every third column
+    got = _run(_item(x[:20] @ w), [Opt(U, 0, 4), Opt(K, 0, 6)]).reshape(20, 20)
+    np.testing.assert_allclose(got, a.T[:20] @ b[::2, 1::3], rtol=1e-4, atol=1e-4)
+
+
+def test_kblock_with_threads_matches_numpy() -> None:
+    """Blocks inside each thread's rows: 3 threads over 7 row chunks (the pool hands them out one by one)."""
+    a, b = _rand(7 * 8, 96), _rand(96, 16, seed=1)
+    renderer = ClangRenderer(threads=3, vector_bytes=Device["CPU"].renderer.vector_bytes)
+    assert load_thread_pool(Device["CPU"].compiler)  # type: ignore[arg-type]
+    item = _matmul(a, b, "CPU")
+    # (after KBLOCK the block loop is output axis 0, the rows axis 1)
+    got = _run(item, [Opt(U, 1, 8), Opt(U, 0, 8), Opt(K, 0, 32), Opt(T, 1, 7)], renderer).reshape(56, 16)
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_heuristics_block_a_long_reduction() -> None:
+    """K = 2048: the heuristics pick KBLOCK on their own; the product still matches numpy."""
+    a, b = _rand(16, 2048), _rand(2048, 24, seed=1)
+    item = _matmul(a, b, "CPU")
+    from tg_codegen.heuristic import hand_coded_optimizations
+
+    opts = hand_coded_optimizations(Kernel(item.ast, Device["CPU"].renderer))
+    assert any(o.op is K for o in opts), opts
+    np.testing.assert_allclose(_run(item, opts).reshape(16, 24), a @ b, rtol=1e-3, atol=1e-3)
+
+
+def test_kblock_refuses_what_would_break_the_order() -> None:
+    item = _matmul(_rand(16, 64), _rand(64, 16, seed=1), "CPU")
+    k = Kernel(item.ast, ClangRenderer(threads=4)).apply_opts([Opt(K, 0, 16)])
+    for opt in (Opt(T, 0, 2), Opt(U, 0, 2), Opt(OptOps.PADTO, 0, 8), Opt(K, 0, 2)):  # axis 0 is the block loop
+        with pytest.raises(KernelOptError):
+            k.copy().apply_opt(opt)
+    with pytest.raises(KernelOptError, match="whole axis"):
+        Kernel(item.ast, ClangRenderer()).apply_opt(Opt(K, 0, 64))
+
+
+def test_kblock_needs_a_plain_sum_stored() -> None:
+    """The partial sums live in the output: a value computed from the sum (relu), or stored narrower, refuses."""
+    x, w = Tensor(_rand(8, 32)).realize(), Tensor(_rand(32, 8, seed=1)).realize()
+    for t in ((x @ w).relu(), (x @ w).cast("float16"), (x @ w).max(axis=1)):
+        item = _item(t)
+        with pytest.raises(KernelOptError):
+            Kernel(item.ast, ClangRenderer()).apply_opt(Opt(K, 0, 8))
+
+
+def test_kblock_refused_on_gpu_renderers() -> None:
+    from tg_codegen.renderer.cuda import CUDARenderer
+
+    item = _matmul(_rand(16, 64), _rand(64, 16, seed=1), "CPU")
+    with pytest.raises(KernelOptError, match="workgroups"):
+        Kernel(item.ast, CUDARenderer()).apply_opt(Opt(K, 0, 16))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_opts_on_plain_sums_match_numpy(device: str, seed: int) -> None:
+    """Matmuls and row sums (a sum stored as it is: what KBLOCK takes) of random sizes under random opts of BEAM's
+    space (search.fuzz_opts, as OPT_FUZZ applies them), KBLOCK first where it applies."""
+    if device == "CL":
+        pytest.skip("KBLOCK is for renderers without workgroups")
+    from tg_codegen.search import fuzz_opts
+
+    rng = np.random.default_rng(seed)
+    n, k, m = (int(v) for v in rng.integers(1, 40, 3))
+    a, b = _rand(n, k * 2, seed=seed), _rand(k * 2, m, seed=seed + 1)
+    if seed % 3 == 2:
+        item, want = _item(Tensor(a, device=device).realize().sum(axis=1)), a.sum(axis=1)
+    else:
+        item, want = _matmul(a, b, device), a @ b
+    kernel = Kernel(item.ast, Device[device].renderer)
+    for trial in range(4):
+        opts = fuzz_opts(kernel, [], seed * 10 + trial)
+        got = _run(item, opts).reshape(want.shape)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=str(opts))
+
+
+# ---- the thread pool ----
+def _pool_renderer(threads: int) -> ClangRenderer:
+    assert load_thread_pool(Device["CPU"].compiler)  # type: ignore[arg-type]
+    return ClangRenderer(threads=threads, vector_bytes=Device["CPU"].renderer.vector_bytes)
+
+
+@pytest.mark.parametrize("threads,chunks", [(2, 2), (3, 7), (4, 2), (8, 64)])
+def test_thread_pool_runs_every_chunk_once(threads: int, chunks: int) -> None:
+    """An elementwise kernel whose THREAD loop has `chunks` iterations on `threads` threads: each element once."""
+    a = _rand(chunks * 12, 5)
+    item = _item(Tensor(a).realize() * 3 + 1)
+    got = _run(item, [Opt(T, 0, chunks)], _pool_renderer(threads)).reshape(a.shape)
+    np.testing.assert_allclose(got, a * 3 + 1, rtol=1e-5, atol=1e-6)  # (a*3+1 may be one FMA)
+
+
+def test_thread_pool_serves_two_python_threads_at_once() -> None:
+    """Two Python threads launch threaded kernels together: one gets the pool, the other runs its chunks alone."""
+    renderer = _pool_renderer(3)
+    cases = []
+    for seed in range(2):
+        a = _rand(96, 33, seed=seed)
+        item = _item(Tensor(a).realize() + float(seed))
+        runner = CompiledRunner(get_program(item.ast, renderer, opts=[Opt(T, 0, 6)]))
+        cases.append((a + seed, item, runner))
+    errors: list[BaseException] = []
+
+    def hammer(runner: CompiledRunner, item: ScheduleItem) -> None:
+        try:
+            for _ in range(200):
+                runner(item.bufs)
+        except BaseException as e:  # (reported by the main thread)
+            errors.append(e)
+
+    workers = [threading.Thread(target=hammer, args=(r, i)) for _, i, r in cases]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    assert not errors
+    for want, item, _ in cases:
+        np.testing.assert_allclose(np.frombuffer(item.bufs[0].as_bytes(), np.float32).reshape(want.shape), want)
+
+
+def _child_runs_threaded_kernel(fn: Callable[[], float], q: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    q.put(fn())
+
+
+def test_thread_pool_after_fork() -> None:
+    """A forked child has no workers; its first threaded kernel starts them again (BEAM forks its workers)."""
+    if "fork" not in multiprocessing.get_all_start_methods():
+        pytest.skip("no fork on this platform")
+    renderer = _pool_renderer(2)
+    a = _rand(64, 16)
+    item = _item(Tensor(a).realize() * 2)
+    runner = CompiledRunner(get_program(item.ast, renderer, opts=[Opt(T, 0, 8)]))
+    runner(item.bufs)  # the parent's workers are running
+
+    def child() -> float:
+        item.bufs[0].copyin(memoryview(np.zeros(a.size, np.float32)))
+        runner(item.bufs)
+        return float(np.frombuffer(item.bufs[0].as_bytes(), np.float32).sum())
+
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_child_runs_threaded_kernel, args=(child, q))
+    p.start()
+    p.join(timeout=60)
+    assert p.exitcode == 0
+    assert abs(q.get(timeout=5) - float((a * 2).sum())) < 1e-2
+
+
+# ---- convolutions ----
+@pytest.mark.parametrize(
+    "xs,ws,pad",
+    [
+        ((2, 5, 17, 24), (16, 5, 3, 3), 1),  # rows of 24 (3 vectors of 8), 16 output channels, padded
+        ((3, 3, 9, 7), (5, 3, 3, 3), 1),  # below one tile everywhere
+        ((2, 4, 13, 13), (8, 4, 3, 3), 0),  # 11x11 outputs (no vector along the row)
+        ((1, 2, 20, 33), (4, 2, 5, 5), 2),  # 5x5 taps
+    ],
+)
+def test_cpu_conv_matches_numpy(xs: tuple[int, ...], ws: tuple[int, ...], pad: int) -> None:
+    x, w = _rand(*xs), _rand(*ws, seed=1)
+    got = Tensor(x, device="CPU").conv2d(Tensor(w, device="CPU"), padding=pad).numpy()
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    kh, kw = ws[2], ws[3]
+    oh, ow = xp.shape[2] - kh + 1, xp.shape[3] - kw + 1
+    win = np.lib.stride_tricks.sliding_window_view(xp, (kh, kw), axis=(2, 3))[:, :, :oh, :ow]
+    want = np.einsum("ncyxij,ocij->noyx", win, w)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+# ---- AVX2 and AVX-512 targets ----
+def _compilers() -> list[str]:
+    return [cc for cc in ("gcc", "clang") if shutil.which(cc)]
+
+
+def _host_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return set(next(line for line in f if line.startswith("flags")).split(":")[1].split())
+    except (OSError, StopIteration):
+        return set()
+
+
+# the flags that build for each target, and the CPU flags a host needs to run the result
+TARGETS = {
+    32: (("-mavx2", "-mfma"), {"avx2", "fma"}),
+    64: (("-mavx2", "-mfma", "-mavx512f", "-mavx512vl"), {"avx2", "fma", "avx512f", "avx512vl"}),
+}
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="AVX2/AVX-512 are x86 targets")
+@pytest.mark.parametrize("vector_bytes", [32, 64])
+@pytest.mark.parametrize("cc", _compilers() or ["none"])
+def test_matmul_renders_and_builds_for_avx2_and_avx512(cc: str, vector_bytes: int) -> None:
+    """The heuristics' matmul for each target (8-float vectors by 8 rows; 16-float vectors by 16 rows), built by each
+    compiler found for that target; run against numpy where this host has the instructions."""
+    if cc == "none":
+        pytest.skip("neither gcc nor clang on PATH")
+    from tg_codegen.heuristic import hand_coded_optimizations
+    from tg_runtime.ops_cpu import half_type
+
+    a, b = _rand(64, 96), _rand(96, 48, seed=1)
+    item = _matmul(a, b, "CPU")
+    renderer = ClangRenderer(threads=2, vector_bytes=vector_bytes, half=half_type(cc))
+    opts = hand_coded_optimizations(Kernel(item.ast, renderer))
+    assert sorted(o.arg for o in opts if o.op is U) == {32: [8, 8], 64: [16, 16]}[vector_bytes]
+    spec = get_program(item.ast, renderer, opts=opts)
+    assert f"vector_size({vector_bytes})" in spec.src and "tg_parallel" in spec.src
+    flags, needs = TARGETS[vector_bytes]
+    lib = ClangCompiler(cc, ("-O2", *flags, "-fno-tree-vectorize", "-ffp-contract=fast")).compile(spec.src)
+    if not needs <= _host_flags():
+        pytest.skip(f"built for {' '.join(flags)}; this host cannot run it")
+    out = np.zeros(64 * 48, np.float32)
+    CPUProgram(spec.function_name, lib)(*(arr.ctypes.data for arr in (out, a, b)))
+    np.testing.assert_allclose(out.reshape(64, 48), a @ b, rtol=1e-4, atol=1e-4)
