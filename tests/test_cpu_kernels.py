@@ -240,12 +240,39 @@ def test_thread_pool_after_fork() -> None:
 def test_cpu_conv_matches_numpy(xs: tuple[int, ...], ws: tuple[int, ...], pad: int) -> None:
     x, w = _rand(*xs), _rand(*ws, seed=1)
     got = Tensor(x, device="CPU").conv2d(Tensor(w, device="CPU"), padding=pad).numpy()
+    np.testing.assert_allclose(got, _conv_ref(x, w, pad), rtol=1e-4, atol=1e-4)
+
+
+def _conv_ref(x: np.ndarray, w: np.ndarray, pad: int) -> np.ndarray:
     xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-    kh, kw = ws[2], ws[3]
+    kh, kw = w.shape[2], w.shape[3]
     oh, ow = xp.shape[2] - kh + 1, xp.shape[3] - kw + 1
     win = np.lib.stride_tricks.sliding_window_view(xp, (kh, kw), axis=(2, 3))[:, :, :oh, :ow]
-    want = np.einsum("ncyxij,ocij->noyx", win, w)
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    return np.einsum("ncyxij,ocij->noyx", win, w)
+
+
+def test_conv_with_odd_rows_packs_its_weights() -> None:
+    """Output rows of 11 (no 8-float vectors along them): the weights are copied with the output channels innermost
+    first (one more kernel), the result and both gradients as without the copy (CPU_PACK=0)."""
+    from tg import GlobalCounters
+    from tg_uop.helpers import Context
+
+    x, w, g = _rand(8, 16, 13, 13), _rand(32, 16, 3, 3, seed=1), _rand(8, 32, 11, 11, seed=2)
+    results = {}
+    for pack in (1, 0):
+        with Context(CPU_PACK=pack):
+            tx, tw = Tensor(x).realize(), Tensor(w).realize()
+            GlobalCounters.reset()
+            out = tx.conv2d(tw).numpy()
+            kernels = GlobalCounters.kernel_count
+            tx, tw = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)  # (a realized result has no graph)
+            (tx.conv2d(tw) * Tensor(g)).sum().backward()
+            assert tx.grad is not None and tw.grad is not None
+            results[pack] = (out, kernels, tx.grad.numpy(), tw.grad.numpy())
+    np.testing.assert_allclose(results[1][0], _conv_ref(x, w, 0), rtol=1e-4, atol=1e-4)
+    assert results[1][1] == results[0][1] + 1
+    for got, want in zip(results[1][2:], results[0][2:]):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 # ---- AVX2 and AVX-512 targets ----

@@ -60,6 +60,24 @@ def _named_padding(name: str, kernel: tuple[int, ...], stride: IntOrTuple, dilat
     return tuple(flat)
 
 
+# CPU: a conv whose output rows do not split into 8-float vectors (MNIST's 26 and 11) has its weights copied with the
+# output channels innermost (Cin, *kernel, Cout), so the register tile takes output channels as its vector lanes
+# (contiguous loads) instead of lanes gathered from 4 images: the MNIST step's conv2 (128,32,13,13)x(64,32,3,3) on
+# one EPYC core 40 -> 82 GFLOPS. Rows of 8k floats keep the row as the lanes (the 64-channel 56x56 conv: 88 as it is,
+# 67 with the copy). CPU_PACK=0 turns it off, with the matmul's packing (linalg.py).
+CONV_PACK_MIN_MACS = 1 << 20
+CONV_ROW_LANES = 8
+
+
+def _packs_weight(x: Tensor, out: tuple[int, ...], weight: Tensor) -> bool:
+    from tg_tensor.linalg import CPU_PACK
+
+    if not CPU_PACK.value or not isinstance(x.device, str) or x.device.split(":")[0] != "CPU":
+        return False
+    macs = int(x.shape[0]) * math.prod(int(s) for s in weight.shape) * math.prod(out)
+    return out[-1] % CONV_ROW_LANES != 0 and macs >= CONV_PACK_MIN_MACS
+
+
 class ConvMixin:
     """conv2d (1-D/2-D/3-D), conv_transpose2d, max_pool2d, avg_pool2d."""
 
@@ -131,6 +149,8 @@ class ConvMixin:
         rcout = cout // groups
         x = x.reshape(bs, groups, cin, 1, *out, *kernel).expand(bs, groups, cin, rcout, *out, *kernel)
         x = x.permute(0, 1, 3, *range(4, 4 + nd), 2, *range(4 + nd, 4 + 2 * nd))
+        if _packs_weight(self, out, weight):
+            weight = weight.permute(*range(1, nd + 2), 0).contiguous().permute(nd + 1, *range(nd + 1))
         w = weight.reshape(1, groups, rcout, *([1] * nd), cin, *kernel)
         ret = (x * w).sum(tuple(range(-1 - nd, 0)), keepdim=True, dtype=dtype).reshape(bs, cout, *out)
         return ret if bias is None else ret + bias.reshape(1, -1, *([1] * nd))

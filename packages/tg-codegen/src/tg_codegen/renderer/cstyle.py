@@ -207,12 +207,18 @@ class CStyleLanguage(Renderer):
 
         return render
 
-    def render_vector_cast(self, x: str, dt: DType) -> str:
+    def render_vector_cast(self, x: str, dt: DType, src: DType | None = None) -> str:
+        """`x` (of dtype `src`) cast to `dt`, lane by lane for vectors."""
         if dt.count == 1:
-            return self.render_cast(x, dt)
+            return self.render_value_cast(x, dt, src)
+        lane = src.scalar() if src is not None else None
         return self.render_vectorize(
-            [self.render_cast(self.render_gep(x, i), dt.scalar()) for i in range(dt.count)], dt
+            [self.render_value_cast(self.render_gep(x, i), dt.scalar(), lane) for i in range(dt.count)], dt
         )
+
+    def render_value_cast(self, x: str, dt: DType, src: DType | None) -> str:
+        """A scalar cast from `src` (None: unknown) to `dt`; dialects route some pairs through another type."""
+        return self.render_cast(x, dt)
 
     def render_vector_types(self, dts: list[DType]) -> list[str]:
         """Declarations a dialect needs before using these vector dtypes."""
@@ -296,7 +302,8 @@ class CStyleLanguage(Renderer):
                 line(f"{r[0]} = {r[1]};")
             elif op is Ops.CAST:
                 names[u] = fresh("cast")
-                line(f"{self.render_dtype(u.dtype)} {names[u]} = {self.render_vector_cast(r[0], u.dtype)};")
+                cast = self.render_vector_cast(r[0], u.dtype, src[0].dtype)
+                line(f"{self.render_dtype(u.dtype)} {names[u]} = {cast};")
             elif op is Ops.BITCAST:
                 names[u] = fresh("bcast")
                 line(f"{self.render_dtype(u.dtype)} {names[u]} = {self.render_bitcast(r[0], src[0].dtype, u.dtype)};")
@@ -360,6 +367,15 @@ class ClangRenderer(CStyleLanguage):
         Ops.SIN: lambda x, dt: f"__builtin_sin{_fsuffix(dt)}({x})",
         Ops.TRUNC: lambda x, dt: f"__builtin_trunc{_fsuffix(dt)}({x})",
     }
+
+    def render_value_cast(self, x: str, dt: DType, src: DType | None) -> str:
+        """With `__fp16` (clang 14), a half converts to and from anything but float through float: clang calls the
+        runtime's conversion helpers for the other pairs (double -> half: gcc's libgcc returns them in another
+        register than clang 14 reads, and 0.5 came out as 0)."""
+        half, f32 = dtypes.float16, dtypes.float32
+        if self.type_map.get(half) == "__fp16" and src is not None and half in (dt, src) and f32 not in (dt, src):
+            return self.render_cast(self.render_cast(x, f32), dt)
+        return self.render_cast(x, dt)
 
     def render_bitcast(self, x: str, src: DType, dt: DType) -> str:
         # a union compound literal: plain C99 that gcc accepts (gcc's C has no __builtin_bit_cast)
