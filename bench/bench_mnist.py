@@ -1,15 +1,19 @@
 """MNIST train step (batch 128, TinyJit) steps/s, next to torch eager when torch is installed; and TinyJit's
 replay cost per kernel. One JSON line per figure: {"bench", "impl", "value", "unit", "params"}.
 
-Run with `uv run bench/bench_mnist.py` (STEPS=, BS=, KERNELS= to change the sizes).
+Run with `uv run bench/bench_mnist.py` (STEPS=, BS=, KERNELS=, ROUNDS= to change the sizes). tg and torch take turns
+for ROUNDS rounds (default 3) of STEPS steps each; each line gives the median steps/s, its range and the threads the
+implementation used (tg: THREADS, default all cores; torch: torch.get_num_threads()), and a `ratio` line tg over torch.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import statistics
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -29,7 +33,9 @@ def batches(n: int, bs: int) -> list[tuple[np.ndarray, np.ndarray]]:
     return [(rng.random((bs, 1, 28, 28), dtype=np.float32), rng.integers(0, 10, bs).astype(np.int32)) for _ in range(n)]
 
 
-def tg_steps_per_s(steps: int, bs: int) -> float:
+def tg_stepper(bs: int) -> Callable[[list[tuple[np.ndarray, np.ndarray]]], float]:
+    """A jitted train step (warmed up: captured and replayed once); the returned function runs it on the batches
+    and returns steps/s."""
     Tensor.manual_seed(0)
     model = Model()
     opt = nn.optim.Adam(nn.state.get_parameters(model))
@@ -42,17 +48,21 @@ def tg_steps_per_s(steps: int, bs: int) -> float:
             Tensor.realize(loss, *opt.schedule_step())
             return loss
 
-    data = batches(steps + 3, bs)
-    for x, y in data[:3]:  # warm-up, capture, first replay
+    for x, y in batches(3, bs):  # warm-up, capture, first replay
         step(Tensor(x), Tensor(y)).item()
-    st = time.perf_counter()
-    for x, y in data[3:]:
-        loss = step(Tensor(x), Tensor(y))
-    loss.item()
-    return steps / (time.perf_counter() - st)
+
+    def run(data: list[tuple[np.ndarray, np.ndarray]]) -> float:
+        st = time.perf_counter()
+        for x, y in data:
+            loss = step(Tensor(x), Tensor(y))
+        loss.item()
+        return len(data) / (time.perf_counter() - st)
+
+    return run
 
 
-def torch_steps_per_s(steps: int, bs: int) -> float | None:
+def torch_stepper(bs: int) -> tuple[Callable[[list[tuple[np.ndarray, np.ndarray]]], float], int] | None:
+    """torch eager's train step of the same model (and its thread count), or None without torch."""
     try:
         import torch  # type: ignore[import-not-found]
     except ImportError:
@@ -63,15 +73,19 @@ def torch_steps_per_s(steps: int, bs: int) -> float | None:
         torch.nn.Flatten(), torch.nn.Dropout(0.5), torch.nn.Linear(1600, 10),
     )  # fmt: skip
     opt = torch.optim.Adam(net.parameters())
-    data = [(torch.from_numpy(x), torch.from_numpy(y).long()) for x, y in batches(steps + 3, bs)]
-    for i, (x, y) in enumerate(data):
-        if i == 3:
-            st = time.perf_counter()
-        opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(net(x), y)
-        loss.backward()
-        opt.step()
-    return steps / (time.perf_counter() - st)
+
+    def run(data: list[tuple[np.ndarray, np.ndarray]]) -> float:
+        tdata = [(torch.from_numpy(x), torch.from_numpy(y).long()) for x, y in data]
+        st = time.perf_counter()
+        for x, y in tdata:
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(net(x), y)
+            loss.backward()
+            opt.step()
+        return len(data) / (time.perf_counter() - st)
+
+    run(batches(3, bs))
+    return run, int(torch.get_num_threads())
 
 
 def jit_overhead_us_per_kernel(kernels: int, calls: int = 200) -> tuple[float, float]:
@@ -98,12 +112,27 @@ def jit_overhead_us_per_kernel(kernels: int, calls: int = 200) -> tuple[float, f
 
 
 def main() -> None:
-    steps, bs, kernels = getenv("STEPS", 5), getenv("BS", 128), getenv("KERNELS", 50)
+    steps, bs, kernels, rounds = getenv("STEPS", 10), getenv("BS", 128), getenv("KERNELS", 50), getenv("ROUNDS", 3)
     dev = Device.DEFAULT
     GlobalCounters.reset()
-    emit("mnist_train_step", "tg", tg_steps_per_s(steps, bs), "steps/s", batch=bs, steps=steps, device=dev)
-    if (ref := torch_steps_per_s(steps, bs)) is not None:
-        emit("mnist_train_step", "torch", ref, "steps/s", batch=bs, steps=steps, device="cpu")
+    runs: dict[str, tuple[Callable[[list[tuple[np.ndarray, np.ndarray]]], float], int | None]] = {
+        "tg": (tg_stepper(bs), getattr(Device[dev].renderer, "threads", None))
+    }
+    if (ref := torch_stepper(bs)) is not None:
+        runs["torch"] = ref
+    data = batches(steps, bs)
+    rates: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, (run, _) in runs.items():
+            rates[name].append(run(data))
+    for name, (_, threads) in runs.items():
+        v = rates[name]
+        device = dev if name == "tg" else "cpu"
+        emit("mnist_train_step", name, statistics.median(v), "steps/s", batch=bs, steps=steps, device=device,
+             threads=threads, range=[round(min(v), 2), round(max(v), 2)])  # fmt: skip
+    if "torch" in rates:
+        ratio = statistics.median(rates["tg"]) / statistics.median(rates["torch"])
+        emit("mnist_train_step", "ratio", ratio, "x", batch=bs, vs="torch")
     replay, eager = jit_overhead_us_per_kernel(kernels)
     emit("jit_replay_overhead", "tg", replay, "us/kernel", kernels=kernels, device=dev)
     emit("jit_replay_overhead", "tg-eager", eager, "us/kernel", kernels=kernels, device=dev)
