@@ -8,7 +8,8 @@ Figures: matmul N=256/1024/2048 fp32 (GFLOPS); ((a+b)*c).relu() and sum on 2^24 
 (16,3,64,64)x(16,3,3,3) and (64,64,56,56)x(64,64,3,3), padding 1 (GFLOPS); realize of a tiny op (us); BEAM=2
 search seconds for matmul 1024, cold and warm. Each figure is measured in ROUNDS rounds (default 5) that take the
 implementations in turn (numpy, torch, tinygrad, tg), the best of a few runs in each round; the line gives the
-median over the rounds and its range. A `ratio` line per figure gives tg over the best peer (medians).
+median over the rounds and its range (BENCH_PAUSE seconds between two implementations, default 0.3: idle threads
+of the one before stop spinning). A `ratio` line per figure gives tg over the best peer (medians).
 Every line says how many threads its implementation used: numpy's OpenBLAS, torch's intra-op threads, tg's
 (THREADS, default all cores). `OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 THREADS=1` compares them on one core.
 Diagnostics beside the headline (what tg's figure is made of): `matmul_kernels`, tg's kernels of a matmul alone
@@ -32,6 +33,9 @@ import numpy as np
 
 SMALL = os.getenv("BENCH_SMALL", "0") not in ("", "0")  # quick smoke run with small sizes
 ROUNDS = int(os.getenv("ROUNDS", "5"))
+# seconds between two implementations' runs: every library's idle threads spin a while after a call (OpenBLAS,
+# OpenMP, tg's pool: 300 us) and would take the cores of the next one's threads
+PAUSE = float(os.getenv("BENCH_PAUSE", "0.3"))
 SIZES = (256,) if SMALL else (256, 1024, 2048)
 N_VEC = 1 << (16 if SMALL else 24)
 CONVS = (
@@ -220,6 +224,7 @@ def compare(
     values: dict[str, list[float]] = {impl.name: [] for impl, _ in runs}
     for _ in range(ROUNDS):
         for impl, run in runs:
+            time.sleep(PAUSE)  # the threads of the one before (OpenBLAS, OpenMP, tg's pool) stop spinning first
             values[impl.name].append(work / run() * 1e-9)
     medians = {name: statistics.median(v) for name, v in values.items()}
     for impl, _ in runs:
