@@ -34,7 +34,7 @@ import numpy as np
 SMALL = os.getenv("BENCH_SMALL", "0") not in ("", "0")  # quick smoke run with small sizes
 ROUNDS = int(os.getenv("ROUNDS", "5"))
 # seconds between two implementations' runs: every library's idle threads spin a while after a call (OpenBLAS,
-# OpenMP, tg's pool: 300 us) and would take the cores of the next one's threads
+# OpenMP, tg's pool: 2 ms) and would take the cores of the next one's threads
 PAUSE = float(os.getenv("BENCH_PAUSE", "0.3"))
 SIZES = (256,) if SMALL else (256, 1024, 2048)
 N_VEC = 1 << (16 if SMALL else 24)

@@ -22,9 +22,11 @@ True
 
 from __future__ import annotations
 
-# how long an idle worker spins on the job word before it sleeps (microseconds): long enough to span the Python
-# work between two kernels of one realize, short enough not to hold a core of a quiet program
-SPIN_US = 300
+# how long an idle worker spins on the job word before it sleeps (microseconds): long enough to span the Python work
+# between two eager ops (a 256x256 matmul with fresh inputs every ~1 ms on 2 cores: 356 us per realize with 300 us of
+# spinning, 217 with 2 ms, 215 with 20 ms; OpenMP and OpenBLAS spin longer), short enough to leave a quiet program's
+# cores alone soon
+SPIN_US = 2000
 
 THREAD_POOL_C = r"""
 #include <pthread.h>
