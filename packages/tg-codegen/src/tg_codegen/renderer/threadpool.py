@@ -11,7 +11,8 @@ How a call runs:
   sleep on a condition variable; a job wakes sleepers only when there are some;
 - every participant claims the next chunk with a compare-and-swap, so a worker that is slow to wake (a machine
   busy with other work) never holds the kernel up: the others run its chunks. The call returns when every chunk
-  is done; a worker that comes late finds none left.
+  is done (the caller spins briefly on the last ones, then yields its core, which a preempted worker may need);
+  a worker that comes late finds none left.
 - one job at a time: a second caller (another Python thread) runs its chunks alone, in order.
 - after fork() the child has no workers: its first job starts them again.
 Measured per call on a 2-core EPYC with the workers spinning: ~1-2 us (bench/bench_cpu.py `thread_overhead`).
@@ -30,6 +31,7 @@ SPIN_US = 2000
 
 THREAD_POOL_C = r"""
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <time.h>
@@ -147,7 +149,11 @@ void tg_pool_run(tg_chunk_fn fn, void *args, int n, int threads) {
     pthread_mutex_unlock(&tg_pool.lock);
   }
   tg_run_chunks(gen);
-  while (atomic_load_explicit(&tg_pool.done, memory_order_acquire) < n) tg_pause();
+  /* the last chunks' workers may be off their cores (a busy machine): after a short spin, yield ours to them */
+  for (int spins = 0; atomic_load_explicit(&tg_pool.done, memory_order_acquire) < n; spins++) {
+    if (spins < 4096) tg_pause();
+    else sched_yield();
+  }
   pthread_mutex_unlock(&tg_pool.busy);
 }
 """.replace("TG_SPIN_US", str(SPIN_US))
