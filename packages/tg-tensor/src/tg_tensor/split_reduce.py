@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from tg_uop import Ops, UOp
+from tg_uop import GroupOp, Ops, UOp
 from tg_uop.helpers import prod
 
 SPLIT_REDUCE_MIN = 1 << 15  # reductions at least this long into at most SPLIT_REDUCE_OUT outputs are split
@@ -117,12 +117,31 @@ def split_axis(node: UOp) -> UOp | None:
 
 # Split-K: a reduction long enough per output whose outputs fill fewer thread blocks than the device has compute
 # units (a weight gradient: 384 x 1536 outputs, each a sum over batch x time = 16384, made 72 blocks of an H200's
-# 132 SMs) is cut in G parts, G the smallest power of two giving SPLIT_K_WAVES blocks per unit.
-SPLIT_K_MIN = 1024  # the reduction per output at least this long ...
-SPLIT_K_PART_MIN = 256  # ... and each of the G parts at least this long
-SPLIT_K_TILE = 8192  # outputs of one thread block in a long reduction (the GPU heuristic's 128 x 64 matmul tile)
+# 132 SMs; a bias gradient's 1536 outputs, 24 blocks) is cut in G parts, G the smallest power of two giving
+# SPLIT_K_WAVES blocks per unit. A block holds SPLIT_K_TILE outputs of a product (the GPU heuristic's 128 x 64
+# matmul tile), SPLIT_K_ROWS of another reduction (256 threads x 8).
+SPLIT_K_MIN = 4096  # the reduction per output at least this long (a 1024^3 matmul, 128 tiles, is left whole) ...
+SPLIT_K_PART_MIN = 64  # ... and each of the G parts at least this long
+SPLIT_K_TILE = 8192
+SPLIT_K_ROWS = 2048
 SPLIT_K_WAVES = 2
-SPLIT_K_MAX = 32
+SPLIT_K_MAX = 256
+
+
+def _is_product(u: UOp) -> bool:
+    """Is `u` (a reduction's input) the product of two operands broadcast against each other: a matmul's?"""
+    while u.op is Ops.CAST:
+        u = u.src[0]
+    return u.op is Ops.MUL and all(any(n.op is Ops.EXPAND for n in _chain(s)) for s in u.src)
+
+
+def _chain(u: UOp) -> list[UOp]:
+    """`u` and the movement and cast ops under it, down to what they view."""
+    out = [u]
+    while u.op in GroupOp.Movement or u.op is Ops.CAST:
+        u = u.src[0]
+        out.append(u)
+    return out
 
 
 def split_for_units(node: UOp, units: int) -> UOp | None:
@@ -130,8 +149,8 @@ def split_for_units(node: UOp, units: int) -> UOp | None:
 
     >>> from tg_uop import Ops, UOp, dtypes
     >>> x = UOp.new_buffer("CPU", 384 * 16384, dtypes.float32).reshape((16384, 384))
-    >>> split_for_units(x.r(Ops.ADD, (0,)), units=132).src[0].src[0].shape  # the partials: 32 per output
-    (32, 1, 384)
+    >>> split_for_units(x.r(Ops.ADD, (0,)), units=132).src[0].src[0].shape  # the partials: 256 per output
+    (256, 1, 384)
     >>> split_for_units(x.r(Ops.ADD, (0,)), units=0) is None  # (a CPU: its threads split the outputs)
     True
     """
@@ -140,22 +159,25 @@ def split_for_units(node: UOp, units: int) -> UOp | None:
     if units <= 0 or not all(isinstance(s, int) for s in shape):
         return None
     outs, red = prod(out), prod(shape) // max(1, prod(out))
-    blocks = -(-outs // SPLIT_K_TILE)
+    blocks = -(-outs // (SPLIT_K_TILE if _is_product(src) else SPLIT_K_ROWS))
     if red < SPLIT_K_MIN or blocks >= units:
         return None
     want = min(SPLIT_K_MAX, red // SPLIT_K_PART_MIN, -(-SPLIT_K_WAVES * units // blocks))
     g = 1 << max(0, (want - 1).bit_length())  # the smallest power of two >= want
-    return _split_in_parts(node, [p for p in (g, g // 2, g // 4) if p >= 2 and p * SPLIT_K_PART_MIN <= red])
+    parts = [p for p in (g, g // 2, g // 4) if p >= 2 and p * SPLIT_K_PART_MIN <= red]
+    return _split_in_parts(node, parts, largest_first=True)
 
 
-def _split_in_parts(node: UOp, parts: Iterable[int]) -> UOp | None:
-    """`node` with a reduce axis cut in G parts (the first of `parts` that divides one), the G partials as a
-    new output axis of a first reduction, then summed by a second one; None when no part count divides."""
+def _split_in_parts(node: UOp, parts: Iterable[int], largest_first: bool = False) -> UOp | None:
+    """`node` with a reduce axis cut in G parts (the first of `parts` that divides one: the first axis that takes
+    any, or with `largest_first` the first part any axis takes), the G partials as a new output axis of a first
+    reduction, then summed by a second one; None when no part count divides."""
     src = node.src[0]
     shape, out = tuple(src.shape or ()), tuple(node.shape or ())
     axes = node.arg[1]
     parts = list(parts)
-    cut = next(((a, g) for a in axes for g in parts if shape[a] % g == 0), None)
+    order = [(a, g) for g in parts for a in axes] if largest_first else [(a, g) for a in axes for g in parts]
+    cut = next(((a, g) for a, g in order if shape[a] % g == 0), None)
     if cut is None:
         return None
     a, g = cut
