@@ -176,8 +176,8 @@ def _split_in_parts(node: UOp, parts: Iterable[int], largest_first: bool = False
     shape, out = tuple(src.shape or ()), tuple(node.shape or ())
     axes = node.arg[1]
     parts = list(parts)
-    order = [(a, g) for g in parts for a in axes] if largest_first else [(a, g) for a in axes for g in parts]
-    cut = next(((a, g) for a, g in order if shape[a] % g == 0), None)
+    tries = [(a, g) for g in parts for a in axes] if largest_first else [(a, g) for a in axes for g in parts]
+    cut = next(((a, g) for a, g in tries if shape[a] % g == 0), None)
     if cut is None:
         return None
     a, g = cut
