@@ -31,13 +31,23 @@ STAGED += [Opt(OptOps.UNROLL, 0, 16), Opt(OptOps.STAGE)]
 
 
 def test_heuristic_stages_a_big_fp32_matmul() -> None:
-    spec = get_program(matmul_ast(2048, 2048, 2048), CUDARenderer("sm_90"))
+    spec = get_program(matmul_ast(4096, 1024, 4096), CUDARenderer("sm_90"))
     assert list(spec.applied_opts) == STAGED
-    assert tuple(spec.local_size or ()) == (16, 16) and tuple(spec.global_size or ()) == (16, 16)
+    assert tuple(spec.local_size or ()) == (16, 16) and tuple(spec.global_size or ()) == (32, 32)
     # two 128 x 16 tiles of 4 bytes, 16-byte aligned so a thread reads its 8 values as two float4
     assert "__shared__ __align__(1024) float stage0[2048];" in spec.src and "stage1[2048];" in spec.src
     assert spec.src.count("__syncthreads();") == 2
     assert "*((tg_floatx4*)(stage0+" in spec.src and "*((tg_floatx4*)(stage1+" in spec.src
+
+
+def test_staged_tile_narrows_below_four_waves() -> None:
+    # 2048^2 outputs make 256 blocks of 128 x 128, under four per SM of an H200 (132): 512 blocks of 128 x 64;
+    # a renderer that does not know its SM count keeps the wide tile down to 128 blocks
+    narrow = STAGED[:3] + [Opt(OptOps.UPCAST, 1, 4)] + STAGED[4:]
+    assert hand_coded_optimizations(Kernel(matmul_ast(2048, 2048, 2048), CUDARenderer("sm_90"))) == narrow
+    unknown = CUDARenderer("sm_90")
+    unknown.compute_units = 0
+    assert hand_coded_optimizations(Kernel(matmul_ast(2048, 2048, 2048), unknown)) == STAGED
 
 
 def test_heuristic_keeps_small_matmuls_unstaged() -> None:

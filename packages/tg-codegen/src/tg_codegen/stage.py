@@ -487,6 +487,10 @@ STAGE_MIN_WORKGROUPS = 128  # fewer 128x128 blocks than this leave SMs idle: 128
 # register tile; a GPT-2-small block's c_proj weight gradient likewise, bench_tc_opts.py / bench_gpu.py); below it
 # the register tile
 STAGE_MIN_NARROW = 64
+# and on a renderer that knows its compute units, 128x128 blocks need this many waves of them: a GPT step's
+# 16384x1536x384 product made 384 wide blocks at 25.8 TFLOPS on an H200, 768 narrow ones 31.2 (16384x384x1536:
+# 1,536 wide blocks 34.3, narrow 31.5; torch 46.7 / 45.4; .exp-style sweep of bench_tc_opts' lists)
+STAGE_MIN_WAVES = 4
 
 
 def matmul_axes(k: Kernel, strides: list[tuple[int | None, ...]]) -> tuple[int, int, list[int]] | None:
@@ -518,7 +522,7 @@ def staged_matmul(k: Kernel, strides: list[tuple[int | None, ...]]) -> bool:
     """Apply a shared-memory staged tile to a matmul (`strides`: its loads' strides, see matmul_axes); False, and
     `k` unchanged, where it does not fit. Batch axes stay in the grid. The tile is 128x128 (16x16 threads, 8x8
     each), or 128x64 (8x4 each) where N is a multiple of 64 only (an attention head's width) or 128x128 tiles
-    would be too few (STAGE_MIN_WORKGROUPS, STAGE_MIN_NARROW)."""
+    would be too few (STAGE_MIN_WORKGROUPS or STAGE_MIN_WAVES per compute unit, STAGE_MIN_NARROW)."""
     if k.applied_opts or not k.opts.has_shared or len(k.reduceops) != 1 or k.reduceops[0].arg[0] is not Ops.ADD:
         return False
     if (found := matmul_axes(k, strides)) is None:
@@ -531,7 +535,7 @@ def staged_matmul(k: Kernel, strides: list[tuple[int | None, ...]]) -> bool:
     batch = prod(int(k.full_shape[a]) for a in found[2])
     # the wide tile where it divides N and leaves enough workgroups, else the narrow one (twice the workgroups: the
     # c_attn weight gradient of GPT-2 small, 2304 x 768, makes 108 wide tiles for an H100's 132 SMs)
-    tiles = ((128, STAGE_MIN_WORKGROUPS), (64, STAGE_MIN_NARROW))
+    tiles = ((128, max(STAGE_MIN_WORKGROUPS, STAGE_MIN_WAVES * k.opts.compute_units)), (64, STAGE_MIN_NARROW))
     tile_n = next((t for t, least in tiles if size_n % t == 0 and size_m // 128 * (size_n // t) * batch >= least), 0)
     if size_m % 128 or not tile_n:
         return False
