@@ -486,3 +486,43 @@ def test_pipelined_stage_refusals() -> None:
         Kernel(conv(2, 2, 4, 6, 6)[0], OpenCLRenderer()).apply_opts(
             [Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.STAGE, None, 2)]
         )
+
+
+def _cuda_heuristic(ast: UOp) -> list[Opt]:
+    from tg_codegen.heuristic import hand_coded_optimizations
+    from tg_codegen.kernel import Kernel
+    from tg_codegen.renderer.cuda import CUDARenderer
+
+    return hand_coded_optimizations(Kernel(ast, CUDARenderer("sm_90")))
+
+
+def test_narrow_matmul_heuristic_on_cl() -> None:
+    """A character model's logits (rows x 65 over 384, both operands K-contiguous): the CUDA heuristic shares each
+    row's reduction among 8 threads and keeps 13 of its 65 outputs per thread; run on CL against numpy."""
+    if "CL" not in DEVICES:
+        pytest.skip("no CL device here")
+    np.random.seed(65)
+    x, w = np.random.rand(256, 384).astype(np.float32), np.random.rand(65, 384).astype(np.float32)
+    prod_ = _load(1, (256, 65, 384), (384, 0, 1)) * _load(2, (256, 65, 384), (0, 384, 1))
+    case = (_sink((256, 65, 1), UOp(Ops.REDUCE_AXIS, F32, (prod_,), (Ops.ADD, (2,)))), [x, w], (x @ w.T)[:, :, None])
+    opts = _cuda_heuristic(case[0])
+    assert Opt(OptOps.GROUP, 0, 8) in opts and Opt(OptOps.UPCAST, 1, 13) in opts, opts
+    np.testing.assert_allclose(run(case, "CL", opts), case[2], rtol=1e-4, atol=1e-3)
+
+
+def test_row_sum_with_a_batch_broadcast_load_on_cl() -> None:
+    """Per-token sums over 384 features of x + pos, where pos (one row per position) is the same for every
+    sequence of the batch: not a matmul (both reused loads are reused along the batch only), so the CUDA heuristic
+    reads each row with a group of threads (it gave 8 workgroups of one thread per row); on CL against numpy."""
+    if "CL" not in DEVICES:
+        pytest.skip("no CL device here")
+    np.random.seed(384)
+    x, pos, scale = (np.random.rand(*s).astype(np.float32) for s in ((16, 64, 384), (64, 384), (64,)))
+    value = (_load(1, (16, 64, 384), (24576, 384, 1)) + _load(2, (16, 64, 384), (0, 384, 1))) * _load(
+        3, (16, 64, 384), (0, 1, 0)
+    )
+    case = (_sink((16, 64, 1), UOp(Ops.REDUCE_AXIS, F32, (value,), (Ops.ADD, (2,)))), [x, pos, scale],
+            ((x + pos) * scale[:, None]).sum(-1, keepdims=True))  # fmt: skip
+    opts = _cuda_heuristic(case[0])
+    assert any(o.op is OptOps.GROUP for o in opts), opts
+    np.testing.assert_allclose(run(case, "CL", opts), case[2], rtol=1e-4, atol=1e-3)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from tg_codegen.axes import AxisType
 from tg_codegen.kernel import Kernel
 from tg_codegen.opt import KernelOptError, Opt, OptOps
-from tg_codegen.stage import staged_matmul
+from tg_codegen.stage import matmul_axes, staged_matmul
 from tg_codegen.tensorcore import tc_optimizations
 from tg_uop import Ops
 from tg_uop.helpers import ContextVar, prod
@@ -277,13 +277,17 @@ def _gpu(k: Kernel) -> None:
         return
     if staged_matmul(k, _load_strides(k)):  # a big matmul: operand tiles in shared memory (stage.py)
         return
+    if _narrow_matmul(k):
+        return
     tiled = k.copy()
     for opt in _gpu_tile(k, budget):
         tiled.apply_opt(opt)
-    if _reduce_size(k) <= GPU_SHORT_REDUCE and _workgroups(tiled) < GPU_MIN_WORKGROUPS:
+    if _reduce_size(k) <= GPU_SHORT_REDUCE and _workgroups(tiled) < max(GPU_MIN_WORKGROUPS, 2 * k.opts.compute_units):
         # a register tile that leaves most SMs idle: the LLM decode step's attention scores (8 kv heads x 4 queries
         # x 1024 slots, 64 long) got 8 workgroups (49 us per call on an H100 under DEBUG=2); threads along the
-        # outputs only, one output each, give 512 (20 us), bench/bench_llm.py DECODE_KERNELS=1
+        # outputs only, one output each, give 512 (20 us), bench/bench_llm.py DECODE_KERNELS=1. Where the renderer
+        # knows its compute units, under two workgroups each: the split-K partials of a bf16 GPT step's GELU bias
+        # gradient (256 parts x 1536, 64 long) got 192 workgroups of 8 outputs a thread, 306 us on an H200
         _gpu_locals(k, GPU_CONV_WORKGROUP)
         return
     k.apply_opts(tiled.applied_opts[len(k.applied_opts) :])
@@ -449,15 +453,19 @@ def _warp_rows(k: Kernel, outputs: int) -> bool:
     # every load walks the reduce axis with stride 1, or stays put (a broadcast value, e.g. a position)
     if not k.opts.supports_float4 or 1 not in steps or any(st not in (0, 1) for st in steps):
         return False
-    # not a matmul: at most one load that moves along the outputs is reused across >= 16 of them (a register tile
-    # or tensor cores do better); loads that never move (a position, a scale) do not count
+    # not a matmul: no two loads that move along the outputs are each reused across >= 16 of them along different
+    # output axes (A[m, k] along n, B[n, k] along m: a register tile or tensor cores do better). Loads that never
+    # move (a position, a scale) do not count, nor loads reused along the same axes: a GPT step's per-token row
+    # sum reads the positions and the position embedding, both the same for every sequence of the batch, and as
+    # a "matmul" it ran on 8 workgroups, one thread per row (1.2 ms on an H200; 16384 rows of 384)
     globals_ = [a for a in k.axes_of(AxisType.GLOBAL) if int(k.full_shape[a]) > 1]
-    reuse = []
+    reused: set[frozenset[int]] = set()
     for u in loads:
         st = u.src[1].arg.real_strides()
-        if any(st[a] != 0 for a in globals_):
-            reuse.append(prod(int(k.full_shape[a]) for a in globals_ if st[a] == 0))
-    if sum(r >= GPU_WARP_MAX_REUSE for r in reuse) >= 2:
+        still = frozenset(a for a in globals_ if st[a] == 0)
+        if len(still) < len(globals_) and prod(int(k.full_shape[a]) for a in still) >= GPU_WARP_MAX_REUSE:
+            reused.add(still)
+    if any(not (a <= b or b <= a) for a in reused for b in reused):
         return False
     # 16 bytes of the narrowest moving load (the float16 weights, not the float32 activations they multiply)
     itemsize = min(u.dtype.itemsize for u, st in zip(loads, steps) if st == 1)
@@ -466,7 +474,11 @@ def _warp_rows(k: Kernel, outputs: int) -> bool:
         return False
     trial = k.copy()
     if outputs >= GPU_WARP_MIN_WORKGROUPS:
-        group = min(GPU_WARP, size // lanes)
+        # a warp, or the widest power-of-two part of one that divides the row (384 floats: 16 lanes of 8 x 3)
+        fits = [g for g in (GPU_WARP, 16, 8, 4) if g <= size // lanes and size % (lanes * g) == 0]
+        if not fits:
+            return False
+        group = fits[0]
         last = len(trial.axes_of(AxisType.GLOBAL)) - 1
         rows = [r for r in (256 // group, 8, 4, 2) if r * group <= 256 and outputs // r >= GPU_WARP_MIN_WORKGROUPS]
         trial.apply_first([Opt(OptOps.LOCAL, last, r) for r in sorted(set(rows), reverse=True)])
@@ -481,6 +493,38 @@ def _warp_rows(k: Kernel, outputs: int) -> bool:
         loop = int(trial.full_shape[trial.axes_of(AxisType.REDUCE)[0]])
         trial.apply_first([Opt(OptOps.UNROLL, 0, u) for u in (GPU_WARP_LOOP_UNROLL, 2) if loop % u == 0 and loop > u])
     k.apply_opts(trial.applied_opts[len(k.applied_opts) :])
+    return True
+
+
+GPU_NARROW_N = 256  # a matmul output axis up to this long, of no multiple of 16 (a vocabulary of 65), is "narrow"
+
+
+def _narrow_matmul(k: Kernel) -> bool:
+    """A matmul whose one output axis is short and odd (a character model's logits, 16384x65 over 384) and whose
+    long operand is read along the reduce axis with stride 1: 32 rows a workgroup, each row's reduction shared by
+    8 threads reading neighbouring 16 bytes, and the short axis upcast (each thread keeps, say, 13 outputs of its
+    row). The tile rules gave one thread per row walking its own 1.5 KiB: 1.9 ms on an H200; this 84 us (a sweep
+    of 8 lists; 32x8 threads, 13 outputs each, was the fastest)."""
+    strides = _load_strides(k)
+    if (found := matmul_axes(k, strides)) is None:
+        return False
+    reduce = k.axes_of(AxisType.REDUCE)[0]
+    m, n = sorted(found[:2], key=lambda a: int(k.full_shape[a]))[::-1]
+    # the long operand read along K (the short one, a few rows of weights, stays in the cache whatever its layout)
+    if any(st[m] != 0 and st[reduce] not in (0, 1) for st in strides):
+        return False
+    size_n, globals_ = int(k.full_shape[n]), k.axes_of(AxisType.GLOBAL)
+    if size_n > GPU_NARROW_N or size_n % 16 == 0 or _reduce_size(k) % 32:
+        return False
+    upcast = next((d for d in range(16, 1, -1) if size_n % d == 0), 0)
+    trial = k.copy()
+    opts = [Opt(OptOps.LOCAL, globals_.index(m), 32), Opt(OptOps.UNROLL, 0, 4), Opt(OptOps.GROUP, 0, 8)]
+    opts += [Opt(OptOps.UPCAST, globals_.index(n), upcast)] if upcast else []
+    try:
+        trial.apply_opts(opts)
+    except KernelOptError:
+        return False
+    k.apply_opts(opts)
     return True
 
 
