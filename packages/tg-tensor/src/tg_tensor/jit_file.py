@@ -118,8 +118,9 @@ def plain(value: Any) -> Any:
         return value
     if isinstance(value, tuple):
         return [plain(v) for v in value]
+    kind = value if isinstance(value, type) else type(value)  # (jit_args keys an object as (its type, itself))
     raise JitCacheError(
-        f"a non-tensor argument of type {type(value).__name__} is compared by identity, so another process "
+        f"a non-tensor argument of type {kind.__name__} is compared by identity, so another process "
         "cannot tell whether it is the same; pass numbers, strings or tuples of them"
     )
 
