@@ -466,6 +466,7 @@ def _build(payload: dict[str, Any], state: Mapping[str, Tensor], input_bufs: lis
             raise JitCacheError(f"slot {k} has the unknown kind {kind!r}")
         bufs.append(buf)
     runners: dict[tuple[int, str], CompiledRunner] = {}
+    _compile_together(payload)
     launches = []
     for entry in payload["launches"]:
         row = [bufs[k] for k in entry["slots"]]
@@ -494,6 +495,17 @@ def _build(payload: dict[str, Any], state: Mapping[str, Tensor], input_bufs: lis
     rec.temps, rec.consts = temps, consts
     rec.bind()
     return rec
+
+
+def _compile_together(payload: dict[str, Any]) -> None:
+    """Compile the programs that the compile cache does not hold yet, per device in as few compiler runs as it
+    allows (CompiledRunner then finds every binary in the cache)."""
+    srcs: dict[str, list[str]] = {}
+    for entry in payload["launches"]:
+        if not entry.get("copy"):
+            srcs.setdefault(str(entry["device"]), []).append(str(payload["programs"][int(entry["program"])]["src"]))
+    for dev, found in srcs.items():
+        Device[dev].compiler.compile_cached_many(list(dict.fromkeys(found)))
 
 
 def load(path: str) -> dict[str, Any]:
