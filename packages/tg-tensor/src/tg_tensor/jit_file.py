@@ -2,7 +2,7 @@
 
 What a file holds (JSON after a two-line header, `TGJIT <format>` and the SHA-256 of the JSON):
   - the identity it is valid for: the file format, tg's version and a fingerprint of the stack's sources
-    (tg-uop .. tg-tensor) and of the jitted function's source file, the device and its renderer and compiler
+    (tg-uop .. tg-nn) and of the jitted function's source file, the device and its renderer and compiler
     settings, the non-tensor arguments (the recording's key) and every tensor input's shape, dtype and device;
   - the rendered programs (source, launch sizes, buffer dtypes: the device's compile cache turns each into the
     binary it built before, so a second process compiles nothing);
@@ -32,10 +32,8 @@ import base64
 import functools
 import hashlib
 import importlib.util
-import inspect
 import json
 import os
-import tempfile
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -48,7 +46,9 @@ if TYPE_CHECKING:
 
 MAGIC = b"TGJIT"
 FORMAT = 1
-_STACK = ("tg_uop", "tg_shape", "tg_codegen", "tg_runtime", "tg_tensor")
+# the packages whose code a recording's kernels hold: the stack up to tg-tensor, and tg-nn's layers and optimizers
+# (found by name, not imported: a file records the maths of the optimizer it was captured with)
+_STACK = ("tg_uop", "tg_shape", "tg_codegen", "tg_runtime", "tg_tensor", "tg_nn")
 
 
 class JitCacheError(ValueError):
@@ -58,10 +58,11 @@ class JitCacheError(ValueError):
 
 @functools.cache
 def stack_fingerprint() -> str:
-    """SHA-256 of the Python sources of tg's packages up to tg-tensor: another tg version gives another value."""
+    """SHA-256 of the Python sources of tg's packages up to tg-nn (those installed): another tg version or an
+    edited tg gives another value."""
     h = hashlib.sha256()
     for pkg in _STACK:
-        spec = importlib.util.find_spec(pkg)
+        spec = importlib.util.find_spec(pkg)  # (None where a package is not installed: tg-tensor alone)
         for root in list(spec.submodule_search_locations or []) if spec else []:
             for dirpath, dirnames, filenames in os.walk(root):
                 dirnames.sort()
@@ -76,6 +77,8 @@ def stack_fingerprint() -> str:
 def function_fingerprint(fxn: Callable[..., Any]) -> str:
     """SHA-256 of the source file that defines `fxn` (its bytecode when there is no file): an edited
     training script records again."""
+    import inspect
+
     try:
         path = inspect.getsourcefile(fxn)
     except TypeError:
@@ -172,6 +175,8 @@ def decode_bytes(text: str, nbytes: int) -> bytes:
 
 def write_file(path: str, payload: dict[str, Any]) -> None:
     """Write the header and `payload` to `path` atomically (a reader never sees half a file)."""
+    import tempfile  # (loaded on use, as inspect: `import tg` does not need them)
+
     body = json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
     head = MAGIC + f" {FORMAT}\n".encode() + hashlib.sha256(body).hexdigest().encode() + b"\n"
     folder = os.path.dirname(os.path.abspath(path))
@@ -443,6 +448,9 @@ def _build(payload: dict[str, Any], state: Mapping[str, Tensor], input_bufs: lis
     slots: list[dict[str, Any]] = payload["slots"]
     state_bound = _bind_state(slots, state)
     outputs = [Buffer(e["device"], int(e["size"]), dtype_named(e["dtype"])) for e in payload["output_bufs"]]
+    if shared := {id(b) for b in state_bound.values()} & {id(b) for b in input_bufs}:
+        name = next(slots[k]["names"][0] for k, b in state_bound.items() if id(b) in shared)
+        raise JitCacheError(f"state tensor {name!r} is also a tensor input of this call; it was not when saved")
     bufs: list[Buffer] = []
     temps: list[Buffer] = []
     consts: list[Buffer] = []
