@@ -136,6 +136,8 @@ def test_save_before_capture_and_bad_state_argument(tmp_path: Path) -> None:
         f.save(tmp_path / "f.tgjit")
     with pytest.raises(TypeError, match="state must map names to Tensors"):
         TinyJit(lambda x: x, state=[Tensor([1.0])])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="got 'w': ndarray"):
+        TinyJit(lambda x: x, state={"w": np.ones(2)})  # type: ignore[dict-item]
 
 
 def test_unnamed_state_is_not_saved(tmp_path: Path) -> None:

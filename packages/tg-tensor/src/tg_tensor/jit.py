@@ -235,6 +235,9 @@ class TinyJit(Generic[ReturnType]):
             raise TypeError(f"TinyJit: expected a function, got {type(fxn).__name__}")
         if state is not None and not isinstance(state, Mapping):
             raise TypeError(f"TinyJit: state must map names to Tensors (a dict), got {type(state).__name__}")
+        for k, v in (state or {}).items():
+            if not isinstance(k, str) or not isinstance(v, Tensor):
+                raise TypeError(f"TinyJit: state must map names (str) to Tensors, got {k!r}: {type(v).__name__}")
         self.fxn = fxn
         self.name = getattr(fxn, "__qualname__", repr(fxn))
         self.cache = os.fspath(cache) if cache is not None else None
