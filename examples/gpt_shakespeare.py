@@ -15,9 +15,10 @@ path), SAMPLE (characters to generate), TEMP, TOPK, PROMPT, TIME_LIMIT (seconds;
 sample), GPUS (n: data parallel over n devices of the default kind, e.g. `DEV=CUDA GPUS=2`: each batch split
 over them, the parameters replicated, gradients all-reduced by NCCL; BS must split evenly; sampling and the
 checkpoint use the first device), SHARDED=1 (that path on a set of one device too: `GPUS=1 SHARDED=1`),
-JIT_CACHE (1, the default: the jitted training step's capture is saved under the user cache directory, in a file
-named by the settings above, and the next run with the same settings replays it from its first step, with no
-warm-up call, capture or scheduling; 0: off; any other value: the file to use; not with GPUS/SHARDED).
+JIT_CACHE (1, the default: the captures of the jitted training and evaluation steps are saved under the user cache
+directory, in files named by the settings above, and the next run with the same settings replays them from their
+first call, with no warm-up call, capture or scheduling; 0: off; any other value: the training step's file, the
+evaluation's beside it; not with GPUS/SHARDED).
 """
 
 from __future__ import annotations
@@ -73,15 +74,15 @@ SHARDED = len(GPUS) > 1 or bool(int(env("SHARDED", 0)))
 JIT_CACHE = str(env("JIT_CACHE", "1"))
 
 
-def jit_cache_path() -> str | None:
-    """The file of the training step's capture: one per set of settings that its kernels bake in (the file's own
+def jit_cache_path(step: str = "train") -> str | None:
+    """The file of a jitted step's capture: one per set of settings that its kernels bake in (the file's own
     checks catch other tg versions, devices, shapes and state, not a changed constant such as DROPOUT)."""
     if JIT_CACHE == "0" or SHARDED:
         return None
     if JIT_CACHE != "1":
-        return JIT_CACHE
+        return JIT_CACHE if step == "train" else f"{JIT_CACHE}.{step}"
     settings = repr((Device.DEFAULT, BS, BLOCK, LAYERS, HEADS, EMBD, DROPOUT, DTYPE, CLIP, os.getenv("ALLOW_TF32")))
-    name = f"gpt_shakespeare-{hashlib.sha256(settings.encode()).hexdigest()[:16]}.tgjit"
+    name = f"gpt_shakespeare-{step}-{hashlib.sha256(settings.encode()).hexdigest()[:16]}.tgjit"
     return os.path.join(cache_dir(), "jit", name)
 
 
@@ -147,16 +148,17 @@ def main() -> None:
         found = "found" if os.path.exists(cache) else "not there yet"
         print(f"TinyJit capture file: {cache} ({found}; JIT_CACHE=0: off)")
 
-    @TinyJit
     def eval_step(x: Tensor, y: Tensor) -> Tensor:
         return one_device(model.loss(*split(x, y))).realize()
+
+    jitted_eval = TinyJit(eval_step, cache=jit_cache_path("eval"), state=get_state_dict(model, "model"))
 
     def evaluate(data: np.ndarray) -> float:
         erng = np.random.default_rng(0)  # the same batches every time: comparable figures
         losses = []
         for _ in range(EVAL_BATCHES):
             x, y = batches(data, erng)
-            losses.append(eval_step(Tensor(x, dtype=dtypes.int32), Tensor(y, dtype=dtypes.int32)).item())
+            losses.append(jitted_eval(Tensor(x, dtype=dtypes.int32), Tensor(y, dtype=dtypes.int32)).item())
         return float(np.mean(losses))
 
     start = time.perf_counter()
