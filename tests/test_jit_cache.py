@@ -24,10 +24,10 @@ PROGRAM = Path(__file__).with_name("jit_cache_program.py")
 STEPS = 4
 
 
-def run(path: Path | str, *args: str, cachedb: Path) -> dict[str, Any]:
+def run(path: Path | str, *args: str, cachedb: Path, device: str = "CPU", steps: int = STEPS) -> dict[str, Any]:
     """Run jit_cache_program.py in a new process; its JSON result."""
-    env = {**os.environ, "DEV": "CPU", "CACHEDB": str(cachedb)}
-    cmd = [sys.executable, str(PROGRAM), str(path), str(STEPS), *args]
+    env = {**os.environ, "DEV": device, "CACHEDB": str(cachedb)}
+    cmd = [sys.executable, str(PROGRAM), str(path), str(steps), *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result: dict[str, Any] = json.loads(proc.stdout.splitlines()[-1])
@@ -69,8 +69,23 @@ def test_second_process_replays_without_capturing(saved: tuple[Path, dict[str, A
     assert len(set(second["losses"])) == STEPS  # (the steps trained: every loss differs)
 
 
+def test_second_process_replays_on_each_device(device: str, tmp_path: Path) -> None:
+    """The device matrix (the PYTHON device's programs are its UOps, pickled in the program's source)."""
+    if device == "CPU":
+        pytest.skip("CPU: test_second_process_replays_without_capturing")
+    path, cachedb = tmp_path / "step.tgjit", tmp_path / "cache.db"
+    first = run(path, "--hidden", "4", "--batch", "2", cachedb=cachedb, device=device, steps=3)
+    second = run(path, "--hidden", "4", "--batch", "2", "--ref", cachedb=cachedb, device=device, steps=3)
+    assert not first["loaded"] and second["loaded"] and second["counts"] == {"schedule": 0, "lower": 0}
+    same_training(second, first["losses"], first["weights"])
+    same_training(second, second["ref_losses"], second["ref_weights"])
+
+
 def _spoil_bytes(how: Callable[[bytes], bytes]) -> Callable[[Path], None]:
-    return lambda path: path.write_bytes(how(path.read_bytes()))
+    def spoil(path: Path) -> None:
+        path.write_bytes(how(path.read_bytes()))
+
+    return spoil
 
 
 def _spoil_payload(change: Callable[[dict[str, Any]], dict[str, Any]]) -> Callable[[Path], None]:
