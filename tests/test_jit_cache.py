@@ -193,6 +193,10 @@ def test_state_bound_by_name_in_a_new_jit(tmp_path: Path) -> None:
     w2, f2 = make([5.0, 7.0])
     assert f2(Tensor([2.0, 3.0])).tolist() == [10.0, 21.0] and f2.loaded
     assert w2.tolist() == [10.0, 21.0] and w1.tolist() == [4.0, 18.0]  # the new tensor was written, not the old
+    f2.reset()  # records again (no replay of the file), and the new capture overwrites it
+    inode = path.stat().st_ino
+    assert [f2(Tensor([2.0, 1.0])).tolist() for _ in range(2)] == [[20.0, 21.0], [40.0, 21.0]]
+    assert path.stat().st_ino != inode  # (written again, atomically: a new file; its bytes are the same recording)
 
 
 def test_symbolic_and_identity_arguments_are_not_saved(tmp_path: Path) -> None:

@@ -214,7 +214,9 @@ class TinyJit(Generic[ReturnType]):
     tensors the function reads and updates besides its inputs (parameters, optimizer state), as
     `{name: tensor}`; a file binds its buffers by these names, checking size and dtype. A file that does not
     match (another version, device, shapes; a damaged file; state it cannot bind) is not used: a
-    JitCacheWarning names what differs, and the function is captured again and the file overwritten.
+    JitCacheWarning names what differs, and the function is captured again and the file overwritten. A file
+    holds one recording, the latest capture's (a function called with several sets of non-tensor arguments
+    keeps only the last one's).
 
     >>> import tempfile, os
     >>> w = Tensor([1.0, 2.0])
@@ -245,11 +247,14 @@ class TinyJit(Generic[ReturnType]):
         self.loaded = False  # did the recording come from the cache file (no capture in this process)?
         functools.update_wrapper(self, fxn)
         self.reset()
+        self.reads_cache = self.cache is not None  # (reset() stops it: recording again means not replaying the file)
 
     def reset(self) -> None:
-        """Forget every recording: the next call runs eagerly again."""
+        """Forget every recording: the next call runs eagerly again (a `cache=` file is not read again; the new
+        capture overwrites it)."""
         self.captures: OrderedDict[tuple[Any, ...], _Capture] = OrderedDict()
         self.current = _Capture()
+        self.reads_cache = False
 
     @property
     def recording(self) -> _Recording | None:
@@ -288,7 +293,7 @@ class TinyJit(Generic[ReturnType]):
         input_bufs = [buffer_of(t.uop.base) if _is_buffer(t.uop) else _realized_buffer(t) for t in inputs]
         if len({id(b) for b in input_bufs}) != len(input_bufs):
             raise JitError(f"{self.name}: the same tensor was passed as two inputs; pass distinct tensors")
-        if cap.recording is None and cap.cnt == 0 and self.cache is not None and not var_vals:
+        if cap.recording is None and cap.cnt == 0 and self.reads_cache and self.cache is not None and not var_vals:
             cap.recording = self._load_cache(self.cache, key, specs, input_bufs)
             cap.cnt = 2 if cap.recording is not None else 0
         if cap.recording is not None:
