@@ -245,7 +245,8 @@ def classify(rec: _Recording, state: Mapping[str, Tensor]) -> tuple[list[dict[st
     for j, positions in enumerate(rec.output_slots):
         at.update({(li, p): {"kind": "output", "index": j} for li, p in positions})
     temps = {id(b) for b in rec.temps}
-    consts = {id(b) for b in rec.consts} | {id(buffer_of(t.uop.base)) for t in current().index_ranges.values()}
+    ranges = [t.uop.base for t in current().index_ranges.values()]  # (rng.py's 0..n-1, kept on the device)
+    consts = {id(b) for b in rec.consts} | {id(buffer_of(u)) for u in ranges if u.op is Ops.BUFFER}
     named = state_buffers(state, realize=False)
     slots: list[dict[str, Any]] = []
     slot_of: dict[Any, int] = {}  # by buffer id, or (kind, index) for inputs and outputs (one slot each)
@@ -277,7 +278,7 @@ def _kind(
     raise JitCacheError(
         f"{_describe(buf)}, used by {what} (launch {li}), lives across calls but no tensor of `state` holds it, so "
         "another process could not bind it; pass the tensors the function reads and updates as state= (e.g. "
-        "{**get_state_dict(model), **get_state_dict(optimizer, 'optim.')})"
+        "{**get_state_dict(model, 'model'), **get_state_dict(optimizer, 'opt')})"
     )
 
 
