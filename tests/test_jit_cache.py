@@ -213,3 +213,39 @@ def test_symbolic_and_identity_arguments_are_not_saved(tmp_path: Path) -> None:
     with pytest.warns(JitCacheWarning, match="type Scale is compared by identity"):
         scale = Scale()
         assert [g(Tensor([1.0]), scale).item() for _ in range(3)] == [2.0, 2.0, 2.0]
+
+
+def test_a_window_of_a_flat_buffer_is_checked(tmp_path: Path) -> None:
+    """A fused optimizer's parameters are windows of one flat buffer: the same names, sizes and buffer in another
+    order would read each other's values, so each name's view of the buffer is checked too."""
+    from tg.nn.optim import SGD
+    from tg.nn.state import get_state_dict
+
+    path = tmp_path / "step.tgjit"
+
+    def make(order: str) -> tuple[TinyJit[Tensor], dict[str, Tensor]]:
+        ws = {"a": Tensor([1.0, 2.0]), "b": Tensor([3.0, 4.0, 5.0])}
+        opt = SGD([ws[order[0]], ws[order[1]]], lr=0.1, fused=True)
+
+        def step(x: Tensor) -> Tensor:
+            with Tensor.train():
+                opt.zero_grad()
+                loss = (ws["a"].sum() * x).sum() + (ws["b"] * ws["b"]).sum()
+                loss.backward()
+                opt.step()
+            return loss.realize()
+
+        return TinyJit(step, cache=path, state={**ws, **get_state_dict(opt, "opt")}), ws
+
+    first, _ = make("ab")
+    for _ in range(2):
+        first(Tensor([1.0]))
+    swapped, ws = make("ba")
+    with pytest.warns(JitCacheWarning, match=r"state tensor 'a' \(its view of the buffer: movement ops\)"):
+        losses = [swapped(Tensor([1.0])).item() for _ in range(3)]
+    assert not swapped.loaded  # recaptured, and right: a -= 0.1, b -= 0.2 b each step
+    np.testing.assert_allclose(losses, [53.0, 2.8 + 50 * 0.64, 2.6 + 50 * 0.64**2], rtol=1e-5)
+    np.testing.assert_allclose(ws["b"].numpy(), np.array([3.0, 4.0, 5.0]) * 0.8**3, rtol=1e-5)
+    same_layout, _ = make("ba")
+    same_layout(Tensor([1.0]))
+    assert same_layout.loaded  # the file now holds the "ba" layout

@@ -128,11 +128,16 @@ def plain(value: Any) -> Any:
     )
 
 
-def state_buffers(state: Mapping[str, Tensor], realize: bool) -> dict[int, tuple[Buffer, list[str]]]:
-    """The buffers behind the tensors of `state` (with tg's random stream), by id: each with the sorted names
-    of the tensors on it. `realize`: lazy tensors are realized first (loading); else they are skipped (saving:
-    a lazy tensor holds no buffer of the recording)."""
+StateBuffers = dict[int, tuple[Buffer, dict[str, str]]]  # buffer id -> (buffer, {name: the name's view of it})
+
+
+def state_buffers(state: Mapping[str, Tensor], realize: bool) -> StateBuffers:
+    """The buffers behind the tensors of `state` (with tg's random stream), by id: each with the names of the
+    tensors on it, in order, and each one's view of it (its movement ops: a parameter is a window of a fused
+    optimizer's flat buffer). `realize`: lazy tensors are realized first (loading); else they are skipped
+    (saving: a lazy tensor holds no buffer of the recording)."""
     from tg_tensor.creation import _default_state
+    from tg_tensor.inplace import view_chain
     from tg_tensor.realizer import current
     from tg_tensor.schedule import buffer_of
 
@@ -147,12 +152,13 @@ def state_buffers(state: Mapping[str, Tensor], realize: bool) -> dict[int, tuple
     lazy = [t for t in named.values() if t.uop.base.op is not Ops.BUFFER]
     if realize and lazy:
         Tensor.realize(*lazy)
-    found: dict[int, tuple[Buffer, list[str]]] = {}
+    found: StateBuffers = {}
     for name, t in sorted(named.items()):
-        if t.uop.base.op is not Ops.BUFFER or isinstance(t.device, tuple) or "," in str(t.device):
-            continue
-        buf = buffer_of(t.uop.base)
-        found.setdefault(id(buf), (buf, []))[1].append(name)
+        if isinstance(t.device, tuple) or "," in str(t.device) or (chain := view_chain(t.uop)) is None:
+            continue  # (on several devices, or not a view of a buffer)
+        base, ops = chain
+        buf = buffer_of(base)
+        found.setdefault(id(buf), (buf, {}))[1][name] = repr([(op.name, arg) for op, arg in ops])
     return found
 
 
@@ -265,15 +271,14 @@ def classify(rec: _Recording, state: Mapping[str, Tensor]) -> tuple[list[dict[st
     return slots, refs
 
 
-def _kind(
-    buf: Buffer, temps: set[int], consts: set[int], named: dict[int, tuple[Buffer, list[str]]], li: int, launch: Any
-) -> dict[str, Any]:
+def _kind(buf: Buffer, temps: set[int], consts: set[int], named: StateBuffers, li: int, launch: Any) -> dict[str, Any]:
     if id(buf) in temps:
         return {"kind": "temp"}
     if id(buf) in consts:
         return {"kind": "const", "data": encode_bytes(bytes(buf.as_bytes()))}
     if id(buf) in named:
-        return {"kind": "state", "names": named[id(buf)][1]}
+        views = named[id(buf)][1]
+        return {"kind": "state", "names": list(views), "views": [views[n] for n in views]}
     what = f"kernel {launch.runner.name}" if launch.runner is not None else "a copy"
     raise JitCacheError(
         f"{_describe(buf)}, used by {what} (launch {li}), lives across calls but no tensor of `state` holds it, so "
@@ -397,7 +402,9 @@ def _bind_state(slots: list[dict[str, Any]], state: Mapping[str, Tensor]) -> dic
 
     for dev in random_devices(slots):
         _default_state()._state(dev)
-    by_name = {n: buf for buf, names in state_buffers(state, realize=True).values() for n in names}
+    found = state_buffers(state, realize=True).values()
+    by_name = {n: buf for buf, views in found for n in views}
+    view_of = {n: view for _, views in found for n, view in views.items()}
     bound: dict[int, Buffer] = {}
     owner: dict[int, str] = {}
     for k, slot in enumerate(slots):
@@ -414,6 +421,8 @@ def _bind_state(slots: list[dict[str, Any]], state: Mapping[str, Tensor]) -> dic
         buf = by_name[first]
         expect(f"state tensor {first!r} (buffer size, dtype, device)", [slot["size"], slot["dtype"], slot["device"]],
                [buf.size, buf.dtype.name, buf.device])  # fmt: skip
+        for name, view in zip(names, slot["views"], strict=True):
+            expect(f"state tensor {name!r} (its view of the buffer: movement ops)", view, view_of[name])
         if id(buf) in owner:
             raise JitCacheError(f"state tensors {owner[id(buf)]!r} and {first!r} were two buffers when saved, here one")
         owner[id(buf)], bound[k] = first, buf
