@@ -8,14 +8,16 @@ What a file holds (JSON after a two-line header, `TGJIT <format>` and the SHA-25
     binary it built before, so a second process compiles nothing);
   - the launches in order, each a program (or a copy) and its buffer slots;
   - the slots: `input` (the call's i-th tensor input), `output` (a fresh buffer per replay, returned),
-    `temp` (an intermediate the memory plan allocates), `const` (data the function made from the host, or tg's
-    index ranges, stored by value), and `state`: a buffer that lives across calls (parameters, optimizer
-    state, the learning rate). A state slot is stored by the names under which the caller's `state` mapping
-    holds tensors on it (every name, so the aliasing of a fused optimizer's flat buffer is checked too), with
-    its size and dtype; tg's own random stream is named `tg.random.key:DEV` / `tg.random.counter:DEV`.
+    `temp` (written before it is read: an intermediate, allocated afresh), `const` (data the function made
+    from the host, or tg's index ranges, stored by value), and `state`: a buffer that lives across calls
+    (parameters, optimizer state, the learning rate). A state slot is stored by the names under which the
+    caller's `state` mapping holds tensors on it (every name, so the aliasing of a fused optimizer's flat
+    buffer is checked too), each name's view of it (movement ops: a parameter's window of that flat
+    buffer), and its size and dtype; tg's own random stream is named `tg.random.key:DEV` and
+    `tg.random.counter:DEV`.
 
 Loading binds each state slot to the buffer behind the same names in the new process's `state` and refuses
-(JitCacheError, naming the value and what was expected) when a name is missing, its size, dtype or device
+(JitCacheError, naming the value and what was expected) when a name is missing, its view, size, dtype or device
 differ, two slots would share one buffer, or names that shared a buffer no longer do. A buffer of the
 recording that is none of the kinds above (state the caller did not name) makes `save` refuse: it could not
 be bound in another process, and storing its value would freeze it.
