@@ -7,7 +7,9 @@ Each tg row runs examples/gpt_shakespeare.py BIG=1 in a process of its own (its 
 gradient-norm clip, the batch and block of the nanoGPT shakespeare-char config; EVAL_EVERY=0, so the loop is
 training only, with an evaluation at the end) and reads the line it prints at the end: the first step's seconds
 (its kernels rendered and compiled) and the training steps/s after it. fp32 first runs with an empty compile
-cache (cold), then again in a second process on the cache it left (warm). tf32 is ALLOW_TF32=1, bf16 DTYPE=bf16
+cache and no TinyJit capture file (cold), then again in a second process on the caches it left (warm): once
+replaying the capture the cold run saved (JIT_CACHE, `jit_file: saved capture`), once without it (JIT_CACHE=0,
+`jit_file: none`: warm-up and capture again). tf32 is ALLOW_TF32=1, bf16 DTYPE=bf16
 (the matmuls and the attention in bf16, the weights, AdamW and the loss in float32). The twin
 (`nanogpt_torch.py --big`, same data, batches and schedule) runs eager fp32, eager TF32 (`--tf32`) and
 torch.compile with bf16 autocast (`--compile --dtype bf16`); its steps/s is the median step's. Prints one JSON
@@ -30,7 +32,9 @@ STEPS = int(os.getenv("STEPS", "300"))
 DTYPES = os.getenv("DTYPES", "fp32,tf32,bf16").split(",")
 TWIN = os.getenv("TWIN", os.path.join(ROOT, "..", "shared", "bench", "nanogpt_torch.py"))
 TWIN_SECONDS = float(os.getenv("TWIN_SECONDS", "20"))
-SUMMARY = re.compile(r"first step ([\d.]+)s \(its kernels compile\), then ([\d.]+) train steps/s")
+SUMMARY = re.compile(
+    r"first step ([\d.]+)s \((?:its kernels compile|replayed from the saved capture)\), then ([\d.]+) train steps/s"
+)
 
 
 def emit(bench: str, impl: str, value: float, unit: str, **params: Any) -> None:
@@ -38,10 +42,11 @@ def emit(bench: str, impl: str, value: float, unit: str, **params: Any) -> None:
     sys.stdout.flush()
 
 
-def run_tg(dtype: str, cachedb: str) -> tuple[float, float] | None:
-    """(first step seconds, train steps/s) of one run of the example, or None (its error printed)."""
+def run_tg(dtype: str, cachedb: str, jit_cache: str = "0") -> tuple[float, float] | None:
+    """(first step seconds, train steps/s) of one run of the example (JIT_CACHE=`jit_cache`), or None (its error
+    printed)."""
     env = {**os.environ, "BIG": "1", "STEPS": str(STEPS), "EVAL_EVERY": "0", "SAMPLE": "0", "CACHEDB": cachedb,
-           "CKPT": os.path.join(tempfile.gettempdir(), "bench_gpt.safetensors")}  # fmt: skip
+           "CKPT": os.path.join(tempfile.gettempdir(), "bench_gpt.safetensors"), "JIT_CACHE": jit_cache}  # fmt: skip
     env.pop("ALLOW_TF32", None)
     if dtype == "tf32":
         env["ALLOW_TF32"] = "1"
@@ -71,13 +76,16 @@ def run_twin(*flags: str) -> dict[str, Any] | None:
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for dtype in DTYPES:
-            cachedb = os.path.join(tmp, f"{dtype}.db")
-            if (cold := run_tg(dtype, cachedb)) is None:
+            cachedb, capture = os.path.join(tmp, f"{dtype}.db"), os.path.join(tmp, f"{dtype}.tgjit")
+            if (cold := run_tg(dtype, cachedb, capture)) is None:
                 continue
             emit("gpt_shakespeare", "tg", cold[1], "steps/s", dtype=dtype, steps=STEPS)
             emit("gpt_first_step", "tg", cold[0], "s", dtype=dtype, cache="empty")
-            if dtype == "fp32" and (warm := run_tg(dtype, cachedb)) is not None:
-                emit("gpt_first_step", "tg", warm[0], "s", dtype=dtype, cache="second process")
+            if dtype != "fp32":
+                continue
+            for jit_file, jit_cache in (("saved capture", capture), ("none", "0")):
+                if (warm := run_tg(dtype, cachedb, jit_cache)) is not None:
+                    emit("gpt_first_step", "tg", warm[0], "s", dtype=dtype, cache="second process", jit_file=jit_file)
     twins = {
         "fp32": ("torch", ()),
         "tf32": ("torch", ("--tf32",)),

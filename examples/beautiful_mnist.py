@@ -6,12 +6,16 @@ EVAL_EVERY=0 tests only at the end). GPUS=n trains data-parallel on n devices of
 the parameters are replicated, and their gradients are all-reduced (NCCL on CUDA). BS must split evenly.
 SHARDED=1 takes that path on a set of one device too (`GPUS=1 SHARDED=1`: tensors on the 1-tuple of devices,
 all-reduces over one rank), to compare it with the plain single-device path.
+JIT_CACHE=1 (the default) keeps the jitted training step's capture in a file under the user cache directory (one
+per device and BS), so the next run replays it from its first step; JIT_CACHE=0 turns it off, another value is the
+file to use (not with GPUS/SHARDED).
 The data is read from MNIST_DIR, else from ../shared/datasets/mnist beside the repository when that
 folder exists (as on the project's machines), else as tg.nn.datasets.mnist() finds it (user cache, download).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 import time
@@ -19,6 +23,7 @@ import time
 import numpy as np
 
 from tg import Device, GlobalCounters, Tensor, TinyJit, getenv, nn
+from tg_uop.helpers import cache_dir
 
 
 class Model:
@@ -45,6 +50,17 @@ def data_dir() -> str | None:
     return os.getenv("MNIST_DIR") or (shared if os.path.isdir(shared) else None)
 
 
+def jit_cache_path(bs: int, sharded: bool) -> str | None:
+    """The file of the training step's capture (JIT_CACHE=1: one per device and batch size), or None (off)."""
+    setting = os.getenv("JIT_CACHE", "1")
+    if setting == "0" or sharded:
+        return None
+    if setting != "1":
+        return setting
+    digest = hashlib.sha256(repr((Device.DEFAULT, bs)).encode()).hexdigest()[:16]
+    return os.path.join(cache_dir(), "jit", f"beautiful_mnist-{digest}.tgjit")
+
+
 def main() -> None:
     X_train, Y_train, X_test, Y_test = nn.datasets.mnist_numpy(data_dir())
     X_train_f = X_train.astype(np.float32) / 255.0
@@ -67,7 +83,6 @@ def main() -> None:
 
     opt = nn.optim.Adam(nn.state.get_parameters(model), lr=getenv("LR", 0.001))
 
-    @TinyJit
     def train_step(samples: Tensor) -> Tensor:
         with Tensor.train():
             opt.zero_grad()
@@ -76,6 +91,12 @@ def main() -> None:
             loss = one_device(model(x).sparse_categorical_crossentropy(y).backward())
             Tensor.realize(loss, *opt.schedule_step())
             return loss
+
+    steps, bs, every = getenv("STEPS", 1500), getenv("BS", 128), getenv("EVAL_EVERY", 250)
+    # what the step reads and updates besides its input, by name: a saved capture binds these tensors by name
+    state = {**nn.state.get_state_dict(model, "model"), **nn.state.get_state_dict(opt, "opt")}
+    state |= {"data.X_train": X_train_t, "data.Y_train": Y_train_t}
+    jitted_step = TinyJit(train_step, cache=(cache := jit_cache_path(bs, sharded)), state=state)
 
     @TinyJit
     def correct(x: Tensor, y: Tensor) -> Tensor:
@@ -89,15 +110,16 @@ def main() -> None:
         )
         return 100.0 * hits / n
 
-    steps, bs, every = getenv("STEPS", 1500), getenv("BS", 128), getenv("EVAL_EVERY", 250)
     rng = np.random.default_rng(getenv("SEED", 42))
     acc: float | None = None  # no test accuracy before the first evaluation
     print(f"training {steps} steps of batch {bs} on {Device.DEFAULT} (the first step compiles the kernels)")
+    if cache is not None:
+        print(f"TinyJit capture file: {cache} ({'found' if os.path.exists(cache) else 'not there yet'})")
     started = time.perf_counter()
     GlobalCounters.reset()
     for step in range(1, steps + 1):
         samples = Tensor(rng.integers(0, len(X_train_f), bs).astype(np.int32))
-        loss = train_step(samples)
+        loss = jitted_step(samples)
         if (every > 0 and step % every == 0) or step == steps:  # EVAL_EVERY=0: only at the end
             acc = test_accuracy()
         if step == 1 or step % 10 == 0 or step == steps:

@@ -14,11 +14,16 @@ EVAL_EVERY (0: only at the end), EVAL_BATCHES, LOG_EVERY (steps between progress
 path), SAMPLE (characters to generate), TEMP, TOPK, PROMPT, TIME_LIMIT (seconds; stop early and still evaluate, save,
 sample), GPUS (n: data parallel over n devices of the default kind, e.g. `DEV=CUDA GPUS=2`: each batch split
 over them, the parameters replicated, gradients all-reduced by NCCL; BS must split evenly; sampling and the
-checkpoint use the first device), SHARDED=1 (that path on a set of one device too: `GPUS=1 SHARDED=1`).
+checkpoint use the first device), SHARDED=1 (that path on a set of one device too: `GPUS=1 SHARDED=1`),
+JIT_CACHE (1, the default: the captures of the jitted training and evaluation steps are saved under the user cache
+directory, in files named by the settings above, and the next run with the same settings replays them from their
+first call, with no warm-up call, capture or scheduling; 0: off; any other value: the training step's file, the
+evaluation's beside it; not with GPUS/SHARDED).
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import sys
@@ -31,6 +36,7 @@ from tg.nn.datasets import shakespeare
 from tg.nn.optim import AdamW
 from tg.nn.state import get_parameters, get_state_dict, safe_save
 from tg_nn.gpt import GPT, GPTConfig
+from tg_uop.helpers import cache_dir
 
 
 def env(name: str, default: float | int | str) -> float | int | str:
@@ -65,6 +71,19 @@ PROMPT = str(env("PROMPT", "ROMEO:\n"))
 TIME_LIMIT = float(env("TIME_LIMIT", 0))
 GPUS = tuple(f"{Device.DEFAULT.split(':')[0]}:{i}" for i in range(int(env("GPUS", 1))))
 SHARDED = len(GPUS) > 1 or bool(int(env("SHARDED", 0)))
+JIT_CACHE = str(env("JIT_CACHE", "1"))
+
+
+def jit_cache_path(step: str = "train") -> str | None:
+    """The file of a jitted step's capture: one per set of settings that its kernels bake in (the file's own
+    checks catch other tg versions, devices, shapes and state, not a changed constant such as DROPOUT)."""
+    if JIT_CACHE == "0" or SHARDED:
+        return None
+    if JIT_CACHE != "1":
+        return JIT_CACHE if step == "train" else f"{JIT_CACHE}.{step}"
+    settings = repr((Device.DEFAULT, BS, BLOCK, LAYERS, HEADS, EMBD, DROPOUT, DTYPE, CLIP, os.getenv("ALLOW_TF32")))
+    name = f"gpt_shakespeare-{step}-{hashlib.sha256(settings.encode()).hexdigest()[:16]}.tgjit"
+    return os.path.join(cache_dir(), "jit", name)
 
 
 def split(*ts: Tensor) -> list[Tensor]:
@@ -111,7 +130,6 @@ def main() -> None:
     # fused: the parameters in one flat buffer, so the update and the clipping are a few kernels for all of them
     opt = AdamW(params, lr=LR, weight_decay=0.1, fused=not SHARDED)
 
-    @TinyJit
     def train_step(x: Tensor, y: Tensor) -> Tensor:
         with Tensor.train():
             opt.zero_grad()
@@ -123,16 +141,24 @@ def main() -> None:
             opt.step()
         return one_device(loss).realize()
 
-    @TinyJit
+    # the tensors the step reads and updates besides its inputs, by name: a saved capture binds them by these names
+    state = {**get_state_dict(model, "model"), **get_state_dict(opt, "opt")}
+    jitted_step = TinyJit(train_step, cache=(cache := jit_cache_path()), state=state)
+    if cache is not None:
+        found = "found" if os.path.exists(cache) else "not there yet"
+        print(f"TinyJit capture file: {cache} ({found}; JIT_CACHE=0: off)")
+
     def eval_step(x: Tensor, y: Tensor) -> Tensor:
         return one_device(model.loss(*split(x, y))).realize()
+
+    jitted_eval = TinyJit(eval_step, cache=jit_cache_path("eval"), state=get_state_dict(model, "model"))
 
     def evaluate(data: np.ndarray) -> float:
         erng = np.random.default_rng(0)  # the same batches every time: comparable figures
         losses = []
         for _ in range(EVAL_BATCHES):
             x, y = batches(data, erng)
-            losses.append(eval_step(Tensor(x, dtype=dtypes.int32), Tensor(y, dtype=dtypes.int32)).item())
+            losses.append(jitted_eval(Tensor(x, dtype=dtypes.int32), Tensor(y, dtype=dtypes.int32)).item())
         return float(np.mean(losses))
 
     start = time.perf_counter()
@@ -141,7 +167,7 @@ def main() -> None:
     for step in range(STEPS):
         opt.lr.assign(Tensor([lr_at(step)], dtype=dtypes.float32, device=opt.lr.device)).realize()
         x, y = batches(train, rng)
-        loss = train_step(Tensor(x, dtype=dtypes.int32), Tensor(y, dtype=dtypes.int32))
+        loss = jitted_step(Tensor(x, dtype=dtypes.int32), Tensor(y, dtype=dtypes.int32))
         if step == 0:
             loss.item()
             first_step_s = time.perf_counter() - start
@@ -165,7 +191,8 @@ def main() -> None:
     loss.item()
     elapsed = time.perf_counter() - start
     train_s = elapsed - first_step_s - eval_s
-    print(f"\nfirst step {first_step_s:.2f}s (its kernels compile), then {step / max(train_s, 1e-9):.2f} train steps/s")
+    how = "replayed from the saved capture" if jitted_step.loaded else "its kernels compile"
+    print(f"\nfirst step {first_step_s:.2f}s ({how}), then {step / max(train_s, 1e-9):.2f} train steps/s")
     train_final, val_final = evaluate(train), evaluate(val)
     print(f"final: train loss {train_final:.4f} val loss {val_final:.4f} after {step + 1} steps in {elapsed:.0f}s "
           f"({(step + 1) * BS * BLOCK / elapsed:.0f} tokens/s)")

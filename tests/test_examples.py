@@ -14,7 +14,7 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 def run_example(name: str, tmp_path: Path, **env: str) -> str:
     """Run examples/`name` in a fresh process on the CPU with `env` added; its stdout (it must exit 0)."""
-    full = {**os.environ, "DEV": "CPU", **env}
+    full = {**os.environ, "DEV": "CPU", "JIT_CACHE": str(tmp_path / "step.tgjit"), **env}  # (not the user's cache)
     proc = subprocess.run(
         [sys.executable, str(EXAMPLES / name)], capture_output=True, text=True, env=full, cwd=tmp_path, timeout=900
     )
@@ -47,6 +47,24 @@ def test_gpt_eval_every_zero_evaluates_only_at_the_end(tmp_path: Path, shakespea
     assert "nan" not in out
     assert not any(line.startswith("step ") for line in lines)  # no evaluation during training
     assert any(line.startswith("final: train loss") for line in lines)
+
+
+def test_gpt_second_run_replays_the_saved_capture(tmp_path: Path, shakespeare_dir: str) -> None:
+    """JIT_CACHE: the second run replays the first run's capture from its first step and trains identically."""
+    settings = dict(
+        SHAKESPEARE_DIR=shakespeare_dir, STEPS="3", EVAL_EVERY="0", LAYERS="1", HEADS="2", EMBD="32", BLOCK="16",
+        BS="4", EVAL_BATCHES="1", SAMPLE="8", LOG_EVERY="1", CKPT=str(tmp_path / "gpt.safetensors"),
+        JIT_CACHE=str(tmp_path / "gpt.tgjit"),
+    )  # fmt: skip
+    first, second = (run_example("gpt_shakespeare.py", tmp_path, **settings) for _ in range(2))
+    assert "(its kernels compile)" in first and "(not there yet" in first
+    assert "(replayed from the saved capture)" in second and "(found" in second
+
+    def losses(out: str) -> list[str]:
+        lines = out.replace("\r", "\n").splitlines()
+        return [line.split(" loss ")[1].split()[0] for line in lines if "] step " in line]
+
+    assert losses(first) == losses(second) and len(losses(first)) == 3
 
 
 def test_quickstart_trains_with_autograd(tmp_path: Path) -> None:

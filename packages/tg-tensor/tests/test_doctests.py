@@ -19,6 +19,7 @@ MODULES = [
     "indexing",
     "inplace",
     "jit",
+    "jit_file",
     "lift_consts",
     "linalg",
     "mathops",

@@ -120,6 +120,23 @@ def _from_data(data: Any) -> ProgramSpec | None:
         return None
 
 
+def spec_to_data(spec: ProgramSpec) -> dict[str, Any] | None:
+    """The rendered program as JSON data (what the disk cache stores), or None when some fact of it is not
+    plain data (symbolic variables, an unusual dtype): such a program cannot be saved and loaded.
+
+    >>> from tg_codegen.renderer import ProgramSpec
+    >>> data = spec_to_data(ProgramSpec(name="E_1", function_name="E_1", src="void E_1() {}", device="CPU"))
+    >>> spec_from_data(data).src
+    'void E_1() {}'
+    """
+    return _to_data(spec)
+
+
+def spec_from_data(data: Any) -> ProgramSpec | None:
+    """The program stored by `spec_to_data`; None when `data` is not such a record."""
+    return _from_data(data)
+
+
 def get_program_cached(ast: UOp, renderer: Renderer, opts: list[Opt] | tuple[Opt, ...] | None = None) -> ProgramSpec:
     """`get_program(ast, renderer, opts=opts)`, read from the disk cache when it was rendered before.
 

@@ -7,7 +7,8 @@
 
 from tg_tensor.custom import source_kernel
 from tg_tensor.function import function
-from tg_tensor.jit import JitError, TinyJit
+from tg_tensor.jit import JitCacheWarning, JitError, TinyJit
+from tg_tensor.jit_file import JitCacheError
 from tg_tensor.realize import run_schedule
 from tg_tensor.realizer import Realizer, ScheduleItem
 from tg_tensor.schedule import create_schedule
@@ -18,6 +19,8 @@ from tg_uop import GlobalCounters
 __version__ = "0.1.0"
 __all__ = [
     "GlobalCounters",
+    "JitCacheError",
+    "JitCacheWarning",
     "JitError",
     "KernelSource",
     "Realizer",

@@ -37,14 +37,16 @@ from __future__ import annotations
 
 import functools
 import gc
+import os
+import warnings
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from tg_runtime.device import Buffer, Device, DeviceGraph, GraphLaunch, bind_program
 from tg_runtime.runner import CompiledRunner, get_runner, run_copy
-from tg_tensor import multi
+from tg_tensor import jit_file, multi
 from tg_tensor.collective import run_collective
 from tg_tensor.inplace import pending_writes
 from tg_tensor.jit_args import JitArgError, describe_change, flatten_call
@@ -64,6 +66,10 @@ Spec = tuple[tuple[Any, ...], DType, str]  # shape, dtype, device of one input
 
 class JitError(RuntimeError):
     """A jitted function was called in a way its recording cannot serve (or did something it cannot record)."""
+
+
+class JitCacheWarning(UserWarning):
+    """A TinyJit `cache=` file was not used (it is recorded again) or could not be written."""
 
 
 # how many sets of non-tensor argument values one jitted function records (each holds its own buffers)
@@ -149,6 +155,8 @@ class _Recording:
     ops: int = 0
     mem: int = 0
     kernels: int = 0
+    temps: list[Buffer] = field(default_factory=list)  # buffers it writes before reading, not returned (jit_file)
+    consts: list[Buffer] = field(default_factory=list)  # data the function made from the host (jit_file: "const")
 
     def bind(self) -> None:
         self.calls = [_bind(launch) for launch in self.launches]
@@ -183,6 +191,7 @@ def _rebuild(ret: Any, new: list[Tensor]) -> Any:
 class _Capture:
     """The state of one recording: calls seen, the input specs, and the recording once made."""
 
+    key: tuple[Any, ...] = ()
     cnt: int = 0
     specs: list[Spec] | None = None
     recording: _Recording | None = None
@@ -198,20 +207,54 @@ class TinyJit(Generic[ReturnType]):
     values (then JitError: pass a changing number as a Tensor, or an integer as a bound Variable,
     which is keyed by its name and range and passed to the recorded kernels at each replay). Use
     `reset()` to record again.
+
+    `cache=path` keeps the recording in a file (jit_file.py): the capture is saved there, and the first call
+    of a later process whose arguments, tg version, device and function source match replays it at once
+    (no warm-up call, no capture, no scheduling; the kernels come from the compile cache). `state` names the
+    tensors the function reads and updates besides its inputs (parameters, optimizer state), as
+    `{name: tensor}`; a file binds its buffers by these names, checking size and dtype. A file that does not
+    match (another version, device, shapes; a damaged file; state it cannot bind) is not used: a
+    JitCacheWarning names what differs, and the function is captured again and the file overwritten. A file
+    holds one recording, the latest capture's (a function called with several sets of non-tensor arguments
+    keeps only the last one's).
+
+    >>> import tempfile, os
+    >>> w = Tensor([1.0, 2.0])
+    >>> path = os.path.join(tempfile.mkdtemp(), "step.tgjit")
+    >>> step = TinyJit(lambda x: (x * w).sum(), cache=path, state={"w": w})
+    >>> [step(Tensor([1.0, float(i)])).item() for i in range(3)], os.path.exists(path)
+    ([1.0, 3.0, 5.0], True)
     """
 
-    def __init__(self, fxn: Callable[..., ReturnType]) -> None:
+    def __init__(
+        self,
+        fxn: Callable[..., ReturnType],
+        *,
+        cache: str | os.PathLike[str] | None = None,
+        state: Mapping[str, Tensor] | None = None,
+    ) -> None:
         if not callable(fxn):
             raise TypeError(f"TinyJit: expected a function, got {type(fxn).__name__}")
+        if state is not None and not isinstance(state, Mapping):
+            raise TypeError(f"TinyJit: state must map names to Tensors (a dict), got {type(state).__name__}")
+        for k, v in (state or {}).items():
+            if not isinstance(k, str) or not isinstance(v, Tensor):
+                raise TypeError(f"TinyJit: state must map names (str) to Tensors, got {k!r}: {type(v).__name__}")
         self.fxn = fxn
         self.name = getattr(fxn, "__qualname__", repr(fxn))
+        self.cache = os.fspath(cache) if cache is not None else None
+        self.state: Mapping[str, Tensor] = state if state is not None else {}
+        self.loaded = False  # did the recording come from the cache file (no capture in this process)?
         functools.update_wrapper(self, fxn)
         self.reset()
+        self.reads_cache = self.cache is not None  # (reset() stops it: recording again means not replaying the file)
 
     def reset(self) -> None:
-        """Forget every recording: the next call runs eagerly again."""
+        """Forget every recording: the next call runs eagerly again (a `cache=` file is not read again; the new
+        capture overwrites it)."""
         self.captures: OrderedDict[tuple[Any, ...], _Capture] = OrderedDict()
         self.current = _Capture()
+        self.reads_cache = False
 
     @property
     def recording(self) -> _Recording | None:
@@ -250,19 +293,66 @@ class TinyJit(Generic[ReturnType]):
         input_bufs = [buffer_of(t.uop.base) if _is_buffer(t.uop) else _realized_buffer(t) for t in inputs]
         if len({id(b) for b in input_bufs}) != len(input_bufs):
             raise JitError(f"{self.name}: the same tensor was passed as two inputs; pass distinct tensors")
+        if cap.recording is None and cap.cnt == 0 and self.reads_cache and self.cache is not None and not var_vals:
+            cap.recording = self._load_cache(self.cache, key, specs, input_bufs)
+            cap.cnt = 2 if cap.recording is not None else 0
         if cap.recording is not None:
             return self._replay(cap.recording, input_bufs, var_vals)  # type: ignore[no-any-return]
         cap.cnt += 1
         if cap.cnt == 1:
-            first, _, cap.warmup_host_data = self._run_recorded(input_bufs, args, kwargs)
+            first, _, made = self._run_recorded(input_bufs, args, kwargs)
+            cap.warmup_host_data = [bytes(b.as_bytes()) for b in made]
             return first
         cap.cnt = 1  # a capture that fails is tried again (and fails again) on the next call
         _live_buffers()  # collect the warm-up's dead graph, so its cached results cannot stand in for kernels
-        second, launches, host_data = self._run_recorded(input_bufs, args, kwargs)
-        _check_host_data(self.name, cap.warmup_host_data, host_data)
-        cap.recording = _record(launches, input_bufs, second)
+        second, launches, made = self._run_recorded(input_bufs, args, kwargs)
+        _check_host_data(self.name, cap.warmup_host_data, [bytes(b.as_bytes()) for b in made])
+        cap.recording = _record(launches, input_bufs, second, made)
         cap.cnt, cap.warmup_host_data = 2, []
+        if self.cache is not None:
+            self._save_cache(self.cache)
         return second
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the latest recording to `path` (JitCacheError when it cannot be stored: see jit_file.py).
+
+        >>> import tempfile, os
+        >>> f = TinyJit(lambda x: x + 1)
+        >>> for i in range(2): _ = f(Tensor([float(i)]))
+        >>> f.save(os.path.join(tempfile.mkdtemp(), "f.tgjit"))
+        """
+        cap = self.current
+        if cap.recording is None or cap.specs is None:
+            raise JitError(f"{self.name}: nothing recorded yet (the second call records); call it twice first")
+        jit_file.write_file(
+            os.fspath(path), jit_file.to_payload(cap.recording, self.fxn, cap.key, cap.specs, self.state)
+        )
+
+    def _save_cache(self, path: str) -> None:
+        """save() for `cache=`: a recording that cannot be stored, or a file that cannot be written, warns."""
+        try:
+            self.save(path)
+        except (jit_file.JitCacheError, OSError) as e:
+            warnings.warn(f"{self.name}: the recording is not saved to {path}: {e}", JitCacheWarning, stacklevel=3)
+
+    def _load_cache(self, path: str, key: tuple[Any, ...], specs: list[Spec], input_bufs: list[Buffer]) -> Any:
+        """The recording in the file at `path` for this call, or None (with a JitCacheWarning saying why, unless
+        there is no file yet)."""
+        if not os.path.exists(path):
+            return None
+        try:
+            rec = jit_file.from_payload(jit_file.load(path), self.fxn, key, specs, self.state, input_bufs)
+        except jit_file.JitCacheError as e:
+            warnings.warn(
+                f"{self.name}: not replaying the saved recording {path}: {e}; recording again (the file is rewritten)",
+                JitCacheWarning,
+                stacklevel=3,
+            )
+            return None
+        self.loaded = True
+        if DEBUG >= 1:
+            print(f"{self.name}: replaying the recording saved in {path} ({rec.kernels} kernels)")
+        return rec
 
     def _capture_for(self, key: tuple[Any, ...]) -> _Capture:
         """The capture state of these non-tensor arguments (a new one when they were not seen before)."""
@@ -278,7 +368,7 @@ class TinyJit(Generic[ReturnType]):
                 "integer (a length, a position) as a bound Variable, Variable('name', lo, hi).bind(value), which one "
                 "recording serves for every value"
             )
-        cap = self.captures[key] = _Capture()
+        cap = self.captures[key] = _Capture(key)
         return cap
 
     def _run_python(self, args: Any, kwargs: Any) -> ReturnType:
@@ -305,8 +395,8 @@ class TinyJit(Generic[ReturnType]):
 
     def _run_recorded(
         self, input_bufs: list[Buffer], args: Any, kwargs: Any
-    ) -> tuple[ReturnType, list[_Launch], list[bytes]]:
-        """Run the function, recording every launch; also return the data it created from the host."""
+    ) -> tuple[ReturnType, list[_Launch], list[Buffer]]:
+        """Run the function, recording every launch; also return the buffers it filled from the host."""
         launches: list[_Launch] = []
 
         def observe(item: ScheduleItem) -> None:
@@ -328,7 +418,7 @@ class TinyJit(Generic[ReturnType]):
         finally:
             rz.item_observers.remove(observe)
             rz.plain_only.pop()
-        return ret, launches, [bytes(b.as_bytes()) for b in _host_made(launches, existing)]
+        return ret, launches, _host_made(launches, existing)
 
     def _replay(self, rec: _Recording, input_bufs: list[Buffer], var_vals: dict[UOp, int]) -> Any:
         changed: set[int] = set()  # launches whose buffers or variable values differ from their last run: rebound
@@ -487,7 +577,7 @@ def _device_graph(launches: list[_Launch]) -> DeviceGraph | None:
     return Device[str(device)].graph(graph_launches) if graph_launches else None
 
 
-def _record(launches: list[_Launch], input_bufs: list[Buffer], ret: Any) -> _Recording:
+def _record(launches: list[_Launch], input_bufs: list[Buffer], ret: Any, made: list[Buffer]) -> _Recording:
     """Find the input and output positions in the launches and plan the intermediate buffers."""
     outs = _flat_tensors(ret)
     born = {id(launch.bufs[p]) for launch in launches for p in launch.born}
@@ -503,10 +593,16 @@ def _record(launches: list[_Launch], input_bufs: list[Buffer], ret: Any) -> _Rec
     output_map = [(index[id(buffer_of(t.uop.base))], tuple(_unbound(s) for s in t.shape)) for t in outs]
     keep = {id(b) for b in input_bufs} | {id(b) for b in out_bufs} | _live_buffers()
     plan_memory(launches, born - keep)
+    # buffers the recording writes before it reads them (not returned): a file allocates them afresh
+    temps: dict[int, Buffer] = {}
+    out_ids = {id(b) for b in out_bufs}
     for launch in launches:
         for b in launch.bufs:
             b.ensure_allocated()
-    rec = _Recording(launches, input_slots, output_slots, out_bufs, output_map, ret)
+            if id(b) in born and id(b) not in out_ids:
+                temps[id(b)] = b
+    rec = _Recording(launches, input_slots, output_slots, out_bufs, output_map, ret, temps=list(temps.values()))
+    rec.consts = made
     rec.bind()
     return rec
 

@@ -7,7 +7,7 @@
 
 from tg import nn
 from tg_runtime import Device
-from tg_tensor import JitError, Tensor, TinyJit, function
+from tg_tensor import JitCacheError, JitCacheWarning, JitError, Tensor, TinyJit, function
 from tg_uop import Context, GlobalCounters, UOp, Variable, dtypes, getenv
 from tg_uop.trace import VIZ
 
@@ -21,6 +21,8 @@ __all__ = [
     "Context",
     "Device",
     "GlobalCounters",
+    "JitCacheError",
+    "JitCacheWarning",
     "JitError",
     "Tensor",
     "TinyJit",
