@@ -128,7 +128,8 @@ def test_big_gpt_step_fills_an_h200(gpu_like: str, dtype: str) -> None:
 
 def test_gpt_step_flops_and_kernels() -> None:
     """The GPT example's jitted step (2 layers, dropout, fused AdamW, clipping) executes at most 1.3x the model's
-    analytic FLOPs (6 x parameters x tokens + attention) in at most 200 kernels (measured here: 183)."""
+    analytic FLOPs (6 x parameters x tokens + attention) in at most 160 kernels (measured here: 150; 169 with
+    MERGE_SIBLINGS=0, one kernel per output)."""
     layers, width, heads, block, bs, vocab = 2, 128, 4, 64, 8, 65
     Tensor.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=vocab, block_size=block, n_layer=layers, n_head=heads, n_embd=width, dropout=0.1))
@@ -154,4 +155,4 @@ def test_gpt_step_flops_and_kernels() -> None:
     analytic = 6 * n * bs * block + layers * 12 * bs * block * block * width
     assert math.isfinite(loss)
     assert GlobalCounters.global_ops <= 1.3 * analytic, GlobalCounters.global_ops / analytic
-    assert GlobalCounters.kernel_count <= 200, GlobalCounters.kernel_count
+    assert GlobalCounters.kernel_count <= 160, GlobalCounters.kernel_count

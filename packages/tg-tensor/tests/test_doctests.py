@@ -32,6 +32,7 @@ MODULES = [
     "rng",
     "selection",
     "shaping",
+    "siblings",
     "sorting",
     "source",
     "split_reduce",

@@ -88,7 +88,8 @@ class ScheduleItem:
     def replayed(cls, ast: UOp, bufs: list[Buffer], var_vals: dict[UOp, int]) -> ScheduleItem:
         """An item of a cached schedule: `ast` was unbound when it was first scheduled (no walk of it again)."""
         item = cls.__new__(cls)
-        item.ast, item.bufs, item.outputs, item.writes, item.also_writes = ast, bufs, 1, None, ()
+        outputs = len(ast.src) if ast.op is Ops.SINK and len(ast.src) > 1 else 1  # (a kernel of several outputs)
+        item.ast, item.bufs, item.outputs, item.writes, item.also_writes = ast, bufs, outputs, None, ()
         item.reads, item.in_place, item.consts, item.var_vals = (), False, (), var_vals
         return item
 

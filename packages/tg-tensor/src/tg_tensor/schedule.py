@@ -27,6 +27,7 @@ from tg_shape import ShapeTracker
 from tg_tensor.fusion_cost import FusionCost
 from tg_tensor.lift_consts import lift_changing_consts
 from tg_tensor.realizer import Realizer, ScheduleItem, current
+from tg_tensor.siblings import merge_siblings
 from tg_tensor.source import is_source_kernel, source_program
 from tg_tensor.split_reduce import compares_with_arange, split_reduces
 from tg_tensor.symbolic import max_size
@@ -667,4 +668,4 @@ def _create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UO
     for root, r in todo.items():
         sched.schedule_node(r)
         becomes[root] = realized[r]
-    return sched.items, becomes
+    return merge_siblings(sched.items), becomes
