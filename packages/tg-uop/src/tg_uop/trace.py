@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -40,12 +41,17 @@ PROFILE = ContextVar("PROFILE", 0)
 
 @dataclass
 class RuleFire:
-    """One rule that fired in a rewrite pass: where it is defined, and the node before and after."""
+    """One rule that fired in a rewrite pass: where it is defined, and the node before and after.
+
+    `location` is `file.py:line` (what the viewer shows), `path` the file's full path (to show the rule's source);
+    a hand-written pass reports its rewrites with `TRACE.fire`.
+    """
 
     pattern: str
     location: str
     before: UOp
     after: UOp
+    path: str = ""
 
 
 @dataclass
@@ -86,6 +92,7 @@ class ProfileEvent:
     start_us: float
     dur_us: float
     args: dict[str, Any] = field(default_factory=dict)
+    ph: str = "X"  # "X": a span; "C": a counter (memory in use), its value in args
 
 
 class Trace:
@@ -101,12 +108,23 @@ class Trace:
         self.depth = 0  # nesting of traced graph_rewrite calls: only the outermost ones are recorded
         self.passes: list[str] | None = None  # names of the passes run, while collect_passes() is open
         self.t0 = time.perf_counter()
+        self.log: list[RuleFire] | None = None  # the firings of the pass being recorded (None: no pass, or VIZ off)
+        self.replaying = False  # launches now come from a TinyJit replay (marked in the profile and DEBUG=2)
+        self.max_groups = int(os.environ.get("VIZ_MAX_GROUPS", "20000"))
+        self.overflow: str | None = None  # why recording stopped early (the trace grew too large to hold)
+        self.origins: dict[UOp, dict[str, list[str]]] = {}  # the latest schedule's kernels: their ops, user lines
+        self.mem_in_use: dict[str, int] = {}  # bytes by device, for the memory counter
+        self.program_error: str | None = None  # the exception the program ended with, for the viewer's banner
 
     # ---- groups and steps ----
     @contextlib.contextmanager
     def group(self, kind: str, name: str, **meta: Any) -> Iterator[Group | None]:
         """Open a group that the steps recorded inside belong to (a no-op when tracing is off)."""
         if not self.active:
+            yield None
+            return
+        if len(self.groups) >= self.max_groups:
+            self._stop_recording(f"more than VIZ_MAX_GROUPS={self.max_groups} groups (kernels and schedules)")
             yield None
             return
         g = Group(kind, name, dict(meta), generation=self.generation)
@@ -119,6 +137,36 @@ class Trace:
             raise
         finally:
             self._stack.pop()
+
+    def _stop_recording(self, why: str) -> None:
+        self.active = False
+        self.overflow = f"VIZ: recording stopped after {len(self.groups)} groups: {why}; raise the limit to see more"
+        print(self.overflow, file=sys.stderr, flush=True)
+
+    def fire(self, pattern: str, before: UOp, after: UOp, location: str | None = None) -> None:
+        """Report one rewrite a hand-written pass made (`before` became `after`) as a step of the pass being
+        recorded; a no-op outside a recorded pass, so passes call it unconditionally when `TRACE.log` is set.
+
+        >>> from tg_uop import UOp, dtypes, run_pass
+        >>> with tracing():
+        ...     with TRACE.group("kernel", "demo"):
+        ...         def double(u):
+        ...             out = u * 2
+        ...             TRACE.fire("double", u, out)
+        ...             return out
+        ...         _ = run_pass("double", double, UOp.const(dtypes.int, 3))
+        >>> [r.pattern for r in TRACE.groups[-1].steps[-1].rules]
+        ['double']
+        """
+        if self.log is None or before is after:
+            return
+        if location is None:
+            frame = sys._getframe(1)
+            path, line = frame.f_code.co_filename, frame.f_code.co_firstlineno  # (the pass's function)
+        else:
+            path, _, ln = location.rpartition(":")
+            line = int(ln) if ln.isdigit() else 0
+        self.log.append(RuleFire(pattern, f"{os.path.basename(path)}:{line}", before, after, path))
 
     @property
     def current(self) -> Group | None:
@@ -183,6 +231,12 @@ class Trace:
         if self.profiling:
             self.events.append(ProfileEvent(name, cat, device, start_us, dur_us, args))
 
+    def memory(self, device: str, delta_bytes: int) -> None:
+        """Record a change of the memory in use on `device` (a counter the timeline draws; only when profiling)."""
+        if self.profiling:
+            now = self.mem_in_use[device] = self.mem_in_use.get(device, 0) + delta_bytes
+            self.events.append(ProfileEvent("memory", "memory", device, self.now_us(), 0.0, {"bytes": now}, "C"))
+
     def chrome_trace(self) -> dict[str, Any]:
         """The events in Chrome's trace-event format: one process track per device."""
         devices = sorted({e.device for e in self.events})
@@ -191,6 +245,11 @@ class Trace:
             {"name": "process_name", "ph": "M", "pid": pid[d], "tid": 0, "args": {"name": d}} for d in devices
         ]
         for e in self.events:
+            if e.ph == "C":
+                out.append(
+                    {"name": e.name, "ph": "C", "pid": pid[e.device], "ts": round(e.start_us, 3), "args": e.args}
+                )
+                continue
             out.append(
                 {
                     "name": e.name,
@@ -212,9 +271,11 @@ class Trace:
 
     def clear(self) -> None:
         self.generation += 1
+        self.overflow = None
         self.groups.clear()
         self.events.clear()
         self._stack.clear()
+        self.origins = {}
 
 
 TRACE = Trace()
