@@ -9,12 +9,14 @@ True
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from collections.abc import Sequence
 
 from tg_tensor.realizer import current
-from tg_uop import Ops, UOp, dtypes
+from tg_uop import GroupOp, Ops, UOp, dtypes
 from tg_uop.dot import to_dot, write_dot
+from tg_uop.helpers import DEBUG
 from tg_uop.trace import GRAPH, TRACE
 
 
@@ -23,8 +25,58 @@ def graph_dir() -> str:
     return os.environ.get("GRAPH_DIR") or os.path.join(tempfile.gettempdir(), "tg_graph")
 
 
+_OURS = ("tg", "tg_uop", "tg_shape", "tg_codegen", "tg_runtime", "tg_tensor", "tg_nn", "tg_llm", "tg_viz")
+_LIBRARY = ("contextlib", "threading", "functools", "runpy", "importlib", "unittest", "_pytest", "pluggy", "pytest")
+
+
+def user_lines(limit: int = 3) -> list[str]:
+    """The user's source lines that led here (`file.py:12 loss.backward()`), innermost first: the frames
+    outside tg's packages and the standard library's plumbing.
+
+    >>> ns = {"user_lines": user_lines, "__name__": "my_script"}
+    >>> exec("lines = user_lines()", ns)
+    >>> ns["lines"][0]
+    '<string>:1'
+    """
+    import linecache
+
+    out: list[str] = []
+    frame = sys._getframe(1)
+    while frame is not None and len(out) < limit:
+        module = str(frame.f_globals.get("__name__", "")).split(".")[0]
+        if module not in _OURS and module not in _LIBRARY:
+            code = frame.f_code
+            text = linecache.getline(code.co_filename, frame.f_lineno).strip()
+            out.append(f"{os.path.basename(code.co_filename)}:{frame.f_lineno} {text}".rstrip())
+        frame = frame.f_back  # type: ignore[assignment]
+    return out
+
+
+def ast_ops(ast: UOp) -> list[str]:
+    """The operations a kernel computes, by name (what DEBUG=2 and VIZ list beside it).
+
+    >>> ast_ops(UOp.const(dtypes.float, 1.0) * 2.0 + 1.0)
+    ['MUL', 'ADD']
+    """
+    names: list[str] = []
+    for u in ast.toposort:
+        if u.op in GroupOp.ALU or u.op is Ops.REDUCE_AXIS:
+            name = (
+                "SUM"
+                if u.op is Ops.REDUCE_AXIS and u.arg[0] is Ops.ADD
+                else (f"{u.arg[0].name}-REDUCE" if u.op is Ops.REDUCE_AXIS else u.op.name)
+            )
+            if name not in names:
+                names.append(name)
+    return names
+
+
 def on_schedule(roots: Sequence[UOp], asts: Sequence[UOp], start_us: float) -> None:
     """Report one scheduling of `roots` into kernels with `asts` (called by Tensor.schedule)."""
+    if not (TRACE.active or TRACE.profiling or GRAPH.value or DEBUG >= 2):
+        return
+    lines = user_lines()
+    TRACE.origins = {ast: {"tensor_ops": ast_ops(ast), "lines": lines} for ast in asts}
     if not (TRACE.active or TRACE.profiling or GRAPH.value):
         return
     rz = current()
@@ -33,7 +85,7 @@ def on_schedule(roots: Sequence[UOp], asts: Sequence[UOp], start_us: float) -> N
     TRACE.event(f"schedule {n}", "schedule", "HOST", start_us, TRACE.now_us() - start_us, kernels=len(asts))
     lazy = UOp(Ops.SINK, dtypes.void, tuple(roots))
     if TRACE.active:
-        with TRACE.group("schedule", f"schedule {n}: {len(asts)} kernels"):
+        with TRACE.group("schedule", f"schedule {n}: {len(asts)} kernels", lines=lines):
             TRACE.snapshot_step("lazy graph", lazy)
             for i, ast in enumerate(asts):
                 TRACE.snapshot_step(f"kernel {i} AST", ast, fold_movement=False)
