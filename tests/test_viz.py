@@ -77,8 +77,12 @@ def test_json_for_program(program):
 
 def run_py(code: str, env: dict[str, str], timeout: float = 240) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], env={**os.environ, **env}, capture_output=True, text=True,
-        timeout=timeout, cwd=ROOT,
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
     )
 
 
@@ -262,6 +266,144 @@ def test_page_in_headless_chromium():
         ops = sorted(g.get_attribute("class").split()[1] for g in drawn)
         assert ops == ["BUFFER", "BUFFER", "MUL", "REDUCE_AXIS", "SINK"]
         driver.save_screenshot(str(ARTIFACTS / "viz_conv_lazy.png"))
+    finally:
+        driver.quit()
+        srv.stop()
+
+
+def _mnist_trace() -> Any:
+    """The MNIST example (2 jitted train steps of batch 32, its end-of-training evaluation), recorded as VIZ=1 does."""
+    import runpy
+
+    saved = {k: os.environ.get(k) for k in ("STEPS", "BS", "EVAL_EVERY")}
+    os.environ.update(STEPS="2", BS="32", EVAL_EVERY="0")
+    try:
+        with tracing() as tr:
+            runpy.run_path(str(ROOT / "examples" / "beautiful_mnist.py"), run_name="__main__")
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    return tr
+
+
+def _driver() -> Any:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    found = _chromium()
+    assert found is not None
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = found[0]
+    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1800,1000"):
+        opts.add_argument(a)
+    return webdriver.Chrome(service=Service(found[1]), options=opts)
+
+
+def _shots_dir() -> Path:
+    d = Path(os.environ.get("VIZ_SHOTS") or ARTIFACTS)
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+@pytest.mark.skipif(_chromium() is None, reason=NO_BROWSER)
+def test_mnist_step_in_headless_chromium():
+    """The acceptance walk: a kernel of the MNIST train step, its rewrites step by step with a highlighted diff,
+    zoom, and the timeline with the step's kernels as bars. Page load and step clicks are printed, not asserted."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    tr = _mnist_trace()
+    step_kernels = {
+        g.name for g in tr.groups if g.kind == "kernel" and any("schedule_step" in ln for ln in g.meta.get("lines", []))
+    }
+    assert step_kernels, "no kernel of the MNIST train step was recorded"
+    srv = VizServer(tr, 0).start()
+    driver = _driver()
+    shots = _shots_dir()
+    try:
+        driver.get(srv.url)
+        wait = WebDriverWait(driver, 60)
+        wait.until(lambda d: d.execute_script("return window.vizLoadedMs !== undefined"))
+        load_ms = driver.execute_script("return window.vizLoadedMs")
+        driver.save_screenshot(str(shots / "viz_mnist_kernels.png"))
+        # a reduction kernel of the step (a conv's backward pass, say), picked by its source line
+        rows = driver.find_elements(By.CSS_SELECTOR, "#kernels tr.kernel")
+        conv = next(
+            r
+            for r in rows
+            if "schedule_step" in (r.get_attribute("title") or "")
+            and r.find_elements(By.TAG_NAME, "td")[1].text.startswith("R_")
+        )
+        conv.click()
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#steps li.fire"))
+        # step into the lowering's first firing: the node it made is highlighted, the diff has added lines
+        fires = driver.find_elements(By.CSS_SELECTOR, "#steps li.fire")
+        lower = next(f for f in fires if f.text.startswith("lower "))
+        lower.click()
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#graph g.node.changed"))
+        assert driver.find_elements(By.CSS_SELECTOR, "#diff .dl.add") and driver.find_elements(
+            By.CSS_SELECTOR, "#diff .dl.del"
+        )
+        assert "lowerer.py:" in driver.find_element(By.ID, "rule-title").text
+        assert "def _lower" in driver.find_element(By.ID, "rule").text
+        driver.save_screenshot(str(shots / "viz_mnist_rewrite_diff.png"))
+        clicks = []
+        for _ in range(6):  # the keyboard walks the steps; each one is timed by the page
+            before = driver.execute_script("return document.querySelector('#steps li.selected').dataset.item")
+            driver.find_element(By.TAG_NAME, "body").send_keys("j")
+            wait.until(
+                lambda d, before=before: (
+                    d.execute_script(  # type: ignore[misc]
+                        "return document.querySelector('#steps li.selected').dataset.item"
+                    )
+                    != before
+                )
+            )
+            wait.until(lambda d: d.execute_script("return window.lastStepMs") is not None)
+            clicks.append(driver.execute_script("return window.lastStepMs"))
+        # zoom: the view transform changes with the wheel and with the buttons, fit brings it back
+        transform = lambda: driver.find_element(By.CSS_SELECTOR, "#graph g.viewport").get_attribute("transform")  # noqa: E731
+        t0 = transform()
+        driver.execute_script(
+            "const s = document.querySelector('#graph svg'); const r = s.getBoundingClientRect();"
+            "s.dispatchEvent(new WheelEvent('wheel',"
+            " {deltaY: -400, clientX: r.left + 50, clientY: r.top + 50, bubbles: true}))"
+        )
+        assert transform() != t0
+        driver.find_element(By.ID, "zoom-in").click()
+        driver.save_screenshot(str(shots / "viz_mnist_zoomed.png"))
+        driver.find_element(By.ID, "fit").click()
+        assert transform() == t0
+        # the lazy graph of the train step: hundreds of nodes, fitted to the pane
+        sched = [
+            r
+            for r in driver.find_elements(By.CSS_SELECTOR, "#kernels tr.schedule")
+            if "schedule_step" in (r.get_attribute("title") or "")
+        ]
+        sched[0].click()
+        wait.until(lambda d: d.find_element(By.ID, "step-title").text.startswith("lazy graph"))
+        wait.until(
+            lambda d: (
+                d.find_elements(By.CSS_SELECTOR, "#graph g.node") or d.find_elements(By.CSS_SELECTOR, "#graph p.big")
+            )
+        )
+        driver.save_screenshot(str(shots / "viz_mnist_lazy_graph.png"))
+        # the timeline: the step's kernels are bars
+        driver.find_element(By.ID, "tab-timeline").click()
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#tl-view g.bar.kernel"))
+        bars = {b.get_attribute("data-name") for b in driver.find_elements(By.CSS_SELECTOR, "#tl-view g.bar.kernel")}
+        assert step_kernels <= bars, step_kernels - bars
+        driver.execute_script(  # the widest bar (thin ones overlap their neighbours' rects)
+            "const bars = [...document.querySelectorAll('#tl-view g.bar.kernel')];"
+            "const w = (b) => Number(b.querySelector('rect').getAttribute('width'));"
+            "bars.reduce((a, b) => (w(b) > w(a) ? b : a)).dispatchEvent(new MouseEvent('click', {bubbles: true}))"
+        )
+        assert "GFLOPS" in driver.find_element(By.ID, "tl-detail").text
+        driver.save_screenshot(str(shots / "viz_mnist_timeline.png"))
+        print(
+            f"\nVIZ MNIST: page load {load_ms:.0f} ms, step clicks {', '.join(f'{c:.0f}' for c in clicks)} ms "
+            f"(median {sorted(clicks)[len(clicks) // 2]:.0f} ms), {len(tr.groups)} groups"
+        )
     finally:
         driver.quit()
         srv.stop()
