@@ -92,9 +92,13 @@ def test_graph_writes_dot_matching_lazy_graph(tmp_path):
     x = Tensor.rand(1, 1, 8, 8).realize(); w = Tensor.rand(2, 1, 3, 3).realize()
     x.conv2d(w).realize()
     """
-    r = run_py(code, {"GRAPH": "2", "GRAPH_DIR": str(tmp_path)})
+    r = run_py(code, {"GRAPH": "2", "GRAPH_DIR": str(tmp_path), "GRAPH_RENDER": "0"})
     assert r.returncode == 0, r.stderr
-    assert "GRAPH: " in r.stdout
+    (run,) = tmp_path.glob("run_*")  # one folder for the run, named in the first line and the last
+    assert f"GRAPH: writing to {run}" in r.stdout and f"DOT files in {run}" in r.stdout.splitlines()[-1]
+    r2 = run_py(code, {"GRAPH": "1", "GRAPH_DIR": str(tmp_path), "GRAPH_RENDER": "0"})
+    assert r2.returncode == 0 and len(list(tmp_path.glob("run_*"))) == 2  # a second run: a folder of its own
+    tmp_path = run
     dots = sorted(p.name for p in tmp_path.glob("realize_*.dot"))
     assert "realize_3.dot" in dots and "realize_3_k0.dot" in dots, dots
     dot = (tmp_path / "realize_3.dot").read_text()

@@ -8,21 +8,45 @@ True
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 
 from tg_tensor.realizer import current
 from tg_uop import GroupOp, Ops, UOp, dtypes
-from tg_uop.dot import to_dot, write_dot
+from tg_uop.dot import render_dots, to_dot, write_dot
 from tg_uop.helpers import DEBUG
 from tg_uop.trace import GRAPH, TRACE
 
 
 def graph_dir() -> str:
-    """Where GRAPH=1 writes its files: $GRAPH_DIR, else tg_graph in the temp directory."""
+    """Where GRAPH=1 writes its files: $GRAPH_DIR, else tg_graph in the temp directory (a folder per run inside)."""
     return os.environ.get("GRAPH_DIR") or os.path.join(tempfile.gettempdir(), "tg_graph")
+
+
+_run: list[str] = []  # this run's GRAPH folder and the DOT files written to it
+
+
+def run_dir() -> str:
+    """This run's GRAPH folder, made on first use: `run_<date>_<time>_<pid>` in graph_dir(), so files of earlier
+    runs never mix with this one's; the DOT files are rendered to SVG once, when the program ends."""
+    if not _run:
+        d = os.path.join(graph_dir(), f"run_{time.strftime('%Y%m%d_%H%M%S')}_{os.getpid()}")
+        os.makedirs(d, exist_ok=True)
+        _run.append(d)
+        atexit.register(_render_at_exit)
+        print(f"GRAPH: writing to {d} (rendered to SVG when the program ends)")
+    return _run[0]
+
+
+def _render_at_exit() -> None:
+    dots = _run[1:]
+    svgs = render_dots(dots) if os.environ.get("GRAPH_RENDER", "1") != "0" else []
+    how = f", {len(svgs)} rendered to SVG" if svgs else " (render: dot -Tsvg -O *.dot)"
+    print(f"GRAPH: {len(dots)} DOT files in {_run[0]}{how}")
 
 
 _OURS = ("tg", "tg_uop", "tg_shape", "tg_codegen", "tg_runtime", "tg_tensor", "tg_nn", "tg_llm", "tg_viz")
@@ -90,11 +114,10 @@ def on_schedule(roots: Sequence[UOp], asts: Sequence[UOp], start_us: float) -> N
             for i, ast in enumerate(asts):
                 TRACE.snapshot_step(f"kernel {i} AST", ast, fold_movement=False)
     if GRAPH.value >= 1:
-        d = graph_dir()
-        os.makedirs(d, exist_ok=True)
-        paths = write_dot(to_dot(lazy, title=f"realize {n}: lazy graph"), os.path.join(d, f"realize_{n}.dot"))
+        d = run_dir()
+        paths = write_dot(to_dot(lazy, title=f"realize {n}: lazy graph"), os.path.join(d, f"realize_{n}.dot"), False)
         if GRAPH.value >= 2:
             for i, ast in enumerate(asts):
                 dot = to_dot(ast, fold_movement=False, title=f"realize {n}: kernel {i} AST")
-                paths += write_dot(dot, os.path.join(d, f"realize_{n}_k{i}.dot"))
-        print(f"GRAPH: {' '.join(paths)}")
+                paths += write_dot(dot, os.path.join(d, f"realize_{n}_k{i}.dot"), False)
+        _run.extend(paths)

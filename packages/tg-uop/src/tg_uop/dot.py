@@ -15,6 +15,8 @@ True
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 import subprocess
 from typing import Any
@@ -142,16 +144,29 @@ def _quote(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-def write_dot(dot: str, path: str) -> list[str]:
-    """Write `dot` to `path` (and an SVG beside it when Graphviz's `dot` is installed); return the paths."""
+def write_dot(dot: str, path: str, render: bool = True) -> list[str]:
+    """Write `dot` to `path` (with `render`: an SVG beside it when Graphviz's `dot` is installed); return the paths."""
     with open(path, "w") as f:
         f.write(dot)
-    written = [path]
-    if (exe := shutil.which("dot")) is not None:
-        svg = path.rsplit(".", 1)[0] + ".svg"
-        try:
-            subprocess.run([exe, "-Tsvg", path, "-o", svg], check=True, capture_output=True, timeout=60)
-            written.append(svg)
+    return [path, *render_dots([path])] if render else [path]
+
+
+def render_dots(paths: list[str]) -> list[str]:
+    """Render DOT files to SVGs beside them (`a.dot` -> `a.svg`) with one run of Graphviz's `dot` per 200 files;
+    returns the SVGs written ([] when `dot` is not installed or fails)."""
+    exe = shutil.which("dot")
+    if exe is None or not paths:
+        return []
+    written: list[str] = []
+    for i in range(0, len(paths), 200):
+        chunk = paths[i : i + 200]
+        try:  # -O: each input's output beside it, named input.svg
+            subprocess.run([exe, "-Tsvg", "-O", *chunk], check=True, capture_output=True, timeout=600)
         except (subprocess.SubprocessError, OSError):
-            pass
+            continue
+        for p in chunk:
+            svg = p.rsplit(".", 1)[0] + ".svg"
+            with contextlib.suppress(OSError):
+                os.replace(p + ".svg", svg)
+                written.append(svg)
     return written
