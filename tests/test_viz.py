@@ -204,6 +204,21 @@ def test_viz_failing_program_still_served_and_ctrl_c_stops():
     assert "Traceback" not in err.replace("boom", "")  # Ctrl-C is a clean stop, not a crash in the server
 
 
+def test_viz_program_that_raised_is_named_on_the_page():
+    code = FAILING.replace('raise SystemExit("boom: the program fails half-way")', 'raise ValueError("bad batch 7")')
+    proc = _viz_program(code)
+    try:
+        url = _read_url(proc, time.time() + 120)
+        info = _get_json(url + "api/info")
+        assert info["error"] == "ValueError: bad batch 7" and info["groups"] > 0
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill() if proc.poll() is None else None
+    assert "ValueError: bad batch 7" in err  # the program's own traceback, as without VIZ
+    assert "VIZ: the program raised ValueError: bad batch 7" in err and "VIZ: stopped" in out
+
+
 def test_viz_port_in_use_is_a_clear_error():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
