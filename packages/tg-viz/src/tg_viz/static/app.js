@@ -53,8 +53,12 @@ function renderKernels() {
     const tr = el("tr", { class: cls, "data-id": k.id, "data-kind": k.kind });
     const runs = k.kind === "schedule" ? (k.count > 1 ? `x${k.count}` : "") : k.launches || "";
     const time = k.time_us ? TGTimeline.fmtUs(k.time_us) : "";
-    const cells = [k.id, k.name, k.device, (k.shape || []).join("x"), runs, time];
-    cells.forEach((c, i) => tr.append(el("td", i === 1 ? { title: k.name } : {}, String(c))));
+    if (k.kind === "kernel") {
+      const cells = [k.id, k.name, k.device, (k.shape || []).join("x"), runs, time];
+      cells.forEach((c, i) => tr.append(el("td", i === 1 ? { title: k.name } : {}, String(c))));
+    } else { // a schedule or other group: its name across the name, device and shape columns
+      [[k.id, 1], [k.name, 3], [runs, 1], [time, 1]].forEach(([c, span]) => tr.append(el("td", { colspan: span }, String(c))));
+    }
     const why = [k.error && `failed: ${k.error}`, k.ops && k.ops.length && `ops: ${k.ops.join(" ")}`,
       k.lines && k.lines.length && `from: ${k.lines.join("; ")}`, k.count > 1 && `the same schedule ran ${k.count} times`];
     tr.title = why.filter(Boolean).join("\n");
@@ -234,6 +238,12 @@ TGGraph.view.onzoom = (k) => { $("zoom-level").textContent = `${Math.round(k * 1
 $("fit").onclick = () => TGGraph.fit();
 $("zoom-in").onclick = () => TGGraph.zoomBy(1.25);
 $("zoom-out").onclick = () => TGGraph.zoomBy(0.8);
+$("graph-find").onkeydown = (ev) => {
+  if (ev.key !== "Enter") return;
+  const n = TGGraph.find($("graph-find").value);
+  $("graph-find").title = n ? `${n} nodes match` : "no node matches";
+  $("graph-find").classList.toggle("miss", !n && $("graph-find").value !== "");
+};
 $("search").oninput = renderKernels;
 $("sort").onchange = renderKernels;
 $("show-schedules").onchange = renderKernels;

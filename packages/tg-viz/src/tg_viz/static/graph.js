@@ -52,7 +52,7 @@ const TGGraph = (() => {
     const b = g.getBBox();
     const m = /translate\(([-\d.e]+),([-\d.e]+)\)/.exec(g.getAttribute("transform"));
     const r = view.root.getBoundingClientRect();
-    view.k = Math.max(view.k, 0.6);
+    view.k = Math.max(view.k, 0.8);
     view.x = r.width / 2 - (Number(m[1]) + b.width / 2) * view.k;
     view.y = r.height / 2 - (Number(m[2]) + b.height / 2) * view.k;
     apply();
@@ -174,10 +174,32 @@ const TGGraph = (() => {
       container.prepend(p);
     }
     Object.assign(view, { root, vp, w: width, h: height });
+    found.text = "";
     attachControls(root);
     fit();
     return changed;
   }
 
-  return { draw, fit, zoomBy, focus, view, LAYOUT_LIMIT };
+  const found = { text: "", ids: [], at: -1 };
+  function find(text) {
+    // mark the nodes whose label, dtype or arg contain `text`; each call with the same text moves to the next one
+    if (!view.root) return 0;
+    const q = text.trim().toLowerCase();
+    if (q !== found.text) {
+      found.text = q;
+      found.at = -1;
+      found.ids = [];
+      view.root.querySelectorAll("g.node").forEach((g) => {
+        const hit = q !== "" && g.textContent.toLowerCase().includes(q);
+        g.classList.toggle("found", hit);
+        if (hit) found.ids.push(g.dataset.id);
+      });
+    }
+    if (!found.ids.length) return 0;
+    found.at = (found.at + 1) % found.ids.length;
+    focus([found.ids[found.at]]);
+    return found.ids.length;
+  }
+
+  return { draw, fit, zoomBy, focus, find, view, LAYOUT_LIMIT, resetFind: () => { found.text = ""; } };
 })();
