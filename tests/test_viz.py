@@ -75,6 +75,37 @@ def test_json_for_program(program):
     assert lazy_ops == ["BUFFER", "BUFFER", "MUL", "REDUCE_AXIS", "SINK"], lazy_ops
 
 
+def test_kernels_name_their_tensor_ops_and_user_lines():
+    x = Tensor.rand(1, 1, 8, 8).realize()
+    w = Tensor.rand(2, 1, 3, 3).realize()
+    with tracing() as tr:
+        here = sys._getframe().f_lineno + 1
+        x.conv2d(w).relu().realize()
+    (row,) = [r for r in data.kernels(tr) if r["kind"] == "kernel"]
+    assert f"conv2d @ test_viz.py:{here}" in row["tensor_ops"] and f"relu @ test_viz.py:{here}" in row["tensor_ops"]
+    assert row["lines"][0].startswith(f"test_viz.py:{here} x.conv2d(w).relu().realize()")
+    assert {"MUL", "SUM", "MAX"} <= set(row["ops"])
+    (launch,) = [e for e in tr.chrome_trace()["traceEvents"] if e.get("cat") == "kernel"]
+    assert launch["args"]["tensor_ops"] == row["tensor_ops"] and launch["args"]["ops"] > 0  # (ops: FLOPs)
+
+
+def test_debug2_line_names_ops_and_jit_replays():
+    code = """
+    from tg import Tensor, TinyJit
+    x = Tensor.rand(16).realize()
+    @TinyJit
+    def f(a):
+        return (a * 2).sum().realize()
+    for _ in range(3):
+        f(x)
+    """
+    r = run_py(code, {"DEBUG": "2"})
+    assert r.returncode == 0, r.stderr
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("***") and "MUL SUM" in ln]  # (a*2).sum()
+    assert len(lines) == 3 and "(jit replay)" not in lines[0], r.stdout
+    assert lines[-1].endswith("(jit replay)"), r.stdout  # the third call replays the recorded kernels
+
+
 def run_py(code: str, env: dict[str, str], timeout: float = 240) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
@@ -266,6 +297,12 @@ def test_page_in_headless_chromium():
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#graph svg g.node"))
         passes = [li.text for li in driver.find_elements(By.CSS_SELECTOR, "#steps li")]
         assert any(p.startswith("kernel AST") for p in passes) and any(p.startswith("source") for p in passes)
+        # the lowering, step by step, with nothing to tick: a firing per load, the reduce and the store
+        lowering = next(
+            li for li in driver.find_elements(By.CSS_SELECTOR, "#steps li.step") if li.text.startswith("lower:")
+        )
+        fired = [f.text.split(" ")[1] for f in lowering.find_elements(By.CSS_SELECTOR, "li.fire")]
+        assert {"LOAD", "REDUCE_AXIS", "STORE"} <= set(fired), fired
         nodes = driver.find_elements(By.CSS_SELECTOR, "#graph svg g.node")
         assert len(nodes) >= 5
         nodes[0].click()
@@ -406,6 +443,13 @@ def test_mnist_step_in_headless_chromium():
                 d.find_elements(By.CSS_SELECTOR, "#graph g.node") or d.find_elements(By.CSS_SELECTOR, "#graph p.big")
             )
         )
+        transform = lambda: driver.find_element(By.CSS_SELECTOR, "#graph g.viewport").get_attribute("transform")  # noqa: E731
+        fitted = transform()
+        find = driver.find_element(By.ID, "graph-find")
+        find.send_keys("ASSIGN\n")  # the optimizer's updates: found, marked, and the view moves to the first
+        assert driver.find_elements(By.CSS_SELECTOR, "#graph g.node.found") and transform() != fitted
+        driver.save_screenshot(str(shots / "viz_mnist_lazy_graph_find.png"))
+        driver.find_element(By.ID, "fit").click()
         driver.save_screenshot(str(shots / "viz_mnist_lazy_graph.png"))
         # the timeline: the step's kernels are bars
         driver.find_element(By.ID, "tab-timeline").click()

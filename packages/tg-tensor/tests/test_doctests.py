@@ -37,6 +37,7 @@ MODULES = [
     "symbolic",
     "tensor",
     "util",
+    "provenance",
     "visibility",
 ]
 

@@ -79,7 +79,7 @@ class CompiledRunner:
         if et is not None:
             GlobalCounters.time_sum_s += et
         if debug:
-            print(debug_line(spec, bufs, et or 0.0, self.origin.get("tensor_ops", ())))
+            print(debug_line(spec, bufs, et or 0.0, self.origin.get("ops", ())))
         return et
 
     def run_replayed(self, bufs: list[Buffer], var_vals: dict[UOp, int]) -> None:
@@ -110,7 +110,7 @@ class CompiledRunner:
             local_size=list(spec.local_size or ()),
             ops=spec.estimated_ops if isinstance(spec.estimated_ops, int) else 0,
             mem=spec.estimated_mem if isinstance(spec.estimated_mem, int) else 0,
-            **self.origin,
+            **{("computes" if k == "ops" else k): v for k, v in self.origin.items()},  # ("ops": the FLOP count)
             **({"replay": True} if TRACE.replaying else {}),
         )
         if self.trace_group is not None:
@@ -128,13 +128,12 @@ def debug_line(spec: ProgramSpec, bufs: list[Buffer], et: float, ops: Sequence[s
     gflops = spec.estimated_ops / et * 1e-9 if et > 0 else 0.0
     gbs = spec.estimated_mem / et * 1e-9 if et > 0 else 0.0
     sizes = f"global={list(spec.global_size)}" if spec.global_size else ""
+    tail = [t for t in (sizes, " ".join(ops), "(jit replay)" if TRACE.replaying else "") if t]
     return (
         f"*** {bufs[0].device if bufs else spec.device:7s} {GlobalCounters.kernel_count:4d} "
         f"{colored(f'{spec.name:18s}', 'cyan')} "
         f"arg {len(bufs):2d} mem {GlobalCounters.mem_used / 1e9:5.2f} GB tm {et * 1e6:9.2f}us/"
-        f"{GlobalCounters.time_sum_s * 1e3:9.2f}ms ({gflops:8.2f} GFLOPS {gbs:6.1f} GB/s) {sizes}"
-        + (f" {' '.join(ops)}" if ops else "")
-        + (" (jit replay)" if TRACE.replaying else "")
+        f"{GlobalCounters.time_sum_s * 1e3:9.2f}ms ({gflops:8.2f} GFLOPS {gbs:6.1f} GB/s) {' '.join(tail)}"
     )
 
 

@@ -15,6 +15,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 
+from tg_tensor.provenance import LIBRARY, OURS, kernel_ops
 from tg_tensor.realizer import current
 from tg_uop import GroupOp, Ops, UOp, dtypes
 from tg_uop.dot import render_dots, to_dot, write_dot
@@ -49,10 +50,6 @@ def _render_at_exit() -> None:
     print(f"GRAPH: {len(dots)} DOT files in {_run[0]}{how}")
 
 
-_OURS = ("tg", "tg_uop", "tg_shape", "tg_codegen", "tg_runtime", "tg_tensor", "tg_nn", "tg_llm", "tg_viz")
-_LIBRARY = ("contextlib", "threading", "functools", "runpy", "importlib", "unittest", "_pytest", "pluggy", "pytest")
-
-
 def user_lines(limit: int = 3) -> list[str]:
     """The user's source lines that led here (`file.py:12 loss.backward()`), innermost first: the frames
     outside tg's packages and the standard library's plumbing.
@@ -68,7 +65,7 @@ def user_lines(limit: int = 3) -> list[str]:
     frame = sys._getframe(1)
     while frame is not None and len(out) < limit:
         module = str(frame.f_globals.get("__name__", "")).split(".")[0]
-        if module not in _OURS and module not in _LIBRARY:
+        if module not in OURS and module not in LIBRARY:
             code = frame.f_code
             text = linecache.getline(code.co_filename, frame.f_lineno).strip()
             out.append(f"{os.path.basename(code.co_filename)}:{frame.f_lineno} {text}".rstrip())
@@ -100,7 +97,8 @@ def on_schedule(roots: Sequence[UOp], asts: Sequence[UOp], start_us: float) -> N
     if not (TRACE.active or TRACE.profiling or GRAPH.value or DEBUG >= 2):
         return
     lines = user_lines()
-    TRACE.origins = {ast: {"tensor_ops": ast_ops(ast), "lines": lines} for ast in asts}
+    TRACE.origins = {ast: {"ops": ast_ops(ast), "tensor_ops": kernel_ops.pop(ast, []), "lines": lines} for ast in asts}
+    kernel_ops.clear()
     if not (TRACE.active or TRACE.profiling or GRAPH.value):
         return
     rz = current()

@@ -59,7 +59,8 @@ def kernels(trace: Trace) -> list[dict[str, Any]]:
             "steps": len(g.steps),
             "error": g.error,
             "count": 1,
-            "ops": g.meta.get("tensor_ops", []),
+            "ops": g.meta.get("ops", []),
+            "tensor_ops": g.meta.get("tensor_ops", []),
             "lines": g.meta.get("lines", []),
         }
         if g.kind == "schedule" and g.error is None:

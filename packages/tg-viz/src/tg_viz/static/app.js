@@ -36,7 +36,8 @@ async function loadKernels() {
 }
 
 function rowText(k) {
-  return [k.name, k.device, (k.shape || []).join("x"), ...(k.ops || []), ...(k.lines || [])].join(" ").toLowerCase();
+  return [k.name, k.device, (k.shape || []).join("x"), ...(k.ops || []), ...(k.tensor_ops || []), ...(k.lines || [])]
+    .join(" ").toLowerCase();
 }
 
 function renderKernels() {
@@ -59,7 +60,8 @@ function renderKernels() {
     } else { // a schedule or other group: its name across the name, device and shape columns
       [[k.id, 1], [k.name, 3], [runs, 1], [time, 1]].forEach(([c, span]) => tr.append(el("td", { colspan: span }, String(c))));
     }
-    const why = [k.error && `failed: ${k.error}`, k.ops && k.ops.length && `ops: ${k.ops.join(" ")}`,
+    const why = [k.error && `failed: ${k.error}`, k.tensor_ops && k.tensor_ops.length && `tensor ops: ${k.tensor_ops.join(", ")}`,
+      k.ops && k.ops.length && `computes: ${k.ops.join(" ")}`,
       k.lines && k.lines.length && `from: ${k.lines.join("; ")}`, k.count > 1 && `the same schedule ran ${k.count} times`];
     tr.title = why.filter(Boolean).join("\n");
     tr.onclick = () => openGroup(k.id);
@@ -80,7 +82,8 @@ async function openGroup(id) {
   $("group-name").textContent = `of ${g.name}` + (g.error ? ` (failed: ${g.error})` : "");
   const m = g.meta;
   const facts = [m.device && `device ${m.device}`, m.shape && m.shape.length && `shape ${m.shape.join("x")}`,
-    m.opts && m.opts.length && `opts ${m.opts.join(" ")}`, m.tensor_ops && m.tensor_ops.length && `ops ${m.tensor_ops.join(" ")}`,
+    m.opts && m.opts.length && `opts ${m.opts.join(" ")}`, m.ops && m.ops.length && `computes ${m.ops.join(" ")}`,
+    m.tensor_ops && m.tensor_ops.length && `tensor ops: ${m.tensor_ops.join(", ")}`,
     m.lines && m.lines.length && `made by ${m.lines.join("; ")}`, m.replays && `${m.replays} TinyJit replays`];
   $("group-facts").textContent = facts.filter(Boolean).join(" | ");
   renderSteps();

@@ -74,9 +74,10 @@ const TGTimeline = (() => {
     if (a.global_size && a.global_size.length) out.push(`global ${a.global_size.join("x")}  local ${(a.local_size || []).join("x")}`);
     if (a.replay) out.push("replayed by TinyJit");
     if (a.tensor_ops && a.tensor_ops.length) out.push(`tensor ops: ${a.tensor_ops.join(", ")}`);
+    if (a.computes && a.computes.length) out.push(`computes: ${a.computes.join(" ")}`);
     if (a.lines && a.lines.length) out.push(`from: ${a.lines.join("\n      ")}`);
     for (const [k, v] of Object.entries(a)) {
-      if (!["ops", "mem", "global_size", "local_size", "replay", "lines", "tensor_ops"].includes(k)) out.push(`${k}: ${JSON.stringify(v)}`);
+      if (!["ops", "mem", "global_size", "local_size", "replay", "lines", "tensor_ops", "computes"].includes(k)) out.push(`${k}: ${JSON.stringify(v)}`);
     }
     return out.join("\n");
   }
