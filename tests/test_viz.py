@@ -75,6 +75,17 @@ def test_json_for_program(program):
     assert lazy_ops == ["BUFFER", "BUFFER", "MUL", "REDUCE_AXIS", "SINK"], lazy_ops
 
 
+def test_repeated_schedules_are_one_row_with_a_count():
+    x = Tensor.rand(8, 8).realize()
+    with tracing() as tr:
+        for _ in range(5):  # a loop: new buffers each time, the same graph
+            x = (x * 0.5 + 1).realize()
+    rows = data.kernels(tr)
+    sched = [r for r in rows if r["kind"] == "schedule"]
+    assert [r["count"] for r in sched] == [5], sched
+    assert len([g for g in tr.groups if g.kind == "schedule"]) == 5  # (all recorded; listed once)
+
+
 def test_kernels_name_their_tensor_ops_and_user_lines():
     x = Tensor.rand(1, 1, 8, 8).realize()
     w = Tensor.rand(2, 1, 3, 3).realize()

@@ -30,12 +30,17 @@ def _label(u: UOp) -> str:
     return f"{u.op.name} {u.dtype!r}{arg}"
 
 
+def _node_key(n: dict[str, Any]) -> tuple[Any, ...]:
+    # a buffer's number differs between two runs of the same schedule: its op, dtype and place in the graph do not
+    return (n["op"], n["dtype"], tuple(n["src"]), "" if n["op"] == "BUFFER" else n["arg"])
+
+
 def _schedule_key(g: Group) -> tuple[Any, ...]:
-    """What makes two schedules the same for the list: their kernel count and their graphs' labels."""
+    """What makes two schedules the same for the list: their kernel count and their graphs (buffers aside)."""
     shape = tuple(
-        tuple(n["label"] for n in s.graph_data["nodes"]) if s.graph_data is not None else s.name for s in g.steps
+        tuple(_node_key(n) for n in s.graph_data["nodes"]) if s.graph_data is not None else s.name for s in g.steps
     )
-    return (g.name.split(":", 1)[-1], shape)
+    return (g.kind, g.name.split(":", 1)[-1], shape)
 
 
 def kernels(trace: Trace) -> list[dict[str, Any]]:
@@ -43,7 +48,7 @@ def kernels(trace: Trace) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     first: dict[tuple[Any, ...], dict[str, Any]] = {}
     for i, g in enumerate(trace.groups):
-        if g.kind == "schedule" and g.error is None:
+        if g.kind != "kernel" and g.error is None:
             key = _schedule_key(g)
             if (row := first.get(key)) is not None:
                 row["count"] += 1
@@ -63,7 +68,7 @@ def kernels(trace: Trace) -> list[dict[str, Any]]:
             "tensor_ops": g.meta.get("tensor_ops", []),
             "lines": g.meta.get("lines", []),
         }
-        if g.kind == "schedule" and g.error is None:
+        if g.kind != "kernel" and g.error is None:
             first[key] = row
         rows.append(row)
     return rows
