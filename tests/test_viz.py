@@ -377,7 +377,7 @@ def test_mnist_step_in_headless_chromium():
     """The acceptance walk: a kernel of the MNIST train step, its rewrites step by step with a highlighted diff,
     zoom, and the timeline with the step's kernels as bars. Page load and step clicks are printed, not asserted."""
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
+    from selenium.webdriver.support.ui import Select, WebDriverWait
 
     tr = _mnist_trace()
     step_kernels = {
@@ -462,6 +462,14 @@ def test_mnist_step_in_headless_chromium():
         driver.save_screenshot(str(shots / "viz_mnist_lazy_graph_find.png"))
         driver.find_element(By.ID, "fit").click()
         driver.save_screenshot(str(shots / "viz_mnist_lazy_graph.png"))
+        # a large graph drawn smaller: only 3 levels under the outputs, the cut nodes saying so
+        drawn = len(driver.find_elements(By.CSS_SELECTOR, "#graph g.node"))
+        Select(driver.find_element(By.ID, "depth")).select_by_value("3")
+        wait.until(lambda d: 0 < len(d.find_elements(By.CSS_SELECTOR, "#graph g.node")) < drawn)
+        assert "nodes folded" in driver.find_element(By.ID, "step-title").text
+        assert driver.find_elements(By.CSS_SELECTOR, "#graph g.node.cut")
+        driver.save_screenshot(str(shots / "viz_mnist_lazy_graph_3_levels.png"))
+        Select(driver.find_element(By.ID, "depth")).select_by_value("0")
         # the timeline: the step's kernels are bars
         driver.find_element(By.ID, "tab-timeline").click()
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#tl-view g.bar.kernel"))

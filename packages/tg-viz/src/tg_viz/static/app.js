@@ -146,12 +146,24 @@ function showDiff(diff, title) {
   if (!diff) pre.textContent = "(no change in the text)";
 }
 
+const BIG = 300; // nodes: a graph this large starts with its constants folded into their users
+
 function drawGraph(graph, title) {
-  $("step-title").textContent = title;
+  state.graph = graph;
+  state.title = title;
+  if (graph) $("hide-consts").checked = graph.nodes.length > BIG;
+  redraw();
+}
+
+function redraw() {
+  const graph = state.graph;
+  $("step-title").textContent = state.title;
   $("node").textContent = graph ? "Click a node to see its op, dtype, arg and sources." : "";
   if (!graph) { $("graph").replaceChildren(el("p", { class: "note" }, "This step is code: see the right pane.")); return; }
-  const changed = TGGraph.draw($("graph"), graph, (n) => showNode(graph, n)) || [];
+  const shown = TGGraph.simplify(graph, { hideConsts: $("hide-consts").checked, depth: Number($("depth").value) });
+  const changed = TGGraph.draw($("graph"), shown, (n) => showNode(graph, n)) || [];
   if (changed.length) $("step-title").textContent += `, ${changed.length} nodes changed (highlighted)`;
+  if (shown.hidden) $("step-title").textContent += ` [${shown.hidden} of ${graph.nodes.length} nodes folded]`;
 }
 
 async function showStep(gid, index) {
@@ -247,6 +259,8 @@ $("graph-find").onkeydown = (ev) => {
   $("graph-find").title = n ? `${n} nodes match` : "no node matches";
   $("graph-find").classList.toggle("miss", !n && $("graph-find").value !== "");
 };
+$("hide-consts").onchange = redraw;
+$("depth").onchange = redraw;
 $("search").oninput = renderKernels;
 $("sort").onchange = renderKernels;
 $("show-schedules").onchange = renderKernels;

@@ -91,6 +91,33 @@ const TGGraph = (() => {
     drag = null;
   });
 
+  function simplify(graph, { hideConsts = false, depth = 0 } = {}) {
+    // a smaller graph to draw: constants folded into their users' labels, and only the nodes within `depth`
+    // levels of the outputs (a node whose sources were cut says how many); the data is not changed
+    const users = new Map(graph.nodes.map((n) => [n.id, 0]));
+    for (const e of graph.edges) users.set(e.src, (users.get(e.src) || 0) + 1);
+    const byId = new Map(graph.nodes.map((n) => [n.id, n]));
+    const level = new Map();
+    const queue = graph.nodes.filter((n) => !users.get(n.id)).map((n) => [n.id, 0]);
+    for (let i = 0; i < queue.length; i++) {
+      const [id, d] = queue[i];
+      if (level.has(id)) continue;
+      level.set(id, d);
+      for (const s of byId.get(id).src) if (!level.has(s)) queue.push([s, d + 1]);
+    }
+    const keep = (n) => !(hideConsts && n.op === "CONST") && (!depth || (level.get(n.id) ?? 0) <= depth);
+    const kept = new Set(graph.nodes.filter(keep).map((n) => n.id));
+    if (kept.size === graph.nodes.length) return graph;
+    const nodes = graph.nodes.filter((n) => kept.has(n.id)).map((n) => {
+      const consts = n.src.filter((s) => byId.get(s).op === "CONST" && !kept.has(s)).map((s) => byId.get(s).label.split(" ")[0]);
+      const cut = n.src.filter((s) => byId.get(s).op !== "CONST" && !kept.has(s)).length;
+      const extra = [consts.length ? `consts ${consts.join(", ")}` : "", cut ? `(+${cut} sources below)` : ""].filter(Boolean);
+      return extra.length ? { ...n, label: `${n.label}\n${extra.join("\n")}`, cut: cut > 0 } : n;
+    });
+    const edges = graph.edges.filter((e) => kept.has(e.src) && kept.has(e.dst));
+    return { ...graph, nodes, edges, hidden: graph.nodes.length - kept.size };
+  }
+
   function layout(graph) {
     const g = new dagre.graphlib.Graph({ multigraph: true });
     g.setGraph({ rankdir: "TB", nodesep: 18, ranksep: 28, edgesep: 8 });
@@ -146,7 +173,7 @@ const TGGraph = (() => {
     const changed = [];
     for (const id of g.nodes()) {
       const nd = g.node(id);
-      const cls = `node ${nd.data.op}${nd.data.changed ? " changed" : ""}`;
+      const cls = `node ${nd.data.op}${nd.data.changed ? " changed" : ""}${nd.data.cut ? " cut" : ""}`;
       const grp = svg("g", { class: cls, "data-id": id, transform: `translate(${nd.x - nd.width / 2},${nd.y - nd.height / 2})` });
       grp.append(svg("rect", { width: nd.width, height: nd.height, rx: 4 }));
       const title = svg("title");
@@ -201,5 +228,5 @@ const TGGraph = (() => {
     return found.ids.length;
   }
 
-  return { draw, fit, zoomBy, focus, find, view, LAYOUT_LIMIT, resetFind: () => { found.text = ""; } };
+  return { draw, simplify, fit, zoomBy, focus, find, view, LAYOUT_LIMIT, resetFind: () => { found.text = ""; } };
 })();
