@@ -24,6 +24,7 @@ import contextlib
 import json
 import os
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from tg_uop.uop import UOp
 
 VIZ = ContextVar("VIZ", 0)
+HOST_WORK = frozenset({"schedule", "codegen", "compile"})  # profile events the host does (for a device)
 GRAPH = ContextVar("GRAPH", 0)
 PROFILE = ContextVar("PROFILE", 0)
 
@@ -93,6 +95,7 @@ class ProfileEvent:
     dur_us: float
     args: dict[str, Any] = field(default_factory=dict)
     ph: str = "X"  # "X": a span; "C": a counter (memory in use), its value in args
+    thread: str = ""  # the host thread that did it (host work: scheduling, codegen, compiles)
 
 
 class Trace:
@@ -229,7 +232,10 @@ class Trace:
     def event(self, name: str, cat: str, device: str, start_us: float, dur_us: float, **args: Any) -> None:
         """Record one timed event (only when profiling)."""
         if self.profiling:
-            self.events.append(ProfileEvent(name, cat, device, start_us, dur_us, args))
+            thread = ""
+            if cat in HOST_WORK:  # done by the host for `device`: drawn on the host thread that did it
+                args, device, thread = {**args, "device": device}, "HOST", threading.current_thread().name
+            self.events.append(ProfileEvent(name, cat, device, start_us, dur_us, args, thread=thread))
 
     def memory(self, device: str, delta_bytes: int) -> None:
         """Record a change of the memory in use on `device` (a counter the timeline draws; only when profiling)."""
@@ -238,13 +244,18 @@ class Trace:
             self.events.append(ProfileEvent("memory", "memory", device, self.now_us(), 0.0, {"bytes": now}, "C"))
 
     def chrome_trace(self) -> dict[str, Any]:
-        """The events in Chrome's trace-event format: one process track per device."""
+        """The events in Chrome's trace-event format: a process per device (and HOST), a thread track in each."""
         devices = sorted({e.device for e in self.events})
         pid = {d: i + 1 for i, d in enumerate(devices)}
         out: list[dict[str, Any]] = [
             {"name": "process_name", "ph": "M", "pid": pid[d], "tid": 0, "args": {"name": d}} for d in devices
         ]
+        tids: dict[tuple[str, str], int] = {}
         for e in self.events:
+            if (e.device, e.thread) not in tids:
+                tids[e.device, e.thread] = tid = sum(1 for d, _ in tids if d == e.device)
+                name = {"name": f"{e.device} {e.thread}".rstrip()}
+                out.append({"name": "thread_name", "ph": "M", "pid": pid[e.device], "tid": tid, "args": name})
             if e.ph == "C":
                 out.append(
                     {"name": e.name, "ph": "C", "pid": pid[e.device], "ts": round(e.start_us, 3), "args": e.args}
@@ -256,7 +267,7 @@ class Trace:
                     "cat": e.cat,
                     "ph": "X",
                     "pid": pid[e.device],
-                    "tid": 0,
+                    "tid": tids[e.device, e.thread],
                     "ts": round(e.start_us, 3),
                     "dur": round(max(e.dur_us, 0.0), 3),
                     "args": e.args,

@@ -164,6 +164,7 @@ function redraw() {
   const changed = TGGraph.draw($("graph"), shown, (n) => showNode(graph, n)) || [];
   if (changed.length) $("step-title").textContent += `, ${changed.length} nodes changed (highlighted)`;
   if (shown.hidden) $("step-title").textContent += ` [${shown.hidden} of ${graph.nodes.length} nodes folded]`;
+  $("step-title").title = $("step-title").textContent; // (one line, cut: the whole of it on hover)
 }
 
 async function showStep(gid, index) {

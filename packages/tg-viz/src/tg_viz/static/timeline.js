@@ -30,10 +30,12 @@ const TGTimeline = (() => {
 
   function load(trace) {
     const names = new Map();
+    const threads = new Map();
     const byTrack = new Map();
     const mem = new Map();
     for (const e of trace.traceEvents || []) {
       if (e.ph === "M" && e.name === "process_name") names.set(e.pid, e.args.name);
+      else if (e.ph === "M" && e.name === "thread_name") threads.set(`${e.pid}:${e.tid}`, e.args.name);
       else if (e.ph === "X") {
         const key = `${e.pid}:${e.tid || 0}`;
         if (!byTrack.has(key)) byTrack.set(key, { pid: e.pid, tid: e.tid || 0, events: [] });
@@ -44,7 +46,7 @@ const TGTimeline = (() => {
       }
     }
     st.tracks = [...byTrack.values()].sort((a, b) => a.pid - b.pid || a.tid - b.tid).map((t) => {
-      const name = (names.get(t.pid) || `process ${t.pid}`) + (t.tid ? ` thread ${t.tid}` : "");
+      const name = threads.get(`${t.pid}:${t.tid}`) || (names.get(t.pid) || `process ${t.pid}`) + (t.tid ? ` thread ${t.tid}` : "");
       t.events.sort((a, b) => a.ts - b.ts);
       const ends = [];
       for (const e of t.events) { // greedy lanes: the first whose last event ended before this one starts
