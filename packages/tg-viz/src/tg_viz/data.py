@@ -169,18 +169,29 @@ def step(trace: Trace, gid: int, index: int) -> dict[str, Any] | None:
 
 
 def rule_source(r: RuleFire) -> str:
-    """The lines of the rule's function (from its file:line), or '' when the file is not readable."""
-    path, _, line = r.location.rpartition(":")
+    """The rule's function with line numbers, from its file:line (a lambda: with the pattern on the lines just
+    above it), or '' when the file is not readable."""
+    _, _, line = r.location.rpartition(":")
     if not r.path or not line.isdigit():
         return ""
     start = int(line)
-    lines = [linecache.getline(r.path, n).rstrip() for n in range(start, start + MAX_SOURCE_LINES)]
-    out = lines[:1]
-    for ln in lines[1:]:  # to the end of the function: a line indented no deeper than its first one
-        if ln and len(ln) - len(ln.lstrip()) <= len(lines[0]) - len(lines[0].lstrip()):
+    first = linecache.getline(r.path, start)
+    if not first:
+        return ""
+    top = start
+    if first.lstrip().startswith("lambda"):  # the pattern it belongs to starts a few lines up: `(UPat(...),`
+        while top > max(1, start - 4) and not linecache.getline(r.path, top).lstrip().startswith("("):
+            top -= 1
+    indent = len(first) - len(first.lstrip())
+    numbered = [(n, linecache.getline(r.path, n).rstrip()) for n in range(top, start + 1)]
+    for n in range(start + 1, start + MAX_SOURCE_LINES):  # the body: lines indented deeper than its first
+        text = linecache.getline(r.path, n).rstrip()
+        if text and len(text) - len(text.lstrip()) <= indent:
             break
-        out.append(ln)
-    return "\n".join(out).rstrip()
+        numbered.append((n, text))
+    while numbered and not numbered[-1][1]:
+        numbered.pop()
+    return "\n".join(f"{n:5d}{'>' if n == start else ' '} {text}" for n, text in numbered)
 
 
 def fire(trace: Trace, gid: int, index: int, k: int) -> dict[str, Any] | None:
