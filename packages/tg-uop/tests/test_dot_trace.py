@@ -6,6 +6,8 @@ import os
 import stat
 from types import SimpleNamespace as NS
 
+import pytest
+
 from tg_uop import UOp, dtypes, map_graph, run_pass
 from tg_uop.dot import graph_data, render_dots, view_lines
 from tg_uop.trace import TRACE, Trace, tracing
@@ -72,3 +74,18 @@ def test_too_many_groups_stops_recording_with_a_message(capsys):
         assert [g.name for g in tr.groups] == ["k0", "k1"] and not tr.active
     assert "VIZ: recording stopped after 2 groups" in capsys.readouterr().err
     assert tr.overflow is not None and "VIZ_MAX_GROUPS=2" in tr.overflow
+
+
+def test_too_many_events_stops_profiling_with_a_message(capsys):
+    t = Trace()
+    t.profiling, t.max_events = True, 3
+    for i in range(5):
+        t.event(f"k{i}", "kernel", "CPU", float(i), 1.0)
+    assert [e.name for e in t.events] == ["k0", "k1", "k2"] and not t.profiling
+    assert "PROFILE: recording stopped after 3 events" in capsys.readouterr().err
+
+
+def test_a_bad_limit_names_the_variable(monkeypatch):
+    monkeypatch.setenv("VIZ_MAX_GROUPS", "lots")
+    with pytest.raises(ValueError, match="VIZ_MAX_GROUPS='lots' is not a limit"):
+        Trace()

@@ -98,6 +98,13 @@ class ProfileEvent:
     thread: str = ""  # the host thread that did it (host work: scheduling, codegen, compiles)
 
 
+def _limit(name: str, default: int) -> int:
+    raw = os.environ.get(name, str(default))
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"{name}={raw!r} is not a limit (expected a positive integer, default {default})")
+    return int(raw)
+
+
 class Trace:
     """The process-wide recording. `active` turns rewrite/step recording on; `profiling` turns on events."""
 
@@ -113,7 +120,8 @@ class Trace:
         self.t0 = time.perf_counter()
         self.log: list[RuleFire] | None = None  # the firings of the pass being recorded (None: no pass, or VIZ off)
         self.replaying = False  # launches now come from a TinyJit replay (marked in the profile and DEBUG=2)
-        self.max_groups = int(os.environ.get("VIZ_MAX_GROUPS", "20000"))
+        self.max_groups = _limit("VIZ_MAX_GROUPS", 20_000)
+        self.max_events = _limit("VIZ_MAX_EVENTS", 2_000_000)
         self.overflow: str | None = None  # why recording stopped early (the trace grew too large to hold)
         self.origins: dict[UOp, dict[str, list[str]]] = {}  # the latest schedule's kernels: their ops, user lines
         self.mem_in_use: dict[str, int] = {}  # bytes by device, for the memory counter
@@ -232,6 +240,13 @@ class Trace:
     def event(self, name: str, cat: str, device: str, start_us: float, dur_us: float, **args: Any) -> None:
         """Record one timed event (only when profiling)."""
         if self.profiling:
+            if len(self.events) >= self.max_events:
+                self.profiling = False
+                self.overflow = (
+                    f"PROFILE: recording stopped after {len(self.events)} events (VIZ_MAX_EVENTS={self.max_events})"
+                )
+                print(self.overflow, file=sys.stderr, flush=True)
+                return
             thread = ""
             if cat in HOST_WORK:  # done by the host for `device`: drawn on the host thread that did it
                 args, device, thread = {**args, "device": device}, "HOST", threading.current_thread().name
