@@ -428,6 +428,14 @@ def test_mnist_step_in_headless_chromium():
             )
             wait.until(lambda d: d.execute_script("return window.lastStepMs") is not None)
             clicks.append(driver.execute_script("return window.lastStepMs"))
+        # J: the next kernel in the list; K: back
+        selected = lambda: driver.find_element(By.CSS_SELECTOR, "#kernels tr.selected").get_attribute("data-id")  # noqa: E731
+        opened = selected()
+        driver.find_element(By.TAG_NAME, "body").send_keys("J")
+        wait.until(lambda d: selected() != opened)
+        driver.find_element(By.TAG_NAME, "body").send_keys("K")
+        wait.until(lambda d: selected() == opened)
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#graph g.viewport"))
         # zoom: the view transform changes with the wheel and with the buttons, fit brings it back
         transform = lambda: driver.find_element(By.CSS_SELECTOR, "#graph g.viewport").get_attribute("transform")  # noqa: E731
         t0 = transform()
