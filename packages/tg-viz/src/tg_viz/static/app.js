@@ -134,7 +134,7 @@ async function goTo(n) {
   window.lastStepMs = performance.now() - t0; // (the browser test reports it)
 }
 
-function showDiff(diff, title) {
+function showDiff(diff, title, none = "(no change in the text)") {
   $("diff-title").textContent = title;
   const pre = $("diff");
   pre.replaceChildren();
@@ -143,7 +143,7 @@ function showDiff(diff, title) {
     const cls = line.startsWith("+++") || line.startsWith("---") ? "hdr" : line[0] === "+" ? "add" : line[0] === "-" ? "del" : line[0] === "@" ? "hunk" : "";
     pre.append(el("span", { class: `dl ${cls}` }, line + "\n"));
   }
-  if (!diff) pre.textContent = "(no change in the text)";
+  if (!diff) pre.textContent = none;
 }
 
 const BIG = 300; // nodes: a graph this large starts with its constants folded into their users
@@ -171,7 +171,8 @@ async function showStep(gid, index) {
   const s = await getJSON(`/api/step/${gid}/${index}`);
   const title = s.name + (s.kind === "rewrite" ? ` (${s.before_nodes} -> ${s.nodes} nodes, ${fmtMs(s.ms)})` : "");
   drawGraph(s.graph, title);
-  showDiff(s.diff, s.kind === "rewrite" ? "Diff of the pass (before -> after)" : "Diff");
+  if (s.kind === "rewrite") showDiff(s.diff, "Diff of the pass (before -> after)");
+  else showDiff("", "Diff", "(a snapshot, not a rewrite: open a pass or a rewrite under it for a diff)");
   $("rule-title").textContent = s.rules ? `Rules that fired (${s.rules})` : "Rule";
   $("rule").textContent = s.fires.map((f) => `${f.pattern}${f.count > 1 ? ` x${f.count}` : ""}  @ ${f.location}`).join("\n");
   showCode(s.text, s.name);
