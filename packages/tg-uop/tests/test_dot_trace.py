@@ -8,7 +8,7 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-from tg_uop import UOp, dtypes, map_graph, run_pass
+from tg_uop import Ops, UOp, dtypes, map_graph, run_pass
 from tg_uop.dot import graph_data, render_dots, view_lines
 from tg_uop.trace import TRACE, Trace, tracing
 
@@ -89,3 +89,18 @@ def test_a_bad_limit_names_the_variable(monkeypatch):
     monkeypatch.setenv("VIZ_MAX_GROUPS", "lots")
     with pytest.raises(ValueError, match="VIZ_MAX_GROUPS='lots' is not a limit"):
         Trace()
+
+
+def test_a_pass_that_reports_nothing_still_shows_what_it_changed():
+    a, b = UOp.const(dtypes.int, 1) + 2, UOp.const(dtypes.int, 3) + 4
+    sink = UOp(Ops.SINK, dtypes.void, (a, b))
+
+    def double_first(s: UOp) -> UOp:  # a hand-written pass that calls no TRACE.fire
+        return s.replace(src=(s.src[0] * 2, s.src[1]))
+
+    with tracing() as tr:
+        with tr.group("kernel", "demo"):
+            run_pass("double the first output", double_first, sink)
+    (step,) = tr.groups[-1].steps
+    (fired,) = step.rules  # one step: the output that changed, not the whole graph
+    assert fired.before is a and fired.after.op.name == "MUL" and fired.location.startswith("test_dot_trace.py:")

@@ -299,7 +299,22 @@ def run_pass(name: str, fn: Callable[[UOp], UOp], sink: UOp) -> UOp:
     """
     if not TRACE.active and TRACE.passes is None or TRACE.depth > 0:
         return fn(sink)
-    return _recorded(name, sink, fn, [])
+    log: list[RuleFire] = []
+    out = _recorded(name, sink, fn, log)
+    if TRACE.active and not log and out is not sink:
+        log.extend(_changes(name, fn, sink, out))
+    return out
+
+
+def _changes(name: str, fn: Callable[[UOp], UOp], sink: UOp, out: UOp) -> list[RuleFire]:
+    """What a pass that reported nothing changed, as steps: each output (a SINK's source) that differs, or the
+    whole graph when the outputs do not line up."""
+    code = getattr(fn, "__code__", None)
+    path = code.co_filename if code is not None else ""
+    where = f"{path.rsplit('/', 1)[-1]}:{code.co_firstlineno}" if code is not None else repr(fn)
+    if sink.op is out.op and len(sink.src) == len(out.src):
+        return [RuleFire(name, where, b, a, path) for b, a in zip(sink.src, out.src) if a is not b]
+    return [RuleFire(name, where, sink, out, path)]
 
 
 def map_graph(name: str, fn: Callable[[UOp, tuple[UOp, ...]], UOp], sink: UOp) -> UOp:
