@@ -161,7 +161,7 @@ class Lowerer:
             ret = u.replace(src=tuple(self._lower(s, idxs, fixed) for s in u.src))
         self.memo[key] = ret
         if TRACE.log is not None and op in _SHOWN:  # VIZ: each load, store, reduce lowered is a step
-            TRACE.fire(f"lower {op.name}", u, ret)
+            TRACE.fire(f"lower {op.name}", u, ret, _branch(op))
         return ret
 
     def _gathered(
@@ -319,6 +319,17 @@ def _valid(st: ShapeTracker, idxs: tuple[UOp, ...]) -> UOp:
     if (ret := _VALID.get(key)) is None:
         ret = _VALID[key] = st.to_indexed_uops_raw(list(idxs))[1].simplify()
     return ret
+
+
+@functools.cache
+def _branch(op: Ops) -> str:
+    """file:line of the branch of Lowerer._lower that lowers `op` (what VIZ shows as the step's rule)."""
+    import inspect
+
+    lines, first = inspect.getsourcelines(Lowerer._lower)
+    plain = [i for i, text in enumerate(lines) if text.rstrip().endswith(f"op is Ops.{op.name}:")]
+    loose = [i for i, text in enumerate(lines) if f"op is Ops.{op.name}" in text]
+    return f"{__file__}:{first + (plain or loose or [0])[0]}"
 
 
 # the ops whose lowering VIZ shows as a step of its own (the rest are rebuilt around them)
