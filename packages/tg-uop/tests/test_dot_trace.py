@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 from types import SimpleNamespace as NS
 
@@ -104,3 +105,13 @@ def test_a_pass_that_reports_nothing_still_shows_what_it_changed():
     (step,) = tr.groups[-1].steps
     (fired,) = step.rules  # one step: the output that changed, not the whole graph
     assert fired.before is a and fired.after.op.name == "MUL" and fired.location.startswith("test_dot_trace.py:")
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's dot is not installed (apt-get install graphviz)")
+def test_render_dots_with_graphviz(tmp_path):
+    from tg_uop.dot import to_dot
+
+    path = tmp_path / "g.dot"
+    path.write_text(to_dot(UOp.const(dtypes.int, 1) + 2, title="one plus two"))
+    (svg,) = render_dots([str(path)])
+    assert svg == str(tmp_path / "g.svg") and "<svg" in (tmp_path / "g.svg").read_text()
