@@ -156,7 +156,7 @@ class Trace:
 
     def fire(self, pattern: str, before: UOp, after: UOp, location: str | None = None) -> None:
         """Report one rewrite a hand-written pass made (`before` became `after`) as a step of the pass being
-        recorded; a no-op outside a recorded pass, so passes call it unconditionally when `TRACE.log` is set.
+        recorded (a no-op outside one; a pass checks `TRACE.log is not None` first to skip building its arguments).
 
         >>> from tg_uop import UOp, dtypes, run_pass
         >>> with tracing():
@@ -239,22 +239,23 @@ class Trace:
 
     def event(self, name: str, cat: str, device: str, start_us: float, dur_us: float, **args: Any) -> None:
         """Record one timed event (only when profiling)."""
-        if self.profiling:
-            if len(self.events) >= self.max_events:
-                self.profiling = False
-                self.overflow = (
-                    f"PROFILE: recording stopped after {len(self.events)} events (VIZ_MAX_EVENTS={self.max_events})"
-                )
-                print(self.overflow, file=sys.stderr, flush=True)
-                return
+        if self.profiling and self._room_for_events():
             thread = ""
             if cat in HOST_WORK:  # done by the host for `device`: drawn on the host thread that did it
                 args, device, thread = {**args, "device": device}, "HOST", threading.current_thread().name
             self.events.append(ProfileEvent(name, cat, device, start_us, dur_us, args, thread=thread))
 
+    def _room_for_events(self) -> bool:
+        if len(self.events) < self.max_events:
+            return True
+        self.profiling = False
+        self.overflow = f"PROFILE: recording stopped after {len(self.events)} events (VIZ_MAX_EVENTS={self.max_events})"
+        print(self.overflow, file=sys.stderr, flush=True)
+        return False
+
     def memory(self, device: str, delta_bytes: int) -> None:
         """Record a change of the memory in use on `device` (a counter the timeline draws; only when profiling)."""
-        if self.profiling:
+        if self.profiling and self._room_for_events():
             now = self.mem_in_use[device] = self.mem_in_use.get(device, 0) + delta_bytes
             self.events.append(ProfileEvent("memory", "memory", device, self.now_us(), 0.0, {"bytes": now}, "C"))
 
