@@ -403,6 +403,10 @@ def test_mnist_step_in_headless_chromium():
         )
         conv.click()
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#steps li.fire"))
+        # a long pass lists its first rewrites, the rest on demand
+        listed = len(driver.find_elements(By.CSS_SELECTOR, "#steps li.fire"))
+        driver.find_elements(By.CSS_SELECTOR, "#steps li.fire.more")[0].click()
+        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#steps li.fire")) > listed)
         # step into the lowering's first firing: the node it made is highlighted, the diff has added lines
         fires = driver.find_elements(By.CSS_SELECTOR, "#steps li.fire")
         lower = next(f for f in fires if f.text.startswith("lower "))

@@ -5,7 +5,8 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const state = { rows: [], group: null, steps: [], items: [], at: -1, timelineLoaded: false };
+const state = { rows: [], group: null, steps: [], items: [], at: -1, timelineLoaded: false, expanded: new Set() };
+const FIRES_SHOWN = 40; // rewrites listed under a pass before "... N more"
 
 async function getJSON(path) {
   const r = await fetch(path, { cache: "no-store" });
@@ -76,6 +77,7 @@ async function openGroup(id) {
   const g = await getJSON(`/api/group/${id}`);
   state.group = id;
   state.steps = g.steps;
+  state.expanded = new Set();
   visibleRows().forEach((tr) => tr.classList.toggle("selected", Number(tr.dataset.id) === id));
   const sel = document.querySelector("#kernels tr.selected");
   if (sel) sel.scrollIntoView({ block: "nearest" });
@@ -106,7 +108,8 @@ function renderSteps() {
     state.items.push({ index: s.index, k: null, li });
     if (s.fires.length) {
       const sub = el("ol", { class: "fires" });
-      s.fires.forEach((f, k) => {
+      const shown = state.expanded.has(s.index) ? s.fires : s.fires.slice(0, FIRES_SHOWN);
+      shown.forEach((f, k) => {
         const n = state.items.length;
         const txt = `${f.pattern}${f.count > 1 ? ` x${f.count}` : ""}  @ ${f.location}`;
         const fl = el("li", { class: "fire", "data-item": n, title: txt }, txt);
@@ -114,10 +117,27 @@ function renderSteps() {
         state.items.push({ index: s.index, k, li: fl });
         sub.append(fl);
       });
+      if (shown.length < s.fires.length) { // a long pass: the rest on demand (the list stays quick to draw)
+        const more = el("li", { class: "fire more" }, `... ${s.fires.length - shown.length} more rewrites (click to list)`);
+        more.onclick = (ev) => {
+          ev.stopPropagation();
+          const cur = state.items[state.at];
+          state.expanded.add(s.index);
+          renderSteps(); // (the items after this pass move: find the selected one again)
+          state.at = cur ? state.items.findIndex((it) => it.index === cur.index && it.k === cur.k) : -1;
+          markItem(state.at);
+        };
+        sub.append(more);
+      }
       li.append(sub);
     }
     ol.append(li);
   }
+}
+
+function markItem(n) {
+  document.querySelectorAll("#steps li.selected").forEach((x) => x.classList.remove("selected"));
+  if (state.items[n]) state.items[n].li.classList.add("selected");
 }
 
 async function goTo(n) {
@@ -126,8 +146,7 @@ async function goTo(n) {
   window.lastStepMs = null;
   const t0 = performance.now();
   const it = state.items[n];
-  document.querySelectorAll("#steps li.selected").forEach((x) => x.classList.remove("selected"));
-  it.li.classList.add("selected");
+  markItem(n);
   it.li.scrollIntoView({ block: "nearest" });
   if (it.k === null) await showStep(state.group, it.index);
   else await showFire(state.group, it.index, it.k);
