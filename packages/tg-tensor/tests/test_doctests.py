@@ -39,6 +39,7 @@ MODULES = [
     "symbolic",
     "tensor",
     "util",
+    "provenance",
     "visibility",
 ]
 

@@ -11,6 +11,7 @@ MODULES = [
     "tg_uop",
     "tg_uop.alu",
     "tg_uop.bounds",
+    "tg_uop.dot",
     "tg_uop.dtype",
     "tg_uop.evaluate",
     "tg_uop.ops",
@@ -19,6 +20,7 @@ MODULES = [
     "tg_uop.shapes",
     "tg_uop.symbolic",
     "tg_uop.symbolic_terms",
+    "tg_uop.trace",
     "tg_uop.uop",
     "tg_uop.valid",
 ]

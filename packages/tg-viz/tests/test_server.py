@@ -84,13 +84,55 @@ def test_static_files_served(server):
         "/static/server.py",
         "/api/group/99",
         "/api/step/0/99",
-        "/api/group/x",
-        "/api/nothing",
+        "/api/fire/0/1/5",
     ],
 )
 def test_only_own_files_and_trace(server, path):
     status, body = get(server, path)
     assert status == 404, (path, body[:80])
+
+
+@pytest.mark.parametrize(
+    ("path", "says"),
+    [
+        ("/api/group/x", "'x' is not an index"),
+        ("/api/group/-1", "'-1' is not an index"),
+        ("/api/step/0", "takes 2 numbers"),
+        ("/api/nothing", "unknown API 'nothing'"),
+        ("/api/group/99999999999999999999", "is not an index"),
+    ],
+)
+def test_malformed_requests_are_400_and_serving_goes_on(server, path, says):
+    status, body = get(server, path)
+    assert status == 400 and says in body.decode(), (path, status, body)
+    assert get(server, "/api/kernels")[0] == 200
+
+
+def test_other_methods_are_405(server):
+    req = urllib.request.Request(server.url + "api/kernels", data=b"{}", method="POST")
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=10)
+    assert e.value.code == 405 and b"only answers GET" in e.value.read()
+    for raw, status in ((b"GET /x HTTP/1.1 junk", b"400"), (b"BREW /pot HTTP/1.1", b"405"), (b"\x00\x01", b"400")):
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+            s.sendall(raw + b"\r\n\r\n")
+            assert s.recv(100).split(b" ")[1] == status, raw
+    assert get(server, "/api/kernels")[0] == 200
+
+
+def test_fire_step_diff_and_source(server):
+    g = get_json(server, "/api/group/0")
+    (summary,) = g["steps"][1]["fires"]
+    assert summary["count"] == 1 and summary["location"].startswith("test_server.py:")
+    f = get_json(server, "/api/fire/0/1/0")
+    assert f["pattern"].startswith("ADD") and f["count"] == 1
+    assert "-UOp(Ops.ADD" in f["diff"] and "+UOp(Ops.CONST" in f["diff"]
+    assert "lambda a, b" in f["source"]  # the rule's own source line
+    assert [n.get("changed", False) for n in f["graph"]["nodes"]] == [True]
+    step = get_json(server, "/api/step/0/1")
+    assert "+++ after" in step["diff"]
+    changed = {n["label"].split()[0] for n in step["graph"]["nodes"] if n.get("changed")}
+    assert changed == {"3", "MUL"}  # the 4 stays; the folded 3 and the MUL over it are new
 
 
 def test_binds_localhost_only(server):

@@ -24,6 +24,7 @@ from tg_shape import ShapeTracker
 from tg_uop import DType, Ops, PatternMatcher, UOp, UPat, dtypes, graph_rewrite, run_pass
 from tg_uop.helpers import LRUCache, prod
 from tg_uop.symbolic import symbolic
+from tg_uop.trace import TRACE
 
 
 class Lowerer:
@@ -159,6 +160,8 @@ class Lowerer:
         else:
             ret = u.replace(src=tuple(self._lower(s, idxs, fixed) for s in u.src))
         self.memo[key] = ret
+        if TRACE.log is not None and op in _SHOWN:  # VIZ: each load, store, reduce lowered is a step
+            TRACE.fire(f"lower {op.name}", u, ret, _branch(op))
         return ret
 
     def _gathered(
@@ -318,6 +321,19 @@ def _valid(st: ShapeTracker, idxs: tuple[UOp, ...]) -> UOp:
     return ret
 
 
+@functools.cache
+def _branch(op: Ops) -> str:
+    """file:line of the branch of Lowerer._lower that lowers `op` (what VIZ shows as the step's rule)."""
+    import inspect
+
+    lines, first = inspect.getsourcelines(Lowerer._lower)
+    plain = [i for i, text in enumerate(lines) if text.rstrip().endswith(f"op is Ops.{op.name}:")]
+    loose = [i for i, text in enumerate(lines) if f"op is Ops.{op.name}" in text]
+    return f"{__file__}:{first + (plain or loose or [0])[0]}"
+
+
+# the ops whose lowering VIZ shows as a step of its own (the rest are rebuilt around them)
+_SHOWN = frozenset({Ops.STORE, Ops.LOAD, Ops.REDUCE_AXIS, Ops.CONST, Ops.ARANGE})
 _VALID: LRUCache[tuple[ShapeTracker, tuple[UOp, ...]], UOp] = LRUCache(4096)
 # _indexed's answers by (view, loop indexes): half of a first MNIST step's index expressions were simplified before
 _INDEXED: LRUCache[tuple[ShapeTracker, tuple[UOp, ...]], tuple[UOp, UOp]] = LRUCache(4096)

@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Protocol
 from tg_codegen.renderer import ProgramSpec, Renderer
 from tg_uop import DType
 from tg_uop.helpers import DEBUG, GlobalCounters, LRUCache, getenv
+from tg_uop.trace import TRACE
 
 
 class UnusableCompilerError(RuntimeError):
@@ -437,6 +438,8 @@ class Buffer:
             self._opaque = allocator._alloc(nbytes or 1)  # (`alloc` without its checks: the size was checked)
             GlobalCounters.mem_used += nbytes
             self._counted = nbytes
+            if TRACE.profiling:
+                TRACE.memory(self.device, nbytes)
         return self
 
     @property
@@ -465,6 +468,8 @@ class Buffer:
             try:
                 (self._allocator or self.allocator)._free(self._opaque, self.size * self.dtype.itemsize)
                 GlobalCounters.mem_used -= self._counted  # DISK windows were never added
+                if TRACE.profiling and self._counted:
+                    TRACE.memory(self.device, -self._counted)
             except Exception:  # interpreter shutdown
                 pass
 

@@ -9,6 +9,7 @@ import dataclasses
 import os
 import re
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from tg_codegen.opt import Opt
@@ -37,6 +38,7 @@ class CompiledRunner:
         # every GPU); a kernel for CUDA:1 loaded by CUDA:0 runs in GPU 0's context and reads GPU 1's memory from there
         self.device = Device.canonicalize(device) if device is not None else spec.device
         self.trace_group = trace_group  # the viewer's record of this kernel (VIZ=1), given its launch times
+        self.origin: dict[str, list[str]] = {}  # (profiling) the tensor ops and user lines that made it
         dev = Device[self.device]
         st = time.perf_counter()
         start_us = TRACE.now_us()
@@ -77,7 +79,7 @@ class CompiledRunner:
         if et is not None:
             GlobalCounters.time_sum_s += et
         if debug:
-            print(debug_line(spec, bufs, et or 0.0))
+            print(debug_line(spec, bufs, et or 0.0, self.origin.get("ops", ())))
         return et
 
     def run_replayed(self, bufs: list[Buffer], var_vals: dict[UOp, int]) -> None:
@@ -106,23 +108,32 @@ class CompiledRunner:
             et * 1e6,
             global_size=list(spec.global_size or ()),
             local_size=list(spec.local_size or ()),
+            ops=spec.estimated_ops if isinstance(spec.estimated_ops, int) else 0,
+            mem=spec.estimated_mem if isinstance(spec.estimated_mem, int) else 0,
+            **{("computes" if k == "ops" else k): v for k, v in self.origin.items()},  # ("ops": the FLOP count)
+            **({"replay": True} if TRACE.replaying else {}),
         )
         if self.trace_group is not None:
             meta = self.trace_group.meta
             meta["launches"] = meta.get("launches", 0) + 1
             meta["time_us"] = meta.get("time_us", 0.0) + et * 1e6
+            if TRACE.replaying:
+                meta["replays"] = meta.get("replays", 0) + 1
 
 
-def debug_line(spec: ProgramSpec, bufs: list[Buffer], et: float) -> str:
-    """`*** CPU    3 E_4          arg 3 mem 0.00 GB tm  5.00us/  0.01ms (  0.00 GFLOPS  0.0 GB/s)`"""
+def debug_line(spec: ProgramSpec, bufs: list[Buffer], et: float, ops: Sequence[str] = ()) -> str:
+    """`*** CPU    3 E_4          arg 3 mem 0.00 GB tm  5.00us/  0.01ms (  0.00 GFLOPS  0.0 GB/s) global=[4] MUL ADD`
+
+    ending with the operations the kernel computes, and `(jit replay)` for a launch TinyJit replayed."""
     gflops = spec.estimated_ops / et * 1e-9 if et > 0 else 0.0
     gbs = spec.estimated_mem / et * 1e-9 if et > 0 else 0.0
     sizes = f"global={list(spec.global_size)}" if spec.global_size else ""
+    tail = [t for t in (sizes, " ".join(ops), "(jit replay)" if TRACE.replaying else "") if t]
     return (
         f"*** {bufs[0].device if bufs else spec.device:7s} {GlobalCounters.kernel_count:4d} "
         f"{colored(f'{spec.name:18s}', 'cyan')} "
         f"arg {len(bufs):2d} mem {GlobalCounters.mem_used / 1e9:5.2f} GB tm {et * 1e6:9.2f}us/"
-        f"{GlobalCounters.time_sum_s * 1e3:9.2f}ms ({gflops:8.2f} GFLOPS {gbs:6.1f} GB/s) {sizes}"
+        f"{GlobalCounters.time_sum_s * 1e3:9.2f}ms ({gflops:8.2f} GFLOPS {gbs:6.1f} GB/s) {' '.join(tail)}"
     )
 
 
@@ -145,16 +156,18 @@ def get_runner(device: str, ast: UOp) -> CompiledRunner:
                 opts = beam_search(ast, DeviceSearchTarget(key[0], ast), BEAM.value)
             finally:
                 TRACE.active = active
-        with TRACE.group("kernel", "kernel", device=key[0]) as group:
+        with TRACE.group("kernel", "kernel", device=key[0], **TRACE.origins.get(ast, {})) as group:
             spec = get_program_cached(ast, Device[key[0]].renderer, opts=opts)
             if group is not None:
                 group.name = spec.name
             ret = _runner_cache[key] = CompiledRunner(spec, group, key[0])
     elif TRACE.active and (ret.trace_group is None or ret.trace_group.generation != TRACE.generation):
         # compiled before this recording began: record its codegen again (no compile) so the viewer lists it
-        with TRACE.group("kernel", ret.spec.name, device=key[0]) as group:
+        with TRACE.group("kernel", ret.spec.name, device=key[0], **TRACE.origins.get(ast, {})) as group:
             get_program(ast, Device[key[0]].renderer, opts=[o for o in ret.spec.applied_opts if isinstance(o, Opt)])
             ret.trace_group = group
+    if (TRACE.profiling or DEBUG >= 2) and (origin := TRACE.origins.get(ast)) is not None:
+        ret.origin = origin  # (the latest schedule that made it: its launches name it in the profile)
     return ret
 
 

@@ -447,8 +447,12 @@ class TinyJit(Generic[ReturnType]):
             for li in sorted(changed):
                 rec.calls[li] = _bind(rec.launches[li])
         if DEBUG >= 2 or TRACE.profiling:  # the slow path, with one timed line (or profile event) per kernel
-            for launch in rec.launches:
-                _bind(launch)() if launch.runner is None else launch.runner(launch.bufs, launch.var_vals)
+            TRACE.replaying = True  # (marked as replays in the profile, the viewer and the DEBUG=2 lines)
+            try:
+                for launch in rec.launches:
+                    _bind(launch)() if launch.runner is None else launch.runner(launch.bufs, launch.var_vals)
+            finally:
+                TRACE.replaying = False
             return _rebuild(rec.ret, _outputs(rec, fresh, var_vals))
         if rec.graph is not None:
             rec.graph()

@@ -225,7 +225,7 @@ class Realizer:
         if DeviceSet.made and steps.needs_lowering(list(tensors)):  # some live on several devices: every device's
             return steps.schedule_multi(list(tensors))  # graph is scheduled (it schedules them through here)
         roots = [_strip_reshapes(t._uop) for t in tensors]
-        shown = TRACE.active or TRACE.profiling or GRAPH.value
+        shown = TRACE.active or TRACE.profiling or GRAPH.value or DEBUG >= 2  # (DEBUG=2 lines name each kernel's ops)
         start_us = TRACE.now_us() if shown else 0.0
         items, becomes = steps.create_schedule([r for r, _ in roots])  # create
         if shown:

@@ -26,6 +26,7 @@ from tg_runtime.device import Buffer, Device, DeviceSet
 from tg_shape import ShapeTracker
 from tg_tensor.fusion_cost import FusionCost
 from tg_tensor.lift_consts import lift_changing_consts
+from tg_tensor.provenance import kernel_ops, made_by
 from tg_tensor.realizer import Realizer, ScheduleItem, current
 from tg_tensor.siblings import merge_siblings
 from tg_tensor.source import is_source_kernel, source_program
@@ -34,6 +35,7 @@ from tg_tensor.symbolic import max_size
 from tg_uop import DType, GroupOp, Ops, UOp, dtypes
 from tg_uop.helpers import prod
 from tg_uop.structure import merge_leaves, structure
+from tg_uop.trace import TRACE
 from tg_uop.uop import arg_key, sint
 
 Movement = tuple[tuple[Ops, object], ...]
@@ -428,6 +430,8 @@ class Scheduler:
             reads, in_place = tuple(builder.inputs), node.op is Ops.ASSIGN
             item = ScheduleItem(ast, bufs, writes=out, reads=reads, in_place=in_place, consts=tuple(consts))
             self.items.append(item)
+            if TRACE.active:  # (VIZ) the tensor operations this kernel fuses
+                kernel_ops[ast] = made_by(node, lambda u: u in self.r.realized)
             self.r.realized[node] = node.src[0] if node.op is Ops.ASSIGN else out.reshape(tuple(node.shape or ()))
             return
         raise RuntimeError("scheduler did not converge")

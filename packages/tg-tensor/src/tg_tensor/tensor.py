@@ -35,6 +35,7 @@ from tg_tensor.linalg import LinalgMixin
 from tg_tensor.mathops import MathOpsMixin
 from tg_tensor.movement import MovementMixin
 from tg_tensor.nn import NNMixin
+from tg_tensor.provenance import note_origin
 from tg_tensor.realizer import ScheduleItem, current
 from tg_tensor.reduce import ReduceMixin
 from tg_tensor.schedule import buffer_of, check_not_stale, write_view
@@ -45,6 +46,7 @@ from tg_tensor.symbolic import concrete_shape
 from tg_tensor.util import DTypeError, ShapeError, const_uop, is_contiguous_buffer, np_dtype, shape_of_list, to_dtype
 from tg_uop import ConstType, DType, GroupOp, Ops, UOp, dtypes
 from tg_uop.helpers import TRAINING, all_int, prod
+from tg_uop.trace import TRACE
 from tg_uop.uop import sint
 
 sys.setrecursionlimit(max(sys.getrecursionlimit(), 20_000))
@@ -163,6 +165,8 @@ class Tensor(
                 raise ValueError("Tensor: the data has no device")
         live = current().live_tensors
         self._live = (live, live.add(self, uop))  # (filed under its node: see `uop`'s setter)
+        if TRACE.active:  # (VIZ) which operation and user line made this node
+            note_origin(uop)
         if requires_grad is not None:
             self.requires_grad = requires_grad
 

@@ -15,6 +15,8 @@ True
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 import subprocess
 from typing import Any
@@ -32,17 +34,46 @@ def _short(x: Any, n: int = 80) -> str:
     return s if len(s) <= n else s[: n - 3] + "..."
 
 
+def view_lines(st: Any) -> list[str]:
+    """A shape tracker (anything with `.views` of shape, strides, offset, mask) as short lines, one fact a line.
+
+    >>> from types import SimpleNamespace as NS
+    >>> view_lines(NS(views=(NS(shape=(2, 3), strides=(3, 1), offset=0, mask=None),)))
+    ['shape (2, 3)', 'strides (3, 1)']
+    """
+    views = getattr(st, "views", None)
+    if not views:
+        return [_short(st)]
+    lines: list[str] = []
+    for i, v in enumerate(views):
+        if len(views) > 1:
+            lines.append(f"view {i}:")
+        lines += [f"shape {_dims(v.shape)}", f"strides {_dims(v.strides)}"]
+        if getattr(v, "offset", 0):
+            lines.append(f"offset {v.offset}")
+        if getattr(v, "mask", None) is not None:
+            lines.append(f"mask {_dims(v.mask)}")
+    return lines
+
+
+def _dims(t: Any) -> str:
+    return _short(tuple(t), 70) if isinstance(t, (tuple, list)) else _short(t, 70)
+
+
 def _arg_text(u: UOp) -> str:
     if u.op is Ops.VIEW:
-        return _short(u.arg)
+        return "\n".join(view_lines(u.arg))
     return "" if u.arg is None else _short(u.arg)
 
 
-def graph_data(root: UOp, fold_movement: bool = False, max_nodes: int = MAX_NODES) -> dict[str, Any]:
+def graph_data(
+    root: UOp, fold_movement: bool = False, max_nodes: int = MAX_NODES, old: set[UOp] | None = None
+) -> dict[str, Any]:
     """The graph under `root` as {"nodes": [...], "edges": [...], "truncated": bool}.
 
-    A node is {"id", "op", "dtype", "arg", "src": [ids], "label"}; an edge is {"src", "dst", "label"}
-    from a source to its user (views: the folded movement ops on it; label: them, or a summary when long).
+    A node is {"id", "op", "dtype", "arg", "src": [ids], "label"} (and "changed": true when `old` is given
+    and the node is not in it: what a rewrite made); an edge is {"src", "dst", "label"} from a source to its
+    user (views: the folded movement ops on it; label: them, or a summary when long).
     """
     order = root.toposort
     ids: dict[UOp, int] = {}
@@ -83,16 +114,10 @@ def graph_data(root: UOp, fold_movement: bool = False, max_nodes: int = MAX_NODE
             label = f"{u.arg!r} {u.dtype.name}"
         elif u.arg is not None:
             label = f"{u.op.name}\n{_arg_text(u)}"
-        nodes.append(
-            {
-                "id": ids[u],
-                "op": u.op.name,
-                "dtype": repr(u.dtype),
-                "arg": _arg_text(u),
-                "src": srcs,
-                "label": label,
-            }
-        )
+        node = {"id": ids[u], "op": u.op.name, "dtype": repr(u.dtype), "arg": _arg_text(u), "src": srcs, "label": label}
+        if old is not None and u not in old:
+            node["changed"] = True
+        nodes.append(node)
     return {"nodes": nodes, "edges": edges, "truncated": truncated}
 
 
@@ -119,16 +144,29 @@ def _quote(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-def write_dot(dot: str, path: str) -> list[str]:
-    """Write `dot` to `path` (and an SVG beside it when Graphviz's `dot` is installed); return the paths."""
+def write_dot(dot: str, path: str, render: bool = True) -> list[str]:
+    """Write `dot` to `path` (with `render`: an SVG beside it when Graphviz's `dot` is installed); return the paths."""
     with open(path, "w") as f:
         f.write(dot)
-    written = [path]
-    if (exe := shutil.which("dot")) is not None:
-        svg = path.rsplit(".", 1)[0] + ".svg"
-        try:
-            subprocess.run([exe, "-Tsvg", path, "-o", svg], check=True, capture_output=True, timeout=60)
-            written.append(svg)
+    return [path, *render_dots([path])] if render else [path]
+
+
+def render_dots(paths: list[str]) -> list[str]:
+    """Render DOT files to SVGs beside them (`a.dot` -> `a.svg`) with one run of Graphviz's `dot` per 200 files;
+    returns the SVGs written ([] when `dot` is not installed or fails)."""
+    exe = shutil.which("dot")
+    if exe is None or not paths:
+        return []
+    written: list[str] = []
+    for i in range(0, len(paths), 200):
+        chunk = paths[i : i + 200]
+        try:  # -O: each input's output beside it, named input.svg
+            subprocess.run([exe, "-Tsvg", "-O", *chunk], check=True, capture_output=True, timeout=600)
         except (subprocess.SubprocessError, OSError):
-            pass
+            continue
+        for p in chunk:
+            svg = p.rsplit(".", 1)[0] + ".svg"
+            with contextlib.suppress(OSError):
+                os.replace(p + ".svg", svg)
+                written.append(svg)
     return written

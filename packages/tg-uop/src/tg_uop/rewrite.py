@@ -241,7 +241,7 @@ class PatternMatcher:
                 if ret is not None and ret is not uop:
                     code = getattr(fn, "__code__", None)
                     where = f"{code.co_filename.rsplit('/', 1)[-1]}:{code.co_firstlineno}" if code else repr(fn)
-                    log.append(RuleFire(_short_pattern(pat), where, uop, ret))
+                    log.append(RuleFire(_short_pattern(pat), where, uop, ret, code.co_filename if code else ""))
                     return ret
         return None
 
@@ -299,7 +299,22 @@ def run_pass(name: str, fn: Callable[[UOp], UOp], sink: UOp) -> UOp:
     """
     if not TRACE.active and TRACE.passes is None or TRACE.depth > 0:
         return fn(sink)
-    return _recorded(name, sink, fn, [])
+    log: list[RuleFire] = []
+    out = _recorded(name, sink, fn, log)
+    if TRACE.active and not log and out is not sink:
+        log.extend(_changes(name, fn, sink, out))
+    return out
+
+
+def _changes(name: str, fn: Callable[[UOp], UOp], sink: UOp, out: UOp) -> list[RuleFire]:
+    """What a pass that reported nothing changed, as steps: each output (a SINK's source) that differs, or the
+    whole graph when the outputs do not line up."""
+    code = getattr(fn, "__code__", None)
+    path = code.co_filename if code is not None else ""
+    where = f"{path.rsplit('/', 1)[-1]}:{code.co_firstlineno}" if code is not None else repr(fn)
+    if sink.op is out.op and len(sink.src) == len(out.src):
+        return [RuleFire(name, where, b, a, path) for b, a in zip(sink.src, out.src) if a is not b]
+    return [RuleFire(name, where, sink, out, path)]
 
 
 def map_graph(name: str, fn: Callable[[UOp, tuple[UOp, ...]], UOp], sink: UOp) -> UOp:
@@ -316,7 +331,11 @@ def map_graph(name: str, fn: Callable[[UOp, tuple[UOp, ...]], UOp], sink: UOp) -
     def walk(root: UOp) -> UOp:
         done: dict[UOp, UOp] = {}
         for u in root.toposort:
-            done[u] = fn(u, tuple(done[s] for s in u.src))
+            srcs = tuple(done[s] for s in u.src)
+            done[u] = new = fn(u, srcs)
+            if TRACE.log is not None and (new.op, new.dtype, new.arg) != (u.op, u.dtype, u.arg):
+                code = getattr(fn, "__code__", None)
+                TRACE.fire(name, u, new, f"{code.co_filename}:{code.co_firstlineno}" if code else None)
         return done[root]
 
     return run_pass(name, walk, sink)
@@ -328,11 +347,13 @@ def _recorded(label: str, sink: UOp, fn: Callable[[UOp], UOp], log: list[RuleFir
     if TRACE.passes is not None:
         TRACE.passes.append(label)
     TRACE.depth += 1
+    saved_log, TRACE.log = TRACE.log, (log if TRACE.active else None)  # (hand-written passes fire into it)
     st = time.perf_counter()
     try:
         out = fn(sink)
     finally:
         TRACE.depth -= 1
+        TRACE.log = saved_log
     if TRACE.active:
         TRACE.add_step(Step(label, "rewrite", graph=out, before=sink, rules=log, seconds=time.perf_counter() - st))
     return out

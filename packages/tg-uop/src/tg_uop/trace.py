@@ -23,6 +23,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -34,18 +36,24 @@ if TYPE_CHECKING:
     from tg_uop.uop import UOp
 
 VIZ = ContextVar("VIZ", 0)
+HOST_WORK = frozenset({"schedule", "codegen", "compile"})  # profile events the host does (for a device)
 GRAPH = ContextVar("GRAPH", 0)
 PROFILE = ContextVar("PROFILE", 0)
 
 
 @dataclass
 class RuleFire:
-    """One rule that fired in a rewrite pass: where it is defined, and the node before and after."""
+    """One rule that fired in a rewrite pass: where it is defined, and the node before and after.
+
+    `location` is `file.py:line` (what the viewer shows), `path` the file's full path (to show the rule's source);
+    a hand-written pass reports its rewrites with `TRACE.fire`.
+    """
 
     pattern: str
     location: str
     before: UOp
     after: UOp
+    path: str = ""
 
 
 @dataclass
@@ -86,6 +94,15 @@ class ProfileEvent:
     start_us: float
     dur_us: float
     args: dict[str, Any] = field(default_factory=dict)
+    ph: str = "X"  # "X": a span; "C": a counter (memory in use), its value in args
+    thread: str = ""  # the host thread that did it (host work: scheduling, codegen, compiles)
+
+
+def _limit(name: str, default: int) -> int:
+    raw = os.environ.get(name, str(default))
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"{name}={raw!r} is not a limit (expected a positive integer, default {default})")
+    return int(raw)
 
 
 class Trace:
@@ -101,12 +118,24 @@ class Trace:
         self.depth = 0  # nesting of traced graph_rewrite calls: only the outermost ones are recorded
         self.passes: list[str] | None = None  # names of the passes run, while collect_passes() is open
         self.t0 = time.perf_counter()
+        self.log: list[RuleFire] | None = None  # the firings of the pass being recorded (None: no pass, or VIZ off)
+        self.replaying = False  # launches now come from a TinyJit replay (marked in the profile and DEBUG=2)
+        self.max_groups = _limit("VIZ_MAX_GROUPS", 20_000)
+        self.max_events = _limit("VIZ_MAX_EVENTS", 2_000_000)
+        self.overflow: str | None = None  # why recording stopped early (the trace grew too large to hold)
+        self.origins: dict[UOp, dict[str, list[str]]] = {}  # the latest schedule's kernels: their ops, user lines
+        self.mem_in_use: dict[str, int] = {}  # bytes by device, for the memory counter
+        self.program_error: str | None = None  # the exception the program ended with, for the viewer's banner
 
     # ---- groups and steps ----
     @contextlib.contextmanager
     def group(self, kind: str, name: str, **meta: Any) -> Iterator[Group | None]:
         """Open a group that the steps recorded inside belong to (a no-op when tracing is off)."""
         if not self.active:
+            yield None
+            return
+        if len(self.groups) >= self.max_groups:
+            self._stop_recording(f"more than VIZ_MAX_GROUPS={self.max_groups} groups (kernels and schedules)")
             yield None
             return
         g = Group(kind, name, dict(meta), generation=self.generation)
@@ -119,6 +148,36 @@ class Trace:
             raise
         finally:
             self._stack.pop()
+
+    def _stop_recording(self, why: str) -> None:
+        self.active = False
+        self.overflow = f"VIZ: recording stopped after {len(self.groups)} groups: {why}; raise the limit to see more"
+        print(self.overflow, file=sys.stderr, flush=True)
+
+    def fire(self, pattern: str, before: UOp, after: UOp, location: str | None = None) -> None:
+        """Report one rewrite a hand-written pass made (`before` became `after`) as a step of the pass being
+        recorded (a no-op outside one; a pass checks `TRACE.log is not None` first to skip building its arguments).
+
+        >>> from tg_uop import UOp, dtypes, run_pass
+        >>> with tracing():
+        ...     with TRACE.group("kernel", "demo"):
+        ...         def double(u):
+        ...             out = u * 2
+        ...             TRACE.fire("double", u, out)
+        ...             return out
+        ...         _ = run_pass("double", double, UOp.const(dtypes.int, 3))
+        >>> [r.pattern for r in TRACE.groups[-1].steps[-1].rules]
+        ['double']
+        """
+        if self.log is None or before is after:
+            return
+        if location is None:
+            frame = sys._getframe(1)
+            path, line = frame.f_code.co_filename, frame.f_code.co_firstlineno  # (the pass's function)
+        else:
+            path, _, ln = location.rpartition(":")
+            line = int(ln) if ln.isdigit() else 0
+        self.log.append(RuleFire(pattern, f"{os.path.basename(path)}:{line}", before, after, path))
 
     @property
     def current(self) -> Group | None:
@@ -180,24 +239,51 @@ class Trace:
 
     def event(self, name: str, cat: str, device: str, start_us: float, dur_us: float, **args: Any) -> None:
         """Record one timed event (only when profiling)."""
-        if self.profiling:
-            self.events.append(ProfileEvent(name, cat, device, start_us, dur_us, args))
+        if self.profiling and self._room_for_events():
+            thread = ""
+            if cat in HOST_WORK:  # done by the host for `device`: drawn on the host thread that did it
+                args, device, thread = {**args, "device": device}, "HOST", threading.current_thread().name
+            self.events.append(ProfileEvent(name, cat, device, start_us, dur_us, args, thread=thread))
+
+    def _room_for_events(self) -> bool:
+        if len(self.events) < self.max_events:
+            return True
+        self.profiling = False
+        self.overflow = f"PROFILE: recording stopped after {len(self.events)} events (VIZ_MAX_EVENTS={self.max_events})"
+        print(self.overflow, file=sys.stderr, flush=True)
+        return False
+
+    def memory(self, device: str, delta_bytes: int) -> None:
+        """Record a change of the memory in use on `device` (a counter the timeline draws; only when profiling)."""
+        if self.profiling and self._room_for_events():
+            now = self.mem_in_use[device] = self.mem_in_use.get(device, 0) + delta_bytes
+            self.events.append(ProfileEvent("memory", "memory", device, self.now_us(), 0.0, {"bytes": now}, "C"))
 
     def chrome_trace(self) -> dict[str, Any]:
-        """The events in Chrome's trace-event format: one process track per device."""
+        """The events in Chrome's trace-event format: a process per device (and HOST), a thread track in each."""
         devices = sorted({e.device for e in self.events})
         pid = {d: i + 1 for i, d in enumerate(devices)}
         out: list[dict[str, Any]] = [
             {"name": "process_name", "ph": "M", "pid": pid[d], "tid": 0, "args": {"name": d}} for d in devices
         ]
+        tids: dict[tuple[str, str], int] = {}
         for e in self.events:
+            if (e.device, e.thread) not in tids:
+                tids[e.device, e.thread] = tid = sum(1 for d, _ in tids if d == e.device)
+                name = {"name": f"{e.device} {e.thread}".rstrip()}
+                out.append({"name": "thread_name", "ph": "M", "pid": pid[e.device], "tid": tid, "args": name})
+            if e.ph == "C":
+                out.append(
+                    {"name": e.name, "ph": "C", "pid": pid[e.device], "ts": round(e.start_us, 3), "args": e.args}
+                )
+                continue
             out.append(
                 {
                     "name": e.name,
                     "cat": e.cat,
                     "ph": "X",
                     "pid": pid[e.device],
-                    "tid": 0,
+                    "tid": tids[e.device, e.thread],
                     "ts": round(e.start_us, 3),
                     "dur": round(max(e.dur_us, 0.0), 3),
                     "args": e.args,
@@ -212,9 +298,11 @@ class Trace:
 
     def clear(self) -> None:
         self.generation += 1
+        self.overflow = None
         self.groups.clear()
         self.events.clear()
         self._stack.clear()
+        self.origins = {}
 
 
 TRACE = Trace()

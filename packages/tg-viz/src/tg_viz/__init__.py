@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 import threading
+from types import TracebackType
 
 from tg_uop.trace import TRACE, VIZ
 from tg_viz.server import VizError, VizServer
@@ -49,6 +51,18 @@ def _port() -> int:
     return port
 
 
+def _note_uncaught_exceptions() -> None:
+    """Keep the exception a program ends with, for the page's banner (the traceback is printed as usual)."""
+    previous = sys.excepthook
+
+    def hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+        TRACE.program_error = f"{kind.__name__}: {value}"
+        previous(kind, value, tb)
+        print(f"VIZ: the program raised {TRACE.program_error}; serving what it recorded before", file=sys.stderr)
+
+    sys.excepthook = hook
+
+
 def install() -> None:
     """Turn on recording and arrange serving (called by `import tg` when VIZ is set; idempotent)."""
     if _installed:
@@ -60,6 +74,7 @@ def install() -> None:
         srv.start()
         print(f"VIZ: live at {srv.url}", flush=True)
     _installed.append(srv)
+    _note_uncaught_exceptions()
 
     def at_exit() -> None:
         if srv.thread is None:

@@ -40,6 +40,15 @@ def _static_files() -> dict[str, bytes]:
     return {f.name: f.read_bytes() for f in root.iterdir() if f.is_file()}
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up mid-answer is no error of ours; anything else is printed, and serving goes on."""
+        import sys
+
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            super().handle_error(request, client_address)
+
+
 class VizServer:
     """Serves `trace` on 127.0.0.1:`port` (0: a free port) in a background thread."""
 
@@ -48,7 +57,7 @@ class VizServer:
         self.files = _static_files()
         handler = _make_handler(self)
         try:
-            self.httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
+            self.httpd = _Server(("127.0.0.1", port), handler)
         except OSError as e:
             if e.errno == errno.EADDRINUSE:
                 raise VizError(
@@ -83,7 +92,7 @@ class VizServer:
 
     # ---- routes ----
     def route(self, path: str) -> tuple[int, str, bytes]:
-        """(status, content type, body) for a GET of `path`."""
+        """(status, content type, body) for a GET of `path`: 400 for a malformed request, 404 for what is not here."""
         parts = [p for p in unquote(urlsplit(path).path).split("/") if p]
         if not parts:
             return 200, _TYPES[".html"], self.files["index.html"]
@@ -91,29 +100,52 @@ class VizServer:
             ext = "." + parts[1].rsplit(".", 1)[-1]
             return 200, _TYPES.get(ext, "application/octet-stream"), self.files[parts[1]]
         if parts[0] == "api":
-            body = self._api(parts[1:])
+            try:
+                body = self._api(parts[1:])
+            except _BadRequest as e:
+                return 400, _TYPES[".txt"], f"{e}\n".encode()
             if body is not None:
                 return 200, "application/json", json.dumps(body).encode()
+            return 404, _TYPES[".txt"], f"not found: {'/'.join(parts)} (no such group, step or rule)\n".encode()
         return 404, _TYPES[".txt"], b"not found\n"
 
     def _api(self, parts: list[str]) -> Any:
-        try:
-            nums = [int(p) for p in parts[1:]]
-        except ValueError:
-            return None
-        if parts == ["kernels"]:
+        name, args = (parts[0], parts[1:]) if parts else ("", [])
+        want = _ROUTES.get(name)
+        if want is None:
+            raise _BadRequest(f"unknown API {name!r} (expected one of {', '.join(sorted(_ROUTES))})")
+        if len(args) != want:
+            raise _BadRequest(f"/api/{name} takes {want} numbers in its path, got {len(args)}: {'/'.join(args)!r}")
+        nums = []
+        for a in args:
+            if not a.isdigit() or len(a) > 9:
+                raise _BadRequest(f"/api/{name}: {a!r} is not an index (expected a non-negative integer)")
+            nums.append(int(a))
+        if name == "kernels":
             return data.kernels(self.trace)
-        if parts == ["profile"]:
+        if name == "info":
+            return data.info(self.trace)
+        if name == "profile":
             return self.trace.chrome_trace()
-        if len(parts) == 2 and parts[0] == "group":
+        if name == "group":
             return data.group(self.trace, nums[0])
-        if len(parts) == 3 and parts[0] == "step":
+        if name == "step":
             return data.step(self.trace, nums[0], nums[1])
-        return None
+        return data.fire(self.trace, nums[0], nums[1], nums[2])
+
+
+class _BadRequest(ValueError):
+    pass
+
+
+# the API: its names and how many numbers each takes (/api/step/<group>/<step>)
+_ROUTES = {"kernels": 0, "info": 0, "profile": 0, "group": 1, "step": 2, "fire": 3}
 
 
 def _make_handler(server: VizServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
+        default_request_version = "HTTP/1.0"  # (a malformed request line still gets a status line with its 400)
+
         def do_GET(self) -> None:  # noqa: N802 (the standard library's name)
             try:
                 status, ctype, body = server.route(self.path)
@@ -125,6 +157,20 @@ def _make_handler(server: VizServer) -> type[BaseHTTPRequestHandler]:
             self.send_header("Cache-Control", "no-store")
             self.end_headers()
             self.wfile.write(body)
+
+        def _refuse(self) -> None:
+            body = f"method {self.command} not allowed: the viewer only answers GET\n".encode()
+            self.send_response(405)
+            self.send_header("Allow", "GET")
+            self.send_header("Content-Type", _TYPES[".txt"])
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def __getattr__(self, name: str) -> Any:  # any other method (do_POST, do_BREW, ...): 405, not 501
+            if name.startswith("do_"):
+                return self._refuse
+            raise AttributeError(name)
 
         def log_message(self, format: str, *args: Any) -> None:  # quiet
             pass
