@@ -166,7 +166,7 @@ def test_unnamed_state_is_not_saved(tmp_path: Path) -> None:
 
     path = tmp_path / "step.tgjit"
     f = TinyJit(step, cache=path, state={})
-    with pytest.warns(JitCacheWarning, match="2 float on CPU.*lives across calls but no tensor of `state` holds"):
+    with pytest.warns(JitCacheWarning, match="2 float on [A-Z]+.*lives across calls but no tensor of `state` holds"):
         outs = [f(Tensor([1.0, 1.0])).tolist() for _ in range(3)]
     assert outs == [[4.0, 6.0], [6.0, 8.0], [8.0, 10.0]]
     assert not path.exists()
