@@ -91,7 +91,8 @@ def test_kernels_of_a_schedule_build_in_few_compiler_runs(tmp_path: Path) -> Non
     matches numpy, and a second process builds nothing."""
     import numpy as np
 
-    env = {**os.environ, "CACHEDB": str(tmp_path / "cache.db"), "DEV": "CPU", "CACHELEVEL": "1"}
+    # (MERGE_SIBLINGS=0: kernels over one shape stay separate kernels, the several compiles this test batches)
+    env = {**os.environ, "CACHEDB": str(tmp_path / "cache.db"), "DEV": "CPU", "CACHELEVEL": "1", "MERGE_SIBLINGS": "0"}
     a = np.arange(12, dtype=np.float32).reshape(3, 4) - 5.5
     want = [a + 1.25, a * 3.5, (a - 2.75).sum(axis=0), np.exp2(a), (a * a).max(axis=1), np.maximum(a, 0) + 0.5]
     runs = _run_twice(SCHEDULE_CHILD, env)
@@ -118,7 +119,8 @@ def test_kernels_of_one_name_share_a_compiler_run(tmp_path: Path) -> None:
     nothing: the renaming is the same there, so its sources hit the cache."""
     import numpy as np
 
-    env = {**os.environ, "CACHEDB": str(tmp_path / "cache.db"), "DEV": "CPU", "CACHELEVEL": "1"}
+    # (MERGE_SIBLINGS=0: kernels over one shape stay separate kernels, the several compiles this test batches)
+    env = {**os.environ, "CACHEDB": str(tmp_path / "cache.db"), "DEV": "CPU", "CACHELEVEL": "1", "MERGE_SIBLINGS": "0"}
     child = SCHEDULE_CHILD.replace(
         "outs = [a + 1.25, a * 3.5, (a - 2.75).sum(axis=0), a.exp2(), (a * a).max(axis=1), a.relu() + 0.5]",
         "outs = [a + 1.25, a * 3.5, a.exp2(), a.relu() + 0.5]",

@@ -199,6 +199,23 @@ def test_state_bound_by_name_in_a_new_jit(tmp_path: Path) -> None:
     assert path.stat().st_ino != inode  # (written again, atomically: a new file; its bytes are the same recording)
 
 
+def test_viz_recording_captures_instead_of_reading_the_file(tmp_path: Path) -> None:
+    """While VIZ records, a TinyJit with a saved file captures its function again, so the viewer sees the kernels
+    being scheduled (a replayed file would show none); the results are the same."""
+    from tg_uop.trace import tracing
+
+    path = tmp_path / "f.tgjit"
+    f1 = TinyJit(lambda x: (x * 2 + 1).realize(), cache=path)
+    for _ in range(2):
+        f1(Tensor([1.0, 2.0]))
+    assert path.exists()
+    f2 = TinyJit(lambda x: (x * 2 + 1).realize(), cache=path)
+    with tracing() as tr:
+        got = [f2(Tensor([3.0, 4.0])).tolist() for _ in range(3)]
+    assert got == [[7.0, 9.0]] * 3 and not f2.loaded
+    assert any(g.kind == "kernel" for g in tr.groups)
+
+
 def test_symbolic_and_identity_arguments_are_not_saved(tmp_path: Path) -> None:
     path = tmp_path / "f.tgjit"
     f = TinyJit(lambda x, n: x[:n].sum().realize(), cache=path)

@@ -282,7 +282,8 @@ def _gpu(k: Kernel) -> None:
     tiled = k.copy()
     for opt in _gpu_tile(k, budget):
         tiled.apply_opt(opt)
-    if _reduce_size(k) <= GPU_SHORT_REDUCE and _workgroups(tiled) < max(GPU_MIN_WORKGROUPS, 2 * k.opts.compute_units):
+    least = GPU_MIN_WORKGROUPS if _a_product(k) else max(GPU_MIN_WORKGROUPS, 2 * k.opts.compute_units)
+    if _reduce_size(k) <= GPU_SHORT_REDUCE and _workgroups(tiled) < least:
         # a register tile that leaves most SMs idle: the LLM decode step's attention scores (8 kv heads x 4 queries
         # x 1024 slots, 64 long) got 8 workgroups (49 us per call on an H100 under DEBUG=2); threads along the
         # outputs only, one output each, give 512 (20 us), bench/bench_llm.py DECODE_KERNELS=1. Where the renderer
@@ -295,6 +296,14 @@ def _gpu(k: Kernel) -> None:
 
 GPU_MIN_WORKGROUPS = 16  # a tile leaving fewer workgroups than this idles > 85% of an H100's 132 SMs
 GPU_SHORT_REDUCE = 256
+
+
+def _a_product(k: Kernel) -> bool:
+    """Two loads that each stay put along an output axis the other moves along (a matmul's or a conv's operands,
+    which a register tile reuses), rather than loads whose still axes nest (a bias beside its activations)."""
+    globals_ = [a for a in k.axes_of(AxisType.GLOBAL) if int(k.full_shape[a]) > 1]
+    still = {frozenset(a for a in globals_ if st[a] == 0) for st in _load_strides(k)}
+    return any(not (a <= b or b <= a) for a in still for b in still)
 
 
 def _workgroups(k: Kernel) -> int:

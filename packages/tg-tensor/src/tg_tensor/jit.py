@@ -293,7 +293,10 @@ class TinyJit(Generic[ReturnType]):
         input_bufs = [buffer_of(t.uop.base) if _is_buffer(t.uop) else _realized_buffer(t) for t in inputs]
         if len({id(b) for b in input_bufs}) != len(input_bufs):
             raise JitError(f"{self.name}: the same tensor was passed as two inputs; pass distinct tensors")
-        if cap.recording is None and cap.cnt == 0 and self.reads_cache and self.cache is not None and not var_vals:
+        # (while VIZ records, the function is captured again so the viewer sees its kernels being made; the file is
+        # rewritten by that capture as usual)
+        from_file = self.reads_cache and self.cache is not None and not var_vals and not TRACE.active
+        if cap.recording is None and cap.cnt == 0 and from_file and self.cache is not None:
             cap.recording = self._load_cache(self.cache, key, specs, input_bufs)
             cap.cnt = 2 if cap.recording is not None else 0
         if cap.recording is not None:

@@ -14,23 +14,21 @@ from __future__ import annotations
 
 import os
 import sys
-import weakref
 from collections.abc import Callable
 
+from tg_tensor.realizer import current
 from tg_uop import Ops, UOp
 
 OURS = ("tg", "tg_uop", "tg_shape", "tg_codegen", "tg_runtime", "tg_tensor", "tg_nn", "tg_llm", "tg_viz")
 LIBRARY = ("contextlib", "threading", "functools", "runpy", "importlib", "unittest", "_pytest", "pluggy", "pytest")
 
-_made: weakref.WeakKeyDictionary[UOp, str] = weakref.WeakKeyDictionary()
-# kernel AST -> the tensor operations fused into it (filled by the scheduler while VIZ records; read by on_schedule)
-kernel_ops: dict[UOp, list[str]] = {}
 
 
 def note_origin(u: UOp) -> None:
     """Remember the outermost tg function on the stack (the operation the user called: `Tensor.conv2d`,
     `Conv2d.__call__`, `Tensor.backward`) and the user's line that called it, as the maker of `u`."""
-    if u in _made:
+    made = current().origins
+    if u in made:
         return
     op, line = "", ""
     frame = sys._getframe(1)
@@ -43,7 +41,7 @@ def note_origin(u: UOp) -> None:
             break
         frame = frame.f_back  # type: ignore[assignment]
     if op:
-        _made[u] = f"{op} @ {line}" if line else op
+        made[u] = f"{op} @ {line}" if line else op
 
 
 def _op_name(qualname: str) -> str:
@@ -57,15 +55,14 @@ def _op_name(qualname: str) -> str:
 def made_by(node: UOp, computed: Callable[[UOp], bool], limit: int = 12) -> list[str]:
     """The operations (with their user lines) that made `node` and the nodes under it down to buffers and nodes
     `computed` says other kernels made: what one kernel fuses, sources first."""
-    seen: set[UOp] = set()
-    found: list[str] = []
+    made, seen, found = current().origins, set[UOp](), list[str]()
     stack = [node]
     while stack and len(seen) < 20_000:
         u = stack.pop()
         if u in seen:
             continue
         seen.add(u)
-        if (what := _made.get(u)) is not None and what not in found:
+        if (what := made.get(u)) is not None and what not in found:
             found.append(what)
         stack.extend(s for s in u.src if s.op is not Ops.BUFFER and not computed(s))
     return found[::-1][:limit]

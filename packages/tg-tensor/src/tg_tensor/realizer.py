@@ -140,6 +140,11 @@ class Realizer:
         self.index_ranges: dict[tuple[int, str], Tensor] = {}
         self.random: RandomState | None = None
         self.schedules_shown = 0  # realizes reported to GRAPH/VIZ (visibility.py)
+        # while VIZ records (provenance.py): lazy node -> the tensor operation and user line that made it; kernel
+        # AST -> the operations it fuses (filled by the scheduler, read by visibility.on_schedule)
+        self.origins: weakref.WeakKeyDictionary[UOp, str] = weakref.WeakKeyDictionary()
+        self.kernel_ops: dict[UOp, list[str]] = {}
+        self.graph_files: list[str] = []  # GRAPH=1: this run's folder, then the DOT files written to it
 
     # ---- registries ----
     def resolve(self, u: UOp) -> UOp:

@@ -26,7 +26,7 @@ from tg_runtime.device import Buffer, Device, DeviceSet
 from tg_shape import ShapeTracker
 from tg_tensor.fusion_cost import FusionCost
 from tg_tensor.lift_consts import lift_changing_consts
-from tg_tensor.provenance import kernel_ops, made_by
+from tg_tensor.provenance import made_by
 from tg_tensor.realizer import Realizer, ScheduleItem, current
 from tg_tensor.siblings import merge_siblings
 from tg_tensor.source import is_source_kernel, source_program
@@ -431,7 +431,7 @@ class Scheduler:
             item = ScheduleItem(ast, bufs, writes=out, reads=reads, in_place=in_place, consts=tuple(consts))
             self.items.append(item)
             if TRACE.active:  # (VIZ) the tensor operations this kernel fuses
-                kernel_ops[ast] = made_by(node, lambda u: u in self.r.realized)
+                self.r.kernel_ops[ast] = made_by(node, lambda u: u in self.r.realized)
             self.r.realized[node] = node.src[0] if node.op is Ops.ASSIGN else out.reshape(tuple(node.shape or ()))
             return
         raise RuntimeError("scheduler did not converge")

@@ -12,7 +12,8 @@ kernels share (dY above) read once. Two kernels are siblings when
 - neither is a product of operands broadcast against each other (a matmul: its tile, tensor cores and staging
   take one reduction), and
 - the later one reads nothing written by the earlier one or by any kernel between them (it runs at the earlier
-  one's place).
+  one's place), or nothing between them reads what the earlier one writes (it runs at the later one's place), and
+- neither reads a memory that an assign of the same schedule overwrites (ordering.py decides where those run).
 
 At most MAX_OUTPUTS outputs and MAX_BUFFERS buffers a kernel. MERGE_SIBLINGS=0 turns the pass off.
 
@@ -29,7 +30,7 @@ At most MAX_OUTPUTS outputs and MAX_BUFFERS buffers a kernel. MERGE_SIBLINGS=0 t
 from __future__ import annotations
 
 from tg_runtime.device import Buffer
-from tg_tensor.realizer import ScheduleItem
+from tg_tensor.realizer import ScheduleItem, current
 from tg_uop import Ops, UOp
 from tg_uop.helpers import ContextVar
 
@@ -100,6 +101,10 @@ def _join(a: ScheduleItem, b: ScheduleItem) -> ScheduleItem:
     for k, c in enumerate(b.consts):
         ib[b.outputs + len(b.reads) + k] = n_out + n_in + next(j for j, d in enumerate(consts) if d is c)
     sink = UOp(Ops.SINK, a.ast.dtype, tuple(_renumbered(a.ast, ia) + _renumbered(b.ast, ib)), a.ast.arg)
+    made = current().kernel_ops  # (while VIZ records: the tensor operations of both kernels)
+    if a.ast in made or b.ast in made:
+        ops_a, ops_b = made.pop(a.ast, []), made.pop(b.ast, [])
+        made[sink] = ops_a + [op for op in ops_b if op not in ops_a]
     by_read = {r: buf for r, buf in zip(b.reads, b.bufs[b.outputs :])} | dict(zip(a.reads, a.bufs[a.outputs :]))
     bufs: list[Buffer] = outs + [by_read[r] for r in reads]
     return ScheduleItem(
@@ -120,6 +125,9 @@ def merge_siblings(items: list[ScheduleItem]) -> list[ScheduleItem]:
     host moves to the sibling's place when nothing between them reads what the host writes."""
     if not MERGE_SIBLINGS.value or len(items) < 2:
         return items
+    # memories an assign of this schedule overwrites: a kernel reading one may have to run before that assign
+    # (the old value) and after it (through another read): ordering.py places it, so such kernels stay alone
+    overwritten = {id(it.bufs[0]) for it in items if it.in_place}
     out: list[ScheduleItem | None] = []
     open_at: dict[_Key, int] = {}  # loop key -> the place in `out` of the kernel that takes siblings of that key
     written_at: dict[UOp, int] = {}  # node -> the place in `out` of the item writing it
@@ -134,6 +142,8 @@ def merge_siblings(items: list[ScheduleItem]) -> list[ScheduleItem]:
 
     for item in items:
         key = _loop_key(item)
+        if key is not None and overwritten and any(id(b) in overwritten for b in item.bufs[item.outputs :]):
+            key = None
         j = open_at.get(key) if key is not None else None
         if key is not None and j is not None and (host := out[j]) is not None:
             fits = host.outputs + item.outputs <= MAX_OUTPUTS and len(host.bufs) + len(item.bufs) <= MAX_BUFFERS

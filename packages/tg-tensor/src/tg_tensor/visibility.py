@@ -15,7 +15,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 
-from tg_tensor.provenance import LIBRARY, OURS, kernel_ops
+from tg_tensor.provenance import LIBRARY, OURS
 from tg_tensor.realizer import current
 from tg_uop import GroupOp, Ops, UOp, dtypes
 from tg_uop.dot import render_dots, to_dot, write_dot
@@ -28,26 +28,24 @@ def graph_dir() -> str:
     return os.environ.get("GRAPH_DIR") or os.path.join(tempfile.gettempdir(), "tg_graph")
 
 
-_run: list[str] = []  # this run's GRAPH folder and the DOT files written to it
-
-
 def run_dir() -> str:
     """This run's GRAPH folder, made on first use: `run_<date>_<time>_<pid>` in graph_dir(), so files of earlier
     runs never mix with this one's; the DOT files are rendered to SVG once, when the program ends."""
-    if not _run:
+    run = current().graph_files
+    if not run:
         d = os.path.join(graph_dir(), f"run_{time.strftime('%Y%m%d_%H%M%S')}_{os.getpid()}")
         os.makedirs(d, exist_ok=True)
-        _run.append(d)
-        atexit.register(_render_at_exit)
+        run.append(d)
+        atexit.register(_render_at_exit, run)
         print(f"GRAPH: writing to {d} (rendered to SVG when the program ends)")
-    return _run[0]
+    return run[0]
 
 
-def _render_at_exit() -> None:
-    dots = _run[1:]
+def _render_at_exit(run: list[str]) -> None:
+    dots = run[1:]
     svgs = render_dots(dots) if os.environ.get("GRAPH_RENDER", "1") != "0" else []
     how = f", {len(svgs)} rendered to SVG" if svgs else " (render: dot -Tsvg -O *.dot)"
-    print(f"GRAPH: {len(dots)} DOT files in {_run[0]}{how}")
+    print(f"GRAPH: {len(dots)} DOT files in {run[0]}{how}")
 
 
 def user_lines(limit: int = 3) -> list[str]:
@@ -97,8 +95,9 @@ def on_schedule(roots: Sequence[UOp], asts: Sequence[UOp], start_us: float) -> N
     if not (TRACE.active or TRACE.profiling or GRAPH.value or DEBUG >= 2):
         return
     lines = user_lines()
-    TRACE.origins = {ast: {"ops": ast_ops(ast), "tensor_ops": kernel_ops.pop(ast, []), "lines": lines} for ast in asts}
-    kernel_ops.clear()
+    made = current().kernel_ops
+    TRACE.origins = {ast: {"ops": ast_ops(ast), "tensor_ops": made.pop(ast, []), "lines": lines} for ast in asts}
+    made.clear()
     if not (TRACE.active or TRACE.profiling or GRAPH.value):
         return
     rz = current()
@@ -118,4 +117,4 @@ def on_schedule(roots: Sequence[UOp], asts: Sequence[UOp], start_us: float) -> N
             for i, ast in enumerate(asts):
                 dot = to_dot(ast, fold_movement=False, title=f"realize {n}: kernel {i} AST")
                 paths += write_dot(dot, os.path.join(d, f"realize_{n}_k{i}.dot"), False)
-        _run.extend(paths)
+        current().graph_files.extend(paths)
