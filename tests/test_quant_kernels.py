@@ -105,3 +105,28 @@ def test_bad_weights_are_named() -> None:
     qw = QuantizedWeight(Tensor(np.zeros(34, np.uint8)), "Q8_0", (1, 32))
     with pytest.raises(ValueError, match="does not match W of shape \\(1, 32\\)"):
         quantized_matmul(Tensor.ones(2, 16), qw)
+
+
+@pytest.mark.parametrize("int8", [False, True])
+@pytest.mark.parametrize("qtype", ["Q4_1", "Q6_K"])
+def test_threaded_split_matches(qtype: str, int8: bool) -> None:
+    """A product big enough to be split over the thread pool (rows of W in chunks that do not divide them evenly,
+    several rows of x: 4-row tiles and the rest) gives the dequantize-then-matmul product."""
+    m, n, k, threads = 6, 101, 1536, 3
+    raw, w = blocks(qtype, n, k, seed=7)
+    x = np.random.default_rng(8).standard_normal((m, k)).astype(np.float32)
+    src = cpu_source(qtype, m, n, k, threads) if int8 else cpu_float_source(qtype, m, n, k, threads)
+    assert "#define CHUNKS 12\n" in src  # (threads x 4 chunks: the split is taken)
+    name = f"qmm_{qtype}_{m}_{n}_{k}" if int8 else f"qmm_f_{qtype}_{m}_{n}_{k}"
+
+    def make(device: str, dts: tuple[object, ...]) -> KernelSource:
+        return KernelSource(src, name)
+
+    inputs = [Tensor(x, device="CPU"), Tensor(raw, device="CPU")]
+    got = source_kernel((m, n), dtypes.float32, inputs, ("threaded", qtype, int8), make)
+    check(got.numpy(), x, w, int8)
+
+
+def test_small_products_stay_on_one_thread() -> None:
+    assert "#define CHUNKS 1\n" in cpu_float_source("Q4_1", 1, 8, 64, threads=8)
+    assert "#define CHUNKS 1\n" in cpu_source("Q4_1", 1, 8, 64, threads=8)

@@ -14,7 +14,7 @@ True
 
 from __future__ import annotations
 
-from tg_nn.quant_cpu import _PRELUDE, CPU_TYPES, PARALLEL_BYTES
+from tg_nn.quant_cpu import _PRELUDE, CPU_TYPES, parallel_defines
 from tg_nn.quant_gpu import _BLOCK, _COMMON
 
 __all__ = ["cpu_float_source"]
@@ -82,6 +82,14 @@ static inline float tgq_rowf(const uint8_t* restrict w, const float* restrict x,
   return acc;
 #endif
 }}
+struct tgq_args {{ float* out; const float* x; const uint8_t* w; const float* xs; int m0, mc; }};
+static void tgq_chunk(void* p, int c) {{  /* weight rows c * N / CHUNKS .. (c + 1) * N / CHUNKS - 1 */
+  const struct tgq_args* a = (const struct tgq_args*)p;
+  int n1 = (int)((long)(c + 1) * N / CHUNKS);
+  for (int n = (int)((long)c * N / CHUNKS); n < n1; n++)
+    for (int m = 0; m < a->mc; m++)
+      a->out[(long)(a->m0 + m) * N + n] = tgq_rowf(a->w + (long)n * ROWB, a->x + (long)m * K, a->xs + m * (K / 32));
+}}
 void {name}(float* restrict out, const float* restrict x, const uint8_t* restrict w) {{
   float xs[MC * (K / 32)];  /* the sum of each 32 values of x, for MC rows at a time */
   for (int m0 = 0; m0 < M; m0 += MC) {{
@@ -92,10 +100,8 @@ void {name}(float* restrict out, const float* restrict x, const uint8_t* restric
       for (int j = 0; j < 32; j++) s += xm[i * 32 + j];
       xs[i] = s;
     }}
-#pragma omp parallel for schedule(static) num_threads(THREADS) if (PAR)
-    for (int n = 0; n < N; n++)
-      for (int m = 0; m < mc; m++)
-        out[(long)(m0 + m) * N + n] = tgq_rowf(w + (long)n * ROWB, xm + (long)m * K, xs + m * (K / 32));
+    struct tgq_args a = {{out, xm, w, xs, m0, mc}};
+    tgq_parallel(tgq_chunk, &a, CHUNKS, THREADS);
   }}
 }}
 """
@@ -109,11 +115,10 @@ def cpu_float_source(qtype: str, m: int, n: int, k: int, threads: int = 1, gener
     bs, bb = CPU_TYPES[qtype]
     if k % bs:
         raise ValueError(f"quantized matmul: rows of {k} are not whole {qtype} blocks of {bs}")
-    par = int(m * (n * k // bs * bb) >= PARALLEL_BYTES)
     mc = max(1, min(m, (1 << 16) // (k // 32)))  # at most 256 KiB of block sums on the stack at a time
     defines = (
         f"#define M {m}\n#define N {n}\n#define K {k}\n#define BS {bs}\n#define BB {bb}\n#define ROWB {k // bs * bb}\n"
-        f"#define PAR {par}\n#define THREADS {max(1, threads)}\n#define MC {mc}\n"
+        f"#define MC {mc}\n" + parallel_defines(m, n, k // bs * bb, threads)
     )
     body = _KERNEL.format(fast=int(qtype in _ROWF), avx=_ROWF.get(qtype, ""), name=f"qmm_f_{qtype}_{m}_{n}_{k}")
     prelude = _PRELUDE + ("#undef TGQ_AVX2\n" if generic else "")
