@@ -43,6 +43,7 @@ def parallel_defines(m: int, n: int, row_bytes: int, threads: int) -> str:
         chunks = max(1, min(n, threads * CHUNKS_PER_THREAD))
     return f"#define CHUNKS {chunks}\n#define THREADS {max(1, threads)}\n"
 
+
 _PRELUDE = r"""
 #include <stdint.h>
 #include <string.h>
