@@ -70,6 +70,19 @@ class KVCache:
         self.values[:, :, :, start:end].assign(v.cast(self.values.dtype).transpose(-2, -1))
         return self.keys[:, :, :end], self.values[:, :, :, :end].transpose(-2, -1)
 
+    def write_rows(self, k: Tensor, v: Tensor, starts: list[sint]) -> None:
+        """Store k, v (batch, kv_heads, 1, head_dim): batch row b at position starts[b] (an int or a bound
+        Variable each), so the rows of a batched decode step, each at its own position, go to their own slots."""
+        if len(starts) != int(k.shape[0]) or int(k.shape[2]) != 1:
+            raise ValueError(f"KVCache.write_rows: k {k.shape} needs one token per row and {len(starts)} starts")
+        for b, start in enumerate(starts):
+            if isinstance(start, int) and not 0 <= start < self.context:
+                raise ValueError(f"KVCache.write_rows: position {start} is outside the context of {self.context}")
+            self.keys[b : b + 1, :, start : start + 1].assign(k[b : b + 1].cast(self.keys.dtype))
+            self.values[b : b + 1, :, :, start : start + 1].assign(
+                v[b : b + 1].cast(self.values.dtype).transpose(-2, -1)
+            )
+
     def clear(self) -> None:
         """Zero every position (in place: a captured step keeps reading these buffers)."""
         self.keys.assign(Tensor.zeros(*self.keys.shape, dtype=self.keys.dtype, device=self.keys.device))
