@@ -36,11 +36,20 @@ _SRC = r"""
 #include <string.h>
 typedef float tga_v8 __attribute__((vector_size(32), aligned(4)));  /* 8 floats, loads at any float address */
 void (*tg_parallel)(void (*chunk)(void*, int), void* args, int n, int threads);
-static inline float tga_hsum(tga_v8 v) {
-  float s = 0.0f;
-  for (int i = 0; i < 8; i++) s += v[i];
-  return s;
+#ifdef __AVX__
+#include <immintrin.h>
+static inline float tga_hsum(tga_v8 v) {  /* the 8 lanes added in a tree of shuffles */
+  __m256 x;
+  memcpy(&x, &v, 32);
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
+#else
+static inline float tga_hsum(tga_v8 v) {
+  return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
+}
+#endif
 static inline float tga_dot(const float* a, const float* b, int n) {  /* n a multiple of 8 */
   tga_v8 acc0 = {0}, acc1 = {0};
   int i = 0;
