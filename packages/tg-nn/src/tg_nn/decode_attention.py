@@ -1,10 +1,11 @@
 """Attention of one new token per sequence over a KV cache, on the CPU: one fused C kernel (scores, softmax, values).
 
 `decode_attention(q, keys, values, positions, scale)`: q (B, heads, head_dim) holds one query per sequence; keys
-(B, kv_heads, context, head_dim) and values (B, kv_heads, head_dim, context) are a tg_nn.kv_cache.KVCache's buffers
-(values transposed); `positions` (B,) int32 says where each sequence's query stands: row b attends to slots
-0..positions[b] of its own cache row, whatever the others' positions (a batched decode of sequences at different
-positions). Heads share their kv head in groups (grouped-query attention).
+(R, kv_heads, context, head_dim) and values (R, kv_heads, head_dim, context) are a tg_nn.kv_cache.KVCache's buffers
+(values transposed; R >= B rows, the first B read, so a step of fewer sequences reads a bigger cache in place);
+`positions` (B,) int32 says where each sequence's query stands: row b attends to slots 0..positions[b] of its own
+cache row, whatever the others' positions (a batched decode of sequences at different positions). Heads share
+their kv head in groups (grouped-query attention).
 
 Why a kernel of its own: tg's graph gives a decode step's attention a symbolic length (`start + 1` slots), which
 the hand-coded optimizations leave alone: scalar loops with one accumulator, on one thread (SmolLM2 at position 100:
@@ -51,14 +52,21 @@ static inline float tga_hsum(tga_v8 v) {
 }
 #endif
 static inline float tga_dot(const float* a, const float* b, int n) {  /* n a multiple of 8 */
-  tga_v8 acc0 = {0}, acc1 = {0};
-  int i = 0;
-  for (; i + 16 <= n; i += 16) {
-    acc0 += *(const tga_v8*)(a + i) * *(const tga_v8*)(b + i);
-    acc1 += *(const tga_v8*)(a + i + 8) * *(const tga_v8*)(b + i + 8);
+  tga_v8 acc = {0};
+  for (int i = 0; i < n; i += 8) acc += *(const tga_v8*)(a + i) * *(const tga_v8*)(b + i);
+  return tga_hsum(acc);
+}
+static inline void tga_dot4(const float* a, const float* b, long stride, int n, float* out) {
+  /* out[i] = a . b[i * stride ..], i = 0..3: four independent chains (n a multiple of 8) */
+  tga_v8 c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0};
+  for (int i = 0; i < n; i += 8) {
+    tga_v8 x = *(const tga_v8*)(a + i);
+    c0 += x * *(const tga_v8*)(b + i);
+    c1 += x * *(const tga_v8*)(b + stride + i);
+    c2 += x * *(const tga_v8*)(b + 2 * stride + i);
+    c3 += x * *(const tga_v8*)(b + 3 * stride + i);
   }
-  for (; i < n; i += 8) acc0 += *(const tga_v8*)(a + i) * *(const tga_v8*)(b + i);
-  return tga_hsum(acc0 + acc1);
+  out[0] = tga_hsum(c0); out[1] = tga_hsum(c1); out[2] = tga_hsum(c2); out[3] = tga_hsum(c3);
 }
 struct tga_args { float* out; const float* q; const float* k; const float* v; const int* pos; };
 static void tga_chunk(void* p, int c) {  /* sequence c / KV, kv head c % KV: its GROUP query heads */
@@ -73,18 +81,24 @@ static void tga_chunk(void* p, int c) {  /* sequence c / KV, kv head c % KV: its
     const float* q = a->q + ((long)b * KV * GROUP + h * GROUP + g) * HD;
     float* o = a->out + ((long)b * KV * GROUP + h * GROUP + g) * HD;
     float peak = -INFINITY, total = 0.0f;
-    for (int j = 0; j < n; j++) {
-      s[j] = tga_dot(q, keys + (long)j * HD, HD) * SCALE;
+    int j = 0;
+    for (; j + 4 <= n; j += 4) tga_dot4(q, keys + (long)j * HD, HD, HD, s + j);
+    for (; j < n; j++) s[j] = tga_dot(q, keys + (long)j * HD, HD);
+    for (j = 0; j < n; j++) {
+      s[j] *= SCALE;
       peak = s[j] > peak ? s[j] : peak;
     }
-    for (int j = 0; j < n; j++) total += (s[j] = expf(s[j] - peak));
-    float inv = 1.0f / total;
+    for (j = 0; j < n; j++) total += (s[j] = expf(s[j] - peak));
+    float inv = 1.0f / total, acc[4];
     int n8 = n & ~7;
-    for (int d = 0; d < HD; d++) {
+    for (int d = 0; d < HD; d += 4) {  /* (HD a multiple of 8) */
       const float* vd = vals + (long)d * CTX;
-      float acc = n8 ? tga_dot(s, vd, n8) : 0.0f;
-      for (int j = n8; j < n; j++) acc += s[j] * vd[j];
-      o[d] = acc * inv;
+      if (n8) tga_dot4(s, vd, CTX, n8, acc);
+      else acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
+      for (int i = 0; i < 4; i++) {
+        for (j = n8; j < n; j++) acc[i] += s[j] * vd[(long)i * CTX + j];
+        o[d + i] = acc[i] * inv;
+      }
     }
   }
 }
@@ -109,10 +123,11 @@ def decode_attention(q: Tensor, keys: Tensor, values: Tensor, positions: Tensor,
         )
     b, heads, hd = (int(s) for s in q.shape)
     _, kv, ctx, khd = (int(s) for s in keys.shape)
-    if tuple(keys.shape) != (b, kv, ctx, hd) or tuple(values.shape) != (b, kv, hd, ctx) or heads % kv:
+    rows = int(keys.shape[0])
+    if rows < b or tuple(keys.shape) != (rows, kv, ctx, hd) or tuple(values.shape) != (rows, kv, hd, ctx) or heads % kv:
         raise ValueError(
             f"decode_attention: keys {keys.shape} and values {values.shape} do not fit q {q.shape} "
-            f"(expected ({b}, kv, context, {hd}) and ({b}, kv, {hd}, context) with kv dividing {heads})"
+            f"(expected (>= {b}, kv, context, {hd}) and (>= {b}, kv, {hd}, context) with kv dividing {heads})"
         )
     if int(positions.shape[0]) != b or positions.dtype != dtypes.int32:
         raise ValueError(f"decode_attention: positions must be int32 ({b},), got {positions.dtype} {positions.shape}")
@@ -120,10 +135,13 @@ def decode_attention(q: Tensor, keys: Tensor, values: Tensor, positions: Tensor,
         return _graph_attention(q, keys, values, positions, scale)
     make = functools.partial(_source, b, kv, heads // kv, ctx, hd, float(scale))
     inputs = [q.cast(dtypes.float32), keys, values, positions]
-    return source_kernel((b, heads, hd), dtypes.float32, inputs, ("decode_attn", b, kv, heads, ctx, hd, scale), make)
+    key = ("decode_attn", b, rows, kv, heads, ctx, hd, scale)
+    return source_kernel((b, heads, hd), dtypes.float32, inputs, key, make)
 
 
-def _source(b: int, kv: int, group: int, ctx: int, hd: int, scale: float, device: str, dts: tuple[DType, ...]):
+def _source(
+    b: int, kv: int, group: int, ctx: int, hd: int, scale: float, device: str, dts: tuple[DType, ...]
+) -> KernelSource | None:
     if device.split(":")[0] != "CPU":
         return None
     name = f"decode_attn_{b}_{kv}_{group}_{ctx}_{hd}"
@@ -138,6 +156,7 @@ def _graph_attention(q: Tensor, keys: Tensor, values: Tensor, positions: Tensor,
     """The same with tg's graph (every slot of the context read, those past each row's position masked)."""
     b, heads, hd = (int(s) for s in q.shape)
     kv, ctx = int(keys.shape[1]), int(keys.shape[2])
+    keys, values = keys[:b], values[:b]
     qg = q.reshape(b, kv, heads // kv, hd).cast(dtypes.float32)
     scores = (qg @ keys.cast(dtypes.float32).transpose(-2, -1)) * scale  # (b, kv, group, ctx)
     seen = Tensor.arange(ctx, device=q.device).reshape(1, 1, 1, ctx) <= positions.reshape(b, 1, 1, 1)

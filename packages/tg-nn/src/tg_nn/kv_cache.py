@@ -9,7 +9,9 @@ not the whole context (decode cost grows with the position, not with the context
 The values are stored transposed, (batch, kv_heads, head_dim, context): `weights @ values` then reduces along
 contiguous memory, as the scores' `q @ keys.T` does (GPU: wide loads, a warp per output row).
 
->>> from tg_tensor import Tensor
+>>> from collections.abc import Sequence
+
+from tg_tensor import Tensor
 >>> cache = KVCache(1, 2, 8, 4)
 >>> keys, values = cache.update(Tensor.ones(1, 2, 3, 4), Tensor.ones(1, 2, 3, 4), 0)
 >>> keys.shape, values.shape
@@ -19,6 +21,8 @@ contiguous memory, as the scores' `q @ keys.T` does (GPU: wide loads, a warp per
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from tg_tensor import Tensor
 from tg_uop import DType, Ops, UOp, dtypes
@@ -70,8 +74,8 @@ class KVCache:
         self.values[:, :, :, start:end].assign(v.cast(self.values.dtype).transpose(-2, -1))
         return self.keys[:, :, :end], self.values[:, :, :, :end].transpose(-2, -1)
 
-    def write_rows(self, k: Tensor, v: Tensor, starts: list[sint]) -> None:
-        """Store k, v (batch, kv_heads, 1, head_dim): batch row b at position starts[b] (an int or a bound
+    def write_rows(self, k: Tensor, v: Tensor, starts: Sequence[sint]) -> None:
+        """Store k, v (rows <= batch, kv_heads, 1, head_dim): row b at position starts[b] (an int or a bound
         Variable each), so the rows of a batched decode step, each at its own position, go to their own slots."""
         if len(starts) != int(k.shape[0]) or int(k.shape[2]) != 1:
             raise ValueError(f"KVCache.write_rows: k {k.shape} needs one token per row and {len(starts)} starts")

@@ -7,8 +7,8 @@ computes; quant_cpu's 8-bit rounding of x, llama.cpp's numerics, is faster and m
 
 AVX2 bodies for Q8_0/Q4_0/Q4_1 (8 floats at a time), each block widened once for 4 rows of x (a batched decode
 step's or a prompt's rows: the widening, not the memory, bounds these kernels), with every row's operations the
-same as when it is multiplied alone, so a row's result does not depend on the rows beside it; the K-quants, and every type on other targets, go through
-the per-value unpacking of tg_nn.quant_gpu's block_dot, compiled as C.
+same as when it is multiplied alone, so a row's result does not depend on the rows beside it; the K-quants, and
+every type on other targets, go through the per-value unpacking of tg_nn.quant_gpu's block_dot, compiled as C.
 
 >>> "void qmm_f_Q4_1_1_64_64(" in cpu_float_source("Q4_1", 1, 64, 64)
 True
@@ -34,7 +34,8 @@ static inline void tgq_widen(__m128i lo, __m128i hi, int is_signed, __m256* w) {
   __m256i b = is_signed ? _mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)) : _mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8));
   __m256i c = is_signed ? _mm256_cvtepi8_epi32(hi) : _mm256_cvtepu8_epi32(hi);
   __m256i d = is_signed ? _mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)) : _mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8));
-  w[0] = _mm256_cvtepi32_ps(a); w[1] = _mm256_cvtepi32_ps(b); w[2] = _mm256_cvtepi32_ps(c); w[3] = _mm256_cvtepi32_ps(d);
+  w[0] = _mm256_cvtepi32_ps(a); w[1] = _mm256_cvtepi32_ps(b);
+  w[2] = _mm256_cvtepi32_ps(c); w[3] = _mm256_cvtepi32_ps(d);
 }
 static inline void tgq_scale(__m256* w, float d) {  /* the widened block times its scale */
   __m256 dv = _mm256_set1_ps(d);
