@@ -57,7 +57,7 @@ class BatchDecoder:
             for r in self.sizes
         }
         self._steps = {r: TinyJit(self._forward) for r in self.sizes}
-        self._copies: dict[int, TinyJit[Tensor]] = {}  # by the number of rows copied
+        self._copies: dict[int, TinyJit[None]] = {}  # by the number of rows copied
 
     def prefill(self, slot: int, prompt: list[int]) -> np.ndarray:
         """Run `prompt` (positions 0..len-1) into `slot`; the logits (vocab,) after its last token."""
@@ -76,13 +76,12 @@ class BatchDecoder:
         self.model._run(self._copies[rows], slot_var)
         return logits
 
-    def _copy_rows(self, slot: UOp, rows: int) -> Tensor:
+    def _copy_rows(self, slot: UOp, rows: int) -> None:
         """Copy the model's cache rows 0..rows-1 into `slot` of the batched caches (what TinyJit captures)."""
         for mine, scratch in zip(self.caches, self.model.caches):
             mine.keys[slot : slot + 1, :, :rows].assign(scratch.keys[:, :, :rows])
             mine.values[slot : slot + 1, :, :, :rows].assign(scratch.values[:, :, :, :rows])
         Tensor.realize(*[c.keys for c in self.caches], *[c.values for c in self.caches])
-        return self.caches[0].keys
 
     def step(self, tokens: dict[int, int], positions: dict[int, int]) -> np.ndarray:
         """Logits (slots, vocab) after one token per slot: `tokens[s]` at `positions[s]` for each slot s given (the

@@ -294,7 +294,7 @@ class Llama:
         system instead of keeping them for reuse: the model allocates little once its steps are captured."""
         Device[self.device].allocator.release()
 
-    def _run(self, jit: TinyJit[Tensor], *args: Any) -> Tensor:
+    def _run(self, jit: TinyJit[Any], *args: Any) -> Any:
         """Call a jitted step; after its first two calls (eager, then captured), release the freed buffers."""
         out = jit(*args)
         calls = self._calls[id(jit)] = self._calls.get(id(jit), 0) + 1
@@ -411,7 +411,8 @@ class Llama:
         self._check_tokens(tokens)
         if n == 1:
             buffer_of(self._decode_tok.uop.base).copyin(np.array(tokens, dtype=np.int32).data)
-            return self._run(self._decode, self._decode_tok, self._position("pos", start_pos, 1))
+            logits: Tensor = self._run(self._decode, self._decode_tok, self._position("pos", start_pos, 1))
+            return logits
         size = max(8, 1 << (n - 1).bit_length())
         if start_pos + size > ctx:
             size = n
