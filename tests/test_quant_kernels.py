@@ -105,3 +105,42 @@ def test_bad_weights_are_named() -> None:
     qw = QuantizedWeight(Tensor(np.zeros(34, np.uint8)), "Q8_0", (1, 32))
     with pytest.raises(ValueError, match="does not match W of shape \\(1, 32\\)"):
         quantized_matmul(Tensor.ones(2, 16), qw)
+
+
+@pytest.mark.parametrize("int8", [False, True])
+@pytest.mark.parametrize("qtype", ["Q4_1", "Q6_K"])
+def test_threaded_split_matches(qtype: str, int8: bool) -> None:
+    """A product big enough to be split over the thread pool (rows of W in chunks that do not divide them evenly,
+    several rows of x: 4-row tiles and the rest) gives the dequantize-then-matmul product."""
+    m, n, k, threads = 6, 101, 1536, 3
+    raw, w = blocks(qtype, n, k, seed=7)
+    x = np.random.default_rng(8).standard_normal((m, k)).astype(np.float32)
+    src = cpu_source(qtype, m, n, k, threads) if int8 else cpu_float_source(qtype, m, n, k, threads)
+    assert "#define CHUNKS 12\n" in src  # (threads x 4 chunks: the split is taken)
+    name = f"qmm_{qtype}_{m}_{n}_{k}" if int8 else f"qmm_f_{qtype}_{m}_{n}_{k}"
+
+    def make(device: str, dts: tuple[object, ...]) -> KernelSource:
+        return KernelSource(src, name)
+
+    inputs = [Tensor(x, device="CPU"), Tensor(raw, device="CPU")]
+    got = source_kernel((m, n), dtypes.float32, inputs, ("threaded", qtype, int8), make)
+    check(got.numpy(), x, w, int8)
+
+
+def test_small_products_stay_on_one_thread() -> None:
+    assert "#define CHUNKS 1\n" in cpu_float_source("Q4_1", 1, 8, 64, threads=8)
+    assert "#define CHUNKS 1\n" in cpu_source("Q4_1", 1, 8, 64, threads=8)
+
+
+@pytest.mark.parametrize("qtype", ["Q8_0", "Q4_0", "Q4_1", "Q4_K"])
+def test_a_row_gets_the_same_bits_alone_or_in_a_batch(qtype: str) -> None:
+    """Each row of x is multiplied by the same operations whatever rows are beside it (a batched decode step gives
+    a sequence the logits it gets alone): the rows of a 7-row product (a 4-row tile, then 3 alone) equal, bit for
+    bit, the products of each row by itself."""
+    m, n, k = 7, 24, 256
+    raw, _ = blocks(qtype, n, k, seed=11)
+    x = np.random.default_rng(12).standard_normal((m, k)).astype(np.float32)
+    qw = QuantizedWeight(Tensor(raw, device="CPU").realize(), qtype, (n, k))
+    together = quantized_matmul(Tensor(x, device="CPU"), qw).numpy()
+    alone = np.concatenate([quantized_matmul(Tensor(x[i : i + 1], device="CPU"), qw).numpy() for i in range(m)])
+    np.testing.assert_array_equal(together, alone)

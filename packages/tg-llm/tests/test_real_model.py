@@ -151,3 +151,27 @@ def test_server_answers_streamed_and_concurrent(client: openai.OpenAI) -> None:
     with ThreadPoolExecutor(3) as pool:
         answers = list(pool.map(ask, [False, True, False]))
     assert answers == ["The capital of France is Paris."] * 3
+
+
+def test_batched_server_gives_concurrent_requests_their_sequential_tokens(loaded: tuple[Llama, Tokenizer]) -> None:
+    """Four slots decoded together (tg_llm.batch): 6 chat requests at once (more than the slots: some wait for a
+    free one) get the tokens they get one after another, and the float32 reference's answer to the France question
+    (the continuation test's tokens up to <|im_end|>)."""
+    srv = LLMServer(Session(*loaded), "smollm2", port=0, slots=4).start()
+    client = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=600)
+    questions = [FRANCE, "Name three primary colors.", "Who wrote Hamlet?", "What is 12 times 12?"]
+
+    def ask(i: int) -> tuple[str | None, int]:
+        msgs: list = [{"role": "user", "content": questions[i % len(questions)]}]
+        r = client.chat.completions.create(model="smollm2", messages=msgs, max_tokens=12, temperature=0)
+        assert r.usage is not None
+        return r.choices[0].message.content, r.usage.completion_tokens
+
+    try:
+        alone = [ask(i) for i in range(6)]
+        with ThreadPoolExecutor(6) as pool:
+            together = list(pool.map(ask, range(6)))
+    finally:
+        srv.stop()
+    assert together == alone
+    assert alone[0] == ("The capital of France is Paris.", 7)

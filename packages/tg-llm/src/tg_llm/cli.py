@@ -36,6 +36,13 @@ def _parser() -> argparse.ArgumentParser:
         help="serve the OpenAI API on 127.0.0.1:PORT (default 8000; 0 picks a free port)",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1)")
+    p.add_argument(
+        "--parallel",
+        type=int,
+        default=1,
+        metavar="N",
+        help="--serve: decode up to N requests together (a KV cache of --context for each; default 1)",
+    )
     p.add_argument("--benchmark", type=int, default=None, metavar="N", help="time a prefill and N decode steps")
     p.add_argument("--prompt-tokens", type=int, default=128, help="--benchmark's prompt length (default 128)")
     p.add_argument("--prompt", default=None, help="answer this one message and exit")
@@ -65,7 +72,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
     """Run the command line `argv`; the exit status (0, 1 for a bad file or prompt, 130 for Ctrl-C while loading)."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.parallel < 1:
+        parser.error(f"--parallel {args.parallel}: expected a number of requests >= 1")
     try:
         return _run(args, stdin or sys.stdin, stdout or sys.stdout)
     except KeyboardInterrupt:  # while loading or benchmarking: no traceback
@@ -96,7 +106,7 @@ def _run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
     if args.serve is not None:
         from tg_llm.server import LLMServer
 
-        srv = LLMServer(session, os.path.basename(args.model), args.host, args.serve)
+        srv = LLMServer(session, os.path.basename(args.model), args.host, args.serve, slots=args.parallel)
         print(f"serving the OpenAI API on {srv.url}/v1 (model {srv.model_id!r}); Ctrl-C stops", file=sys.stderr)
         try:
             srv.serve_forever()

@@ -20,7 +20,7 @@ from tg_llm.model import Llama
 from tg_llm.tokenizer import Tokenizer
 from tg_nn.sampling import sample
 
-__all__ = ["Completion", "Session", "apply_chat_template", "sample"]
+__all__ = ["Completion", "Decoding", "Session", "apply_chat_template", "sample"]
 
 
 _BUILTIN = {
@@ -142,50 +142,88 @@ class Session:
         Stops at an end-of-turn token ("stop"), a stop string ("stop", not included), max_tokens or the end
         of the context ("length").
         """
-        if not isinstance(max_tokens, int) or max_tokens < 1:
-            raise ValueError(f"generate: max_tokens={max_tokens!r} must be a positive int")
-        rng = np.random.default_rng(seed)
-        out = Completion(prompt_tokens=len(prompt))
+        state = Decoding(self.tokenizer, len(prompt), max_tokens, temperature, top_p, top_k, stop, seed)
         t0 = time.perf_counter()
         logits = self.prefill(prompt)
-        out.prefill_s = time.perf_counter() - t0
-        stops = [s for s in (stop or []) if s]
-        pending, dec, matched = "", _Utf8Stream(self.tokenizer), False
+        state.out.prefill_s = time.perf_counter() - t0
         t0 = time.perf_counter()
         greedy: Iterator[int] | None = None  # temperature 0: steps chained on the device (Llama.greedy_tokens)
+        tok = state.sample(logits)
         while True:
-            tok = next(greedy) if greedy is not None else sample(logits, temperature, top_k, top_p, rng)
-            if tok in self.tokenizer.stop_ids:
-                out.finish_reason = "stop"
-                break
-            out.tokens.append(tok)
-            pending += dec.push(tok)
-            cut = min((i for i in (pending.find(s) for s in stops) if i >= 0), default=-1)
-            if cut >= 0:
-                out.text += pending[:cut]
-                yield pending[:cut], out
-                out.finish_reason, matched = "stop", True
-                break
-            hold = max((_overlap(pending, s) for s in stops), default=0)  # a stop string may be starting
-            ready, pending = pending[: len(pending) - hold], pending[len(pending) - hold :]
-            if ready:
-                out.text += ready
-                yield ready, out
+            yield from state.push(tok)
             pos = len(self.cached)
-            if len(out.tokens) >= max_tokens or pos >= self.model.cfg.context_length:
+            if state.done or pos >= self.model.cfg.context_length:
                 break
             if temperature == 0:
                 if greedy is None:  # as many as the loop can still take: it stops before they run out
-                    n = min(max_tokens - len(out.tokens), self.model.cfg.context_length - pos)
+                    n = min(max_tokens - len(state.out.tokens), self.model.cfg.context_length - pos)
                     greedy = self.model.greedy_tokens(tok, pos, n, chunk=8)
+                following = next(greedy)
             else:
-                logits = self.model.forward([tok], pos).numpy()[0]
+                following = state.sample(self.model.forward([tok], pos).numpy()[0])
             self.cached.append(tok)
-        out.decode_s = time.perf_counter() - t0
-        if not matched and (pending := pending + dec.flush()):  # held back for a stop string that never came
-            out.text += pending
-            yield pending, out
-        yield "", out
+            tok = following
+        state.out.decode_s = time.perf_counter() - t0
+        yield from state.finish()
+
+
+class Decoding:
+    """One generation's text after its prompt: the sampler (its own seeded generator), the token limit, end-of-turn
+    tokens, stop strings (text held back while it may be the start of one) and UTF-8 pieces. Session.generate
+    and the server's batched decode (tg_llm.scheduler) feed it tokens; it says when the generation is `done`."""
+
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        prompt_tokens: int,
+        max_tokens: int = 256,
+        temperature: float = 0.7,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        stop: list[str] | None = None,
+        seed: int | None = None,
+    ) -> None:
+        if not isinstance(max_tokens, int) or max_tokens < 1:
+            raise ValueError(f"generate: max_tokens={max_tokens!r} must be a positive int")
+        self.tokenizer, self.max_tokens = tokenizer, max_tokens
+        self.temperature, self.top_p, self.top_k = temperature, top_p, top_k
+        self.rng = np.random.default_rng(seed)
+        self.out = Completion(prompt_tokens=prompt_tokens)
+        self.stops = [s for s in (stop or []) if s]
+        self.pending, self.dec, self.matched, self.done = "", _Utf8Stream(tokenizer), False, False
+
+    def sample(self, logits: np.ndarray) -> int:
+        return sample(logits, self.temperature, self.top_k, self.top_p, self.rng)
+
+    def push(self, tok: int) -> list[tuple[str, Completion]]:
+        """Take the next token: the text it completes, as (piece, completion so far) pairs (none or one)."""
+        out = self.out
+        if tok in self.tokenizer.stop_ids:
+            out.finish_reason, self.done = "stop", True
+            return []
+        out.tokens.append(tok)
+        self.pending += self.dec.push(tok)
+        cut = min((i for i in (self.pending.find(s) for s in self.stops) if i >= 0), default=-1)
+        if cut >= 0:
+            out.text += self.pending[:cut]
+            out.finish_reason, self.matched, self.done = "stop", True, True
+            return [(self.pending[:cut], out)]
+        hold = max((_overlap(self.pending, s) for s in self.stops), default=0)  # a stop string may be starting
+        ready, self.pending = self.pending[: len(self.pending) - hold], self.pending[len(self.pending) - hold :]
+        self.done = len(out.tokens) >= self.max_tokens
+        if ready:
+            out.text += ready
+            return [(ready, out)]
+        return []
+
+    def finish(self) -> list[tuple[str, Completion]]:
+        """The text held back (for a stop string that never came), then the last ("", completion)."""
+        pieces = []
+        if not self.matched and (pending := self.pending + self.dec.flush()):
+            self.out.text += pending
+            pieces.append((pending, self.out))
+        self.pending = ""
+        return [*pieces, ("", self.out)]
 
 
 def _overlap(text: str, stop: str) -> int:

@@ -37,6 +37,7 @@ from tg_llm.weights import (
     _tensor,
     linear,
 )
+from tg_nn.decode_attention import decode_attention
 from tg_nn.gguf import dequantize
 from tg_nn.kv_cache import KVCache, causal_mask
 from tg_nn.quant import QuantizedWeight
@@ -121,9 +122,10 @@ class Block:
             at += n
         return tuple(ret)
 
-    def attention(self, x: Tensor, cache: KVCache, start: sint, cos: Tensor, sin: Tensor) -> Tensor:
+    def qkv(self, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The rotated queries (heads, t, hd), realized, and the keys and values (kv_heads, t, hd) of x (t, dim)."""
         cfg = self.cfg
-        t, hd, kv, group = int(x.shape[0]), cfg.head_dim, cfg.n_kv_heads, cfg.n_heads // cfg.n_kv_heads
+        t, hd, kv = int(x.shape[0]), cfg.head_dim, cfg.n_kv_heads
         q, k, v = self.project(x, self.wqkv, self.wq, self.wk, self.wv)
         if self.bq is not None and self.bk is not None and self.bv is not None:
             q, k, v = q + self.bq, k + self.bk, v + self.bv
@@ -133,8 +135,17 @@ class Block:
         if self.q_norm is not None and self.k_norm is not None:  # qwen3: RMSNorm of each head
             q, k = rms_norm(q, self.q_norm, cfg.norm_eps), rms_norm(k, self.k_norm, cfg.norm_eps)
         # (q realized: fused into the scores' kernel, its rotation would be recomputed for every key read)
-        q, k = rope(q, cos, sin, cfg.rope_style).contiguous(), rope(k, cos, sin, cfg.rope_style)
+        return rope(q, cos, sin, cfg.rope_style).contiguous(), rope(k, cos, sin, cfg.rope_style), v
+
+    def attention(self, x: Tensor, cache: KVCache, start: sint, cos: Tensor, sin: Tensor) -> Tensor:
+        cfg = self.cfg
+        t, hd, kv, group = int(x.shape[0]), cfg.head_dim, cfg.n_kv_heads, cfg.n_heads // cfg.n_kv_heads
+        q, k, v = self.qkv(x, cos, sin)
         keys, values = cache.update(k.reshape(1, kv, t, hd), v.reshape(1, kv, t, hd), start)
+        if t == 1 and x.device.split(":")[0] == "CPU" and cache.keys.dtype == dtypes.float32:  # one fused kernel
+            position = (Tensor.zeros(1, dtype=dtypes.int32, device=x.device) + start).cast(dtypes.int32)
+            out = decode_attention(q.reshape(1, cfg.n_heads, hd), cache.keys, cache.values, position, hd**-0.5)
+            return linear(out.reshape(1, cfg.n_heads * hd), self.wo, self.int8)
         n = start + t  # the positions read: 0..start+t-1 (symbolic when start is a Variable)
         keys, values = keys.reshape(kv, n, hd), values.reshape(kv, n, hd)
         q = q.reshape(kv, group * t, hd)  # the heads sharing one kv head, side by side
@@ -146,11 +157,37 @@ class Block:
         out = (weights @ values).reshape(cfg.n_heads, t, hd).permute(1, 0, 2).reshape(t, cfg.n_heads * hd)
         return linear(out, self.wo, self.int8)
 
+    def batched_attention(
+        self, x: Tensor, cache: KVCache, starts: list[UOp], positions: Tensor, cos: Tensor, sin: Tensor
+    ) -> Tensor:
+        """Attention of x (B, dim), one token of each of B sequences: row b is cache row b's token at position
+        starts[b] (a bound Variable; `positions` holds the same numbers, int32 (B,)): its keys and values are written
+        there and it attends to that row's slots 0..starts[b] (tg_nn.decode_attention)."""
+        cfg = self.cfg
+        b, hd, kv = int(x.shape[0]), cfg.head_dim, cfg.n_kv_heads
+        q, k, v = self.qkv(x, cos, sin)  # (heads, B, hd), (kv, B, hd): the B tokens side by side
+        cache.write_rows(k.permute(1, 0, 2).reshape(b, kv, 1, hd), v.permute(1, 0, 2).reshape(b, kv, 1, hd), starts)
+        out = decode_attention(q.permute(1, 0, 2), cache.keys, cache.values, positions, hd**-0.5)
+        return linear(out.reshape(b, cfg.n_heads * hd), self.wo, self.int8)
+
     def __call__(self, x: Tensor, cache: KVCache, start: sint, cos: Tensor, sin: Tensor) -> Tensor:
         # the residual stream is realized (the add fused into the matvec before it): left lazy, layer i's norm
         # kernels would re-add all 2i earlier outputs
         attn = self.attention(rms_norm(x, self.attn_norm, self.cfg.norm_eps), cache, start, cos, sin)
-        x = (x + attn).contiguous()
+        return self.mlp(x + attn)
+
+    def batched(
+        self, x: Tensor, cache: KVCache, starts: list[UOp], positions: Tensor, cos: Tensor, sin: Tensor
+    ) -> Tensor:
+        """The layer on x (B, dim), one token of each of B sequences (see batched_attention)."""
+        attn = self.batched_attention(
+            rms_norm(x, self.attn_norm, self.cfg.norm_eps), cache, starts, positions, cos, sin
+        )
+        return self.mlp(x + attn)
+
+    def mlp(self, x: Tensor) -> Tensor:
+        """x (the residual stream after attention, realized) plus the SwiGLU MLP of its norm, realized."""
+        x = x.contiguous()
         h = rms_norm(x, self.ffn_norm, self.cfg.norm_eps)
         gate, up = self.project(h, self.w_gate_up, self.w_gate, self.w_up)
         return (x + linear(gate.silu() * up, self.w_down, self.int8)).contiguous()
@@ -257,7 +294,7 @@ class Llama:
         system instead of keeping them for reuse: the model allocates little once its steps are captured."""
         Device[self.device].allocator.release()
 
-    def _run(self, jit: TinyJit[Tensor], *args: Any) -> Tensor:
+    def _run(self, jit: TinyJit[Any], *args: Any) -> Any:
         """Call a jitted step; after its first two calls (eager, then captured), release the freed buffers."""
         out = jit(*args)
         calls = self._calls[id(jit)] = self._calls.get(id(jit), 0) + 1
@@ -374,7 +411,8 @@ class Llama:
         self._check_tokens(tokens)
         if n == 1:
             buffer_of(self._decode_tok.uop.base).copyin(np.array(tokens, dtype=np.int32).data)
-            return self._run(self._decode, self._decode_tok, self._position("pos", start_pos, 1))
+            logits: Tensor = self._run(self._decode, self._decode_tok, self._position("pos", start_pos, 1))
+            return logits
         size = max(8, 1 << (n - 1).bit_length())
         if start_pos + size > ctx:
             size = n

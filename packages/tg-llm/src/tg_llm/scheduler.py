@@ -5,10 +5,11 @@ went away is cancelled and the worker drops it (waiting) or stops it at its next
 has a bound: past it `submit` raises `QueueFull` (the server answers 503), so a burst of clients cannot pile up
 unbounded work.
 
-Requests run one at a time, in arrival order: the model has one KV cache, for one sequence. Each step of
-the worker is `_admit` (take waiting requests while there is room) then `_step` (advance every running
-request by one piece); with a model that decodes several sequences per step, `max_running` above 1 and a
-`_step` that runs one batched decode for all of them are what change.
+`Scheduler` runs requests one at a time, in arrival order, on the session's model and its one KV cache.
+`BatchScheduler` runs up to `slots` of them together (tg_llm.batch.BatchDecoder): a request admitted to a free
+slot is prefilled alone, then every step decodes one token of each running request in one batched step, each at
+its own position in its own cache slot. Each step of the worker is `_admit` (take waiting requests while there is
+room) then `_step` (advance every running request by one piece).
 
 >>> sched = Scheduler(session).start()                              # doctest: +SKIP
 >>> "".join(p for p, _ in sched.submit(prompt, {"max_tokens": 8}))  # doctest: +SKIP
@@ -19,13 +20,17 @@ from __future__ import annotations
 import collections
 import queue
 import threading
-from collections.abc import Generator, Iterator
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from tg_llm.generate import Completion, Session
+import numpy as np
 
-__all__ = ["QueueFull", "Request", "Scheduler"]
+from tg_llm.batch import BatchDecoder
+from tg_llm.generate import Completion, Decoding, Session
+
+__all__ = ["BatchScheduler", "QueueFull", "Request", "Scheduler"]
 
 
 class QueueFull(RuntimeError):
@@ -69,11 +74,14 @@ class Scheduler:
     """Runs submitted requests on `session` in a worker thread; at most `max_waiting` wait for their turn."""
 
     def __init__(self, session: Session, max_waiting: int = 64, max_running: int = 1) -> None:
-        if max_running != 1:
-            raise ValueError(f"Scheduler: max_running={max_running}: the model decodes one sequence at a time")
+        if max_running != 1 and type(self) is Scheduler:
+            raise ValueError(
+                f"Scheduler: max_running={max_running}: the model decodes one sequence at a time (BatchScheduler:"
+                " several)"
+            )
         self.session, self.max_waiting, self.max_running = session, max_waiting, max_running
         self.waiting: collections.deque[Request] = collections.deque()
-        self.running: dict[int, tuple[Request, Generator[tuple[str, Completion]]]] = {}
+        self.running: dict[int, Any] = {}  # (request, its generator) by id; BatchScheduler: _Slot by slot
         self.wake = threading.Condition()
         self.stopping = False
         self.thread: threading.Thread | None = None
@@ -112,10 +120,13 @@ class Scheduler:
                     break
                 self._admit()
             self._step()
-        for _, gen in self.running.values():
-            gen.close()
+        self._close_running()
         for req in left:
             req.pieces.put(RuntimeError("the server is stopping"))
+
+    def _close_running(self) -> None:
+        for _, gen in self.running.values():
+            gen.close()
 
     def _admit(self) -> None:
         """Move waiting requests to running while there is room (cancelled ones are dropped)."""
@@ -140,3 +151,80 @@ class Scheduler:
                 req.pieces.put(_END if item is None else item)
                 continue
             req.pieces.put(item)
+
+
+@dataclass
+class _Slot:
+    """A request running in a BatchScheduler slot: its text state, the token to feed next and its position."""
+
+    req: Request
+    state: Decoding
+    token: int
+    pos: int
+    t0: float
+
+
+class BatchScheduler(Scheduler):
+    """Runs up to `slots` requests together on `session`'s model: one batched decode step advances each running
+    request by a token (tg_llm.batch.BatchDecoder, its own `slots` KV-cache rows of the model's context each)."""
+
+    def __init__(self, session: Session, slots: int, max_waiting: int = 64) -> None:
+        super().__init__(session, max_waiting, max_running=slots)
+        self.decoder = BatchDecoder(session.model, slots)
+        self.running: dict[int, _Slot] = {}
+
+    def _close_running(self) -> None:
+        self.running.clear()
+
+    def _admit(self) -> None:
+        """Prefill waiting requests into free slots (the lowest first) and give them their first token."""
+        while self.waiting and len(self.running) < self.max_running:
+            req = self.waiting.popleft()
+            if req.cancelled.is_set():
+                req.pieces.put(_END)
+                continue
+            slot = min(set(range(self.max_running)) - set(self.running))
+            try:
+                args = {k: v for k, v in req.args.items() if k != "max_tokens"}
+                state = Decoding(self.session.tokenizer, len(req.prompt), req.args.get("max_tokens", 256), **args)
+                t0 = time.perf_counter()
+                logits = self.decoder.prefill(slot, req.prompt)
+                state.out.prefill_s = time.perf_counter() - t0
+                running = _Slot(req, state, state.sample(logits), len(req.prompt), time.perf_counter())
+            except Exception as e:  # the request's error goes to its reader; the worker keeps serving
+                req.pieces.put(e)
+                continue
+            self.running[slot] = running
+            self._advance(slot, running)
+
+    def _advance(self, slot: int, run: _Slot) -> None:
+        """Hand the slot's new token to its request; it leaves when it is done, cancelled or at the context's end."""
+        for piece in run.state.push(run.token):
+            run.req.pieces.put(piece)
+        if run.state.done or run.req.cancelled.is_set() or run.pos >= self.decoder.context:
+            del self.running[slot]
+            run.state.out.decode_s = time.perf_counter() - run.t0
+            for piece in run.state.finish():
+                run.req.pieces.put(piece)
+            run.req.pieces.put(_END)
+
+    def _step(self) -> None:
+        """One batched decode step for every running request."""
+        for slot, run in list(self.running.items()):
+            if run.req.cancelled.is_set():
+                del self.running[slot]
+                run.req.pieces.put(_END)
+        if not self.running:
+            return
+        tokens = {slot: run.token for slot, run in self.running.items()}
+        positions = {slot: run.pos for slot, run in self.running.items()}
+        try:
+            logits: np.ndarray = self.decoder.step(tokens, positions)
+        except Exception as e:  # (a broken step fails every request in it; the worker keeps serving)
+            for slot, run in list(self.running.items()):
+                del self.running[slot]
+                run.req.pieces.put(e)
+            return
+        for slot, run in list(self.running.items()):
+            run.token, run.pos = run.state.sample(logits[slot]), run.pos + 1
+            self._advance(slot, run)

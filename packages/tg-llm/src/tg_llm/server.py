@@ -24,7 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from tg_llm.generate import Completion, Session
-from tg_llm.scheduler import QueueFull, Request, Scheduler
+from tg_llm.scheduler import BatchScheduler, QueueFull, Request, Scheduler
 
 __all__ = ["LLMServer", "RequestError"]
 
@@ -64,7 +64,9 @@ class LLMServer:
     """Serve `session` as model `model_id` on host:port (port 0: a free one). `start()` runs it in a thread.
 
     `read_timeout`: seconds a client may take to send its request (and to take each write of the answer);
-    `max_waiting`: requests that may wait for the model before the server answers 503."""
+    `max_waiting`: requests that may wait for the model before the server answers 503; `slots`: requests decoded
+    together (1: one at a time, on the session's KV cache; more: tg_llm.scheduler.BatchScheduler, a KV cache of the
+    model's context for each slot)."""
 
     def __init__(
         self,
@@ -74,9 +76,13 @@ class LLMServer:
         port: int = 8000,
         read_timeout: float = 30.0,
         max_waiting: int = 64,
+        slots: int = 1,
     ) -> None:
+        if not isinstance(slots, int) or isinstance(slots, bool) or slots < 1:
+            raise ValueError(f"LLMServer: slots={slots!r} must be a positive int")
         self.session, self.model_id = session, model_id
-        self.scheduler = Scheduler(session, max_waiting=max_waiting).start()
+        sched = Scheduler(session, max_waiting) if slots == 1 else BatchScheduler(session, slots, max_waiting)
+        self.scheduler = sched.start()
         server = self
 
         class Handler(_Handler):

@@ -9,7 +9,9 @@ not the whole context (decode cost grows with the position, not with the context
 The values are stored transposed, (batch, kv_heads, head_dim, context): `weights @ values` then reduces along
 contiguous memory, as the scores' `q @ keys.T` does (GPU: wide loads, a warp per output row).
 
->>> from tg_tensor import Tensor
+>>> from collections.abc import Sequence
+
+from tg_tensor import Tensor
 >>> cache = KVCache(1, 2, 8, 4)
 >>> keys, values = cache.update(Tensor.ones(1, 2, 3, 4), Tensor.ones(1, 2, 3, 4), 0)
 >>> keys.shape, values.shape
@@ -19,6 +21,8 @@ contiguous memory, as the scores' `q @ keys.T` does (GPU: wide loads, a warp per
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from tg_tensor import Tensor
 from tg_uop import DType, Ops, UOp, dtypes
@@ -69,6 +73,19 @@ class KVCache:
         self.keys[:, :, start:end].assign(k.cast(self.keys.dtype))
         self.values[:, :, :, start:end].assign(v.cast(self.values.dtype).transpose(-2, -1))
         return self.keys[:, :, :end], self.values[:, :, :, :end].transpose(-2, -1)
+
+    def write_rows(self, k: Tensor, v: Tensor, starts: Sequence[sint]) -> None:
+        """Store k, v (rows <= batch, kv_heads, 1, head_dim): row b at position starts[b] (an int or a bound
+        Variable each), so the rows of a batched decode step, each at its own position, go to their own slots."""
+        if len(starts) != int(k.shape[0]) or int(k.shape[2]) != 1:
+            raise ValueError(f"KVCache.write_rows: k {k.shape} needs one token per row and {len(starts)} starts")
+        for b, start in enumerate(starts):
+            if isinstance(start, int) and not 0 <= start < self.context:
+                raise ValueError(f"KVCache.write_rows: position {start} is outside the context of {self.context}")
+            self.keys[b : b + 1, :, start : start + 1].assign(k[b : b + 1].cast(self.keys.dtype))
+            self.values[b : b + 1, :, :, start : start + 1].assign(
+                v[b : b + 1].cast(self.values.dtype).transpose(-2, -1)
+            )
 
     def clear(self) -> None:
         """Zero every position (in place: a captured step keeps reading these buffers)."""

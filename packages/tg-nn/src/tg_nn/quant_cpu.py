@@ -3,7 +3,9 @@
 `out (M, N) = x (M, K) @ W.T`, W (N, K) held as the file's blocks, row after row. The kernel quantizes the rows
 of x to 8-bit blocks of 32 (a float scale each, and the scale times the sum of its integers), then takes each
 dot product in integers, block by block, and scales it in float: the weights are read once, in their own bytes,
-and never widened to float32 in memory. Rows of W are split over the threads (OpenMP).
+and never widened to float32 in memory. Rows of W are split over the threads of tg's CPU thread pool
+(tg_codegen.renderer.threadpool), as tg's own kernels split their THREAD loops: the source defines the pointer
+`tg_parallel`, which the CPU device points at the pool when it loads the library (unset: one thread).
 
 Two bodies per type: AVX2 (`maddubs`/`madd`, or AVX512-VNNI's `dpbusd` where the compiler targets it), and a
 generic one in plain C whose inner loops are `omp simd` (any target, gcc or clang). The arithmetic is the same:
@@ -27,11 +29,30 @@ CPU_TYPES: dict[str, tuple[int, int]] = {
     "Q6_K": (256, 210),
 }
 
-PARALLEL_BYTES = 1 << 22  # a product reading fewer weight bytes (times rows of x) than this runs on one thread
+# a product reading fewer weight bytes (times rows of x) than this runs on one thread: a call of tg's pool costs
+# ~1-2 us (OpenMP's parallel region cost more, so this was 4 MiB, which left every decode matvec of SmolLM2 on one
+# core); 64 KiB of Q4_1 take ~5 us on one core
+PARALLEL_BYTES = 1 << 16
+CHUNKS_PER_THREAD = 4  # chunks of rows per thread: the pool hands them out as threads come free (a busy machine)
+
+
+def parallel_defines(m: int, n: int, row_bytes: int, threads: int) -> str:
+    """`#define`s of the split over threads: CHUNKS pieces of the N weight rows (1: no threads), THREADS."""
+    chunks = 1
+    if threads > 1 and m * n * row_bytes >= PARALLEL_BYTES:
+        chunks = max(1, min(n, threads * CHUNKS_PER_THREAD))
+    return f"#define CHUNKS {chunks}\n#define THREADS {max(1, threads)}\n"
+
 
 _PRELUDE = r"""
 #include <stdint.h>
 #include <string.h>
+/* tg's CPU thread pool (set by the CPU device when it loads the library): runs chunk(args, 0..n-1) on threads */
+void (*tg_parallel)(void (*chunk)(void*, int), void* args, int n, int threads);
+static void tgq_parallel(void (*chunk)(void*, int), void* args, int n, int threads) {
+  if (tg_parallel && n > 1) tg_parallel(chunk, args, n, threads);
+  else for (int c = 0; c < n; c++) chunk(args, c);
+}
 #if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
 #include <immintrin.h>
 #define TGQ_AVX2 1
@@ -329,6 +350,20 @@ def _row32(qtype: str) -> str:
 _KERNEL = r"""
 #define NB (K / BS)
 {row}
+struct tgq_args {{ float* out; const uint8_t* w; const int8_t* q; const float* d; const float* s; int m0, mc; }};
+static void tgq_chunk(void* p, int c) {{  /* weight rows c * N / CHUNKS .. (c + 1) * N / CHUNKS - 1 */
+  const struct tgq_args* a = (const struct tgq_args*)p;
+  int mc = a->mc, n1 = (int)((long)(c + 1) * N / CHUNKS);
+  for (int n = (int)((long)c * N / CHUNKS); n < n1; n++) {{
+    const uint8_t* wr = a->w + (long)n * ROWB;
+    float* o = a->out + (long)a->m0 * N + n;
+    int m = 0;
+#ifdef TGQ_ROWS4
+    for (; m + 4 <= mc; m += 4) tgq_rows4(wr, a->q + m * K, a->d + m * (K / 32), a->s + m * (K / 32), o + (long)m * N);
+#endif
+    for (; m < mc; m++) o[(long)m * N] = tgq_row(wr, a->q + m * K, a->d + m * (K / 32), a->s + m * (K / 32));
+  }}
+}}
 void {name}(float* restrict out, const float* restrict x, const uint8_t* restrict w) {{
   /* x in chunks of MC rows, quantized on the stack; each chunk times every weight row, rows over the threads */
   int8_t q[MC * K];
@@ -336,17 +371,8 @@ void {name}(float* restrict out, const float* restrict x, const uint8_t* restric
   for (int m0 = 0; m0 < M; m0 += MC) {{
     int mc = M - m0 < MC ? M - m0 : MC;
     for (int m = 0; m < mc; m++) tgq_quantize(x + (long)(m0 + m) * K, q + m * K, d + m * (K / 32), s + m * (K / 32), K);
-#pragma omp parallel for schedule(static) num_threads(THREADS) if (PAR)
-    for (int n = 0; n < N; n++) {{
-      const uint8_t* wr = w + (long)n * ROWB;
-      int m = 0;
-#ifdef TGQ_ROWS4
-      for (; m + 4 <= mc; m += 4)
-        tgq_rows4(wr, q + m * K, d + m * (K / 32), s + m * (K / 32), out + (long)(m0 + m) * N + n);
-#endif
-      for (; m < mc; m++)
-        out[(long)(m0 + m) * N + n] = tgq_row(wr, q + m * K, d + m * (K / 32), s + m * (K / 32));
-    }}
+    struct tgq_args a = {{out, w, q, d, s, m0, mc}};
+    tgq_parallel(tgq_chunk, &a, CHUNKS, THREADS);
   }}
 }}
 """
@@ -361,12 +387,9 @@ def cpu_source(qtype: str, m: int, n: int, k: int, threads: int = 1, generic: bo
     if k % bs:
         raise ValueError(f"quantized matmul: rows of {k} are not whole {qtype} blocks of {bs}")
     mc = max(1, min(m, (1 << 18) // k))  # at most 256 KiB of quantized x on the stack at a time
-    # threads only for calls that read enough to pay for waking them (a parallel region costs microseconds, and
-    # milliseconds on a loaded machine, where a woken thread waits for a core)
-    par = int(m * (n * k // bs * bb) >= PARALLEL_BYTES)
     defines = (
         f"#define M {m}\n#define N {n}\n#define K {k}\n#define BS {bs}\n#define ROWB {k // bs * bb}\n#define MC {mc}\n"
-        f"#define PAR {par}\n#define THREADS {max(1, threads)}\n#define BB {bb}\n"
+        f"#define BB {bb}\n" + parallel_defines(m, n, k // bs * bb, threads)
     )
     row = _row32(qtype) if qtype in _BLOCKS32 else _ROW[qtype]
     body = _KERNEL.format(row=row, name=f"qmm_{qtype}_{m}_{n}_{k}")

@@ -5,8 +5,10 @@ used as it is, in float32: each block's values are widened to floats in register
 result is the float product of the dequantized weights, up to the order of additions (what a float32 reference
 computes; quant_cpu's 8-bit rounding of x, llama.cpp's numerics, is faster and moves results by ~0.5%).
 
-AVX2 bodies for Q8_0/Q4_0/Q4_1 (8 floats at a time); the K-quants, and every type on other targets, go through
-the per-value unpacking of tg_nn.quant_gpu's block_dot, compiled as C.
+AVX2 bodies for Q8_0/Q4_0/Q4_1 (8 floats at a time), each block widened once for 4 rows of x (a batched decode
+step's or a prompt's rows: the widening, not the memory, bounds these kernels), with every row's operations the
+same as when it is multiplied alone, so a row's result does not depend on the rows beside it; the K-quants, and
+every type on other targets, go through the per-value unpacking of tg_nn.quant_gpu's block_dot, compiled as C.
 
 >>> "void qmm_f_Q4_1_1_64_64(" in cpu_float_source("Q4_1", 1, 64, 64)
 True
@@ -14,7 +16,7 @@ True
 
 from __future__ import annotations
 
-from tg_nn.quant_cpu import _PRELUDE, CPU_TYPES, PARALLEL_BYTES
+from tg_nn.quant_cpu import _PRELUDE, CPU_TYPES, parallel_defines
 from tg_nn.quant_gpu import _BLOCK, _COMMON
 
 __all__ = ["cpu_float_source"]
@@ -26,61 +28,106 @@ _C = r"""
 typedef unsigned char u8; typedef signed char i8; typedef unsigned int u32;
 static inline float tgq_bits_f(u32 u) { float f; memcpy(&f, &u, 4); return f; }
 #ifdef TGQ_AVX2
-static inline __m256 tgq_fdot(__m128i lo, __m128i hi, int is_signed, const float* x) {
-  /* 32 bytes (lo: values 0..15, hi: 16..31) widened to floats and multiplied with x[0..31] */
+static inline void tgq_widen(__m128i lo, __m128i hi, int is_signed, __m256* w) {
+  /* 32 bytes (lo: values 0..15, hi: 16..31) widened to 4 vectors of 8 floats */
   __m256i a = is_signed ? _mm256_cvtepi8_epi32(lo) : _mm256_cvtepu8_epi32(lo);
   __m256i b = is_signed ? _mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)) : _mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8));
   __m256i c = is_signed ? _mm256_cvtepi8_epi32(hi) : _mm256_cvtepu8_epi32(hi);
   __m256i d = is_signed ? _mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)) : _mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8));
-  __m256 s = _mm256_mul_ps(_mm256_cvtepi32_ps(a), _mm256_loadu_ps(x));
-  s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(b), _mm256_loadu_ps(x + 8), s);
-  s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c), _mm256_loadu_ps(x + 16), s);
-  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_loadu_ps(x + 24), s);
+  w[0] = _mm256_cvtepi32_ps(a); w[1] = _mm256_cvtepi32_ps(b);
+  w[2] = _mm256_cvtepi32_ps(c); w[3] = _mm256_cvtepi32_ps(d);
+}
+static inline void tgq_scale(__m256* w, float d) {  /* the widened block times its scale */
+  __m256 dv = _mm256_set1_ps(d);
+  w[0] = _mm256_mul_ps(w[0], dv); w[1] = _mm256_mul_ps(w[1], dv); w[2] = _mm256_mul_ps(w[2], dv);
+  w[3] = _mm256_mul_ps(w[3], dv);
+}
+static inline void tgq_fma(const __m256* w, const float* x, __m256* a, __m256* b) {  /* a, b += w . x[0..31] */
+  *a = _mm256_fmadd_ps(w[0], _mm256_loadu_ps(x), *a);
+  *b = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(x + 8), *b);
+  *a = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(x + 16), *a);
+  *b = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(x + 24), *b);
 }
 #endif
 """
 
-# AVX2 row dots of the 32-value types: `xs` holds the sum of each 32 values of x (the offsets' factor)
+# AVX2 bodies of the 32-value types: `unpack` widens block `w` into `wv` (and reads its scale `dw`, offset `mw`);
+# `update` adds its product with row r of x (`xr`, at block b; `xsr`: the sums of each 32 values of that row) to
+# that row's accumulators. A row's operations are the same whether it is multiplied alone or beside others.
 _ROWF = {
-    "Q8_0": r"""
-  for (int b = 0; b < NB; b++, w += 34) {
-    __m128i lo = _mm_loadu_si128((const __m128i*)(w + 2)), hi = _mm_loadu_si128((const __m128i*)(w + 18));
-    acc = _mm256_fmadd_ps(tgq_fdot(lo, hi, 1, x + b * 32), _mm256_set1_ps(tgq_h2f(w)), acc);
-  }
-""",
-    "Q4_0": r"""
-  for (int b = 0; b < NB; b++, w += 18) {
-    __m128i q = _mm_loadu_si128((const __m128i*)(w + 2)), m = _mm_set1_epi8(15);
-    float dw = tgq_h2f(w);
-    acc = _mm256_fmadd_ps(tgq_fdot(_mm_and_si128(q, m), _mm_and_si128(_mm_srli_epi16(q, 4), m), 0, x + b * 32),
-                          _mm256_set1_ps(dw), acc);
-    off -= 8.0f * dw * xs[b];
-  }
-""",
-    "Q4_1": r"""
-  for (int b = 0; b < NB; b++, w += 20) {
-    __m128i q = _mm_loadu_si128((const __m128i*)(w + 4)), m = _mm_set1_epi8(15);
-    acc = _mm256_fmadd_ps(tgq_fdot(_mm_and_si128(q, m), _mm_and_si128(_mm_srli_epi16(q, 4), m), 0, x + b * 32),
-                          _mm256_set1_ps(tgq_h2f(w)), acc);
-    off += tgq_h2f(w + 2) * xs[b];
-  }
-""",
+    "Q8_0": (
+        "__m256 wv[4]; tgq_widen(_mm_loadu_si128((const __m128i*)(w + 2)), _mm_loadu_si128((const __m128i*)(w + 18)),"
+        " 1, wv); tgq_scale(wv, tgq_h2f(w));",
+        "tgq_fma(wv, xr + b * 32, &acc[r], &acc2[r]);",
+    ),
+    "Q4_0": (
+        "__m128i q = _mm_loadu_si128((const __m128i*)(w + 2)), m = _mm_set1_epi8(15); __m256 wv[4];"
+        " tgq_widen(_mm_and_si128(q, m), _mm_and_si128(_mm_srli_epi16(q, 4), m), 0, wv); float dw = tgq_h2f(w);"
+        " tgq_scale(wv, dw);",
+        "tgq_fma(wv, xr + b * 32, &acc[r], &acc2[r]); off[r] -= 8.0f * dw * xsr[b];",
+    ),
+    "Q4_1": (
+        "__m128i q = _mm_loadu_si128((const __m128i*)(w + 4)), m = _mm_set1_epi8(15); __m256 wv[4];"
+        " tgq_widen(_mm_and_si128(q, m), _mm_and_si128(_mm_srli_epi16(q, 4), m), 0, wv);"
+        " float mw = tgq_h2f(w + 2); tgq_scale(wv, tgq_h2f(w));",
+        "tgq_fma(wv, xr + b * 32, &acc[r], &acc2[r]); off[r] += mw * xsr[b];",
+    ),
 }
+
+# tgq_rowsf{R}: weight row w times R rows of x (K apart; their block sums K / 32 apart) into out[0], out[N], ...
+_ROWS = r"""
+static inline void tgq_rowsf{R}(const uint8_t* restrict w, const float* restrict x, const float* restrict xs,
+                                float* restrict out) {{
+  __m256 acc[{R}], acc2[{R}];  /* two chains of additions per row */
+  float off[{R}];
+#pragma GCC unroll 4
+  for (int r = 0; r < {R}; r++) {{ acc[r] = acc2[r] = _mm256_setzero_ps(); off[r] = 0.0f; }}
+  for (int b = 0; b < NB; b++, w += BB) {{
+    {unpack}
+    (void)xs;
+#pragma GCC unroll 4
+    for (int r = 0; r < {R}; r++) {{
+      const float* xr = x + (long)r * K;
+      const float* xsr = xs + r * (K / 32);
+      (void)xsr;
+      {update}
+    }}
+  }}
+#pragma GCC unroll 4
+  for (int r = 0; r < {R}; r++) out[(long)r * N] = tgq_hsum(_mm256_add_ps(acc[r], acc2[r])) + off[r];
+}}
+"""
 
 _KERNEL = r"""
 #define NB (K / BS)
-static inline float tgq_rowf(const uint8_t* restrict w, const float* restrict x, const float* restrict xs) {{
-  (void)xs;
 #if defined(TGQ_AVX2) && {fast}
-  __m256 acc = _mm256_setzero_ps();
-  float off = 0.0f;
-{avx}
-  return tgq_hsum(acc) + off;
+{rows}
+#define TGQ_ROWSF 1
 #else
+static inline float tgq_rowf(const uint8_t* restrict w, const float* restrict x) {{
   float acc = 0.0f;
   for (int b = 0; b < NB; b++) acc += block_dot(w + (long)b * BB, x + (long)b * BS);
   return acc;
+}}
 #endif
+struct tgq_args {{ float* out; const float* x; const uint8_t* w; const float* xs; int m0, mc; }};
+static void tgq_chunk(void* p, int c) {{  /* weight rows c * N / CHUNKS .. (c + 1) * N / CHUNKS - 1 */
+  const struct tgq_args* a = (const struct tgq_args*)p;
+  int n0 = (int)((long)c * N / CHUNKS), n1 = (int)((long)(c + 1) * N / CHUNKS);
+  for (int mb = 0; mb < a->mc; mb += XROWS) {{  /* XROWS rows of x stay in L1 while the chunk's weights stream */
+    int me = a->mc - mb < XROWS ? a->mc : mb + XROWS;
+    for (int n = n0; n < n1; n++) {{
+      const uint8_t* wr = a->w + (long)n * ROWB;
+      float* o = a->out + (long)a->m0 * N + n;
+      int m = mb;
+#ifdef TGQ_ROWSF
+      for (; m + 4 <= me; m += 4) tgq_rowsf4(wr, a->x + (long)m * K, a->xs + m * (K / 32), o + (long)m * N);
+      for (; m < me; m++) tgq_rowsf1(wr, a->x + (long)m * K, a->xs + m * (K / 32), o + (long)m * N);
+#else
+      for (; m < me; m++) o[(long)m * N] = tgq_rowf(wr, a->x + (long)m * K);
+#endif
+    }}
+  }}
 }}
 void {name}(float* restrict out, const float* restrict x, const uint8_t* restrict w) {{
   float xs[MC * (K / 32)];  /* the sum of each 32 values of x, for MC rows at a time */
@@ -92,10 +139,8 @@ void {name}(float* restrict out, const float* restrict x, const uint8_t* restric
       for (int j = 0; j < 32; j++) s += xm[i * 32 + j];
       xs[i] = s;
     }}
-#pragma omp parallel for schedule(static) num_threads(THREADS) if (PAR)
-    for (int n = 0; n < N; n++)
-      for (int m = 0; m < mc; m++)
-        out[(long)(m0 + m) * N + n] = tgq_rowf(w + (long)n * ROWB, xm + (long)m * K, xs + m * (K / 32));
+    struct tgq_args a = {{out, xm, w, xs, m0, mc}};
+    tgq_parallel(tgq_chunk, &a, CHUNKS, THREADS);
   }}
 }}
 """
@@ -109,12 +154,17 @@ def cpu_float_source(qtype: str, m: int, n: int, k: int, threads: int = 1, gener
     bs, bb = CPU_TYPES[qtype]
     if k % bs:
         raise ValueError(f"quantized matmul: rows of {k} are not whole {qtype} blocks of {bs}")
-    par = int(m * (n * k // bs * bb) >= PARALLEL_BYTES)
     mc = max(1, min(m, (1 << 16) // (k // 32)))  # at most 256 KiB of block sums on the stack at a time
+    # rows of x multiplied with each weight row in turn: a multiple of 4 (the tiles), ~16 KiB of x (L1 holds them);
+    # all rows at once re-read x from L2 for every weight row (a 64-row prompt's Q4_1 3072x576 product on 2 threads:
+    # 9.7 ms, blocked 1.85)
+    xrows = max(4, min(64, (16384 // (4 * k)) // 4 * 4))
     defines = (
         f"#define M {m}\n#define N {n}\n#define K {k}\n#define BS {bs}\n#define BB {bb}\n#define ROWB {k // bs * bb}\n"
-        f"#define PAR {par}\n#define THREADS {max(1, threads)}\n#define MC {mc}\n"
+        f"#define MC {mc}\n#define XROWS {xrows}\n" + parallel_defines(m, n, k // bs * bb, threads)
     )
-    body = _KERNEL.format(fast=int(qtype in _ROWF), avx=_ROWF.get(qtype, ""), name=f"qmm_f_{qtype}_{m}_{n}_{k}")
+    unpack, update = _ROWF.get(qtype, ("", ""))
+    rows = "".join(_ROWS.format(R=r, unpack=unpack, update=update) for r in (1, 4)) if qtype in _ROWF else ""
+    body = _KERNEL.format(fast=int(qtype in _ROWF), rows=rows, name=f"qmm_f_{qtype}_{m}_{n}_{k}")
     prelude = _PRELUDE + ("#undef TGQ_AVX2\n" if generic else "")
     return prelude + _C + _COMMON + _BLOCK[qtype] + defines + body

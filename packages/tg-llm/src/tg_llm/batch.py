@@ -1,0 +1,128 @@
+"""Batched decode: several sequences advanced by one token each in one step, each at its own position.
+
+A `BatchDecoder` gives a model `slots` KV-cache rows of its own (tg_nn.kv_cache.KVCache with batch = slots, each
+row the model's context long). A sequence is prefilled alone, through the model's own prefill and cache (a scratch
+cache: always from position 0, so a prompt's logits never depend on what ran before it), and its cache rows are
+then copied into its slot. `step(tokens, positions)` runs one decode step for every slot at once: the products
+with the weights take all the rows together (the weights, most of a step's memory traffic, are read once for the
+batch), each row's keys and values are written at its own position of its own slot, and its attention reads that
+slot up to that position (tg_nn.decode_attention). A slot no sequence holds runs too (token 0 at position 0: the
+step has one shape, one TinyJit capture) and its logits are ignored.
+
+Every row of a step is computed by the same kernels whatever the other rows hold, and each kernel computes a row
+from that row's inputs (the quantized products by the same operations in any row, tested bit for bit): a sequence
+gets the same logits alone or beside seven others, in any slot (tests/test_batch.py: equal, or ~1e-7 apart at one
+step out of six, cause not pinned down), so greedy requests get the tokens they get one after another.
+
+>>> decoder = BatchDecoder(model, slots=8)                          # doctest: +SKIP
+>>> first = decoder.prefill(0, prompt_ids)                        # doctest: +SKIP
+>>> logits = decoder.step({0: int(first.argmax())}, {0: len(prompt_ids)})  # (8, vocab)   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from tg_llm.model import Llama, rms_norm
+from tg_llm.weights import linear
+from tg_nn.kv_cache import KVCache
+from tg_tensor import Tensor, TinyJit
+from tg_tensor.schedule import buffer_of
+from tg_uop import UOp, dtypes
+
+__all__ = ["BatchDecoder"]
+
+
+class BatchDecoder:
+    """`slots` sequences of `model` decoded together (see the module doc)."""
+
+    def __init__(self, model: Llama, slots: int) -> None:
+        if not isinstance(slots, int) or isinstance(slots, bool) or slots < 1:
+            raise ValueError(f"BatchDecoder: slots={slots!r} must be a positive int")
+        cfg = model.cfg
+        self.model, self.slots, self.context = model, slots, cfg.context_length
+        self.caches = [
+            KVCache(slots, cfg.n_kv_heads, cfg.context_length, cfg.head_dim, model.device, model.dtype)
+            for _ in model.blocks
+        ]
+        # every step runs all the slots. Steps of fewer rows (the slots in use) were tried: their logits differ from
+        # the full step's by ~4e-5 (tg's reduction kernels, RMSNorm's sums, are optimized per shape, and the order
+        # of additions follows), enough to flip a greedy token at a near tie, so a request's tokens would depend on
+        # how many others run beside it. `sizes` keeps the machinery for a caller that accepts that.
+        self.sizes = [slots]
+        self._inputs = {
+            r: tuple(Tensor.zeros(r, dtype=dtypes.int32, device=model.device).contiguous().realize() for _ in "tp")
+            for r in self.sizes
+        }
+        self._steps = {r: TinyJit(self._forward) for r in self.sizes}
+        self._copies: dict[int, TinyJit[None]] = {}  # by the number of rows copied
+
+    def prefill(self, slot: int, prompt: list[int]) -> np.ndarray:
+        """Run `prompt` (positions 0..len-1) into `slot`; the logits (vocab,) after its last token."""
+        self._check_slot(slot)
+        if not prompt:
+            raise ValueError("BatchDecoder: the prompt is empty")
+        if len(prompt) >= self.context:
+            raise ValueError(
+                f"BatchDecoder: the prompt has {len(prompt)} tokens; a slot holds {self.context} (prompt + answer)"
+            )
+        logits: np.ndarray = self.model.forward(prompt, 0, all_logits=False).numpy()[-1]
+        rows = min(self.context, max(8, 1 << (len(prompt) - 1).bit_length()))  # (a few lengths: few kernels)
+        slot_var = UOp.variable("slot", 0, self.slots - 1).bind(slot)
+        if rows not in self._copies:
+            self._copies[rows] = TinyJit(functools.partial(self._copy_rows, rows=rows))
+        self.model._run(self._copies[rows], slot_var)
+        return logits
+
+    def _copy_rows(self, slot: UOp, rows: int) -> None:
+        """Copy the model's cache rows 0..rows-1 into `slot` of the batched caches (what TinyJit captures)."""
+        for mine, scratch in zip(self.caches, self.model.caches):
+            mine.keys[slot : slot + 1, :, :rows].assign(scratch.keys[:, :, :rows])
+            mine.values[slot : slot + 1, :, :, :rows].assign(scratch.values[:, :, :, :rows])
+        Tensor.realize(*[c.keys for c in self.caches], *[c.values for c in self.caches])
+
+    def step(self, tokens: dict[int, int], positions: dict[int, int]) -> np.ndarray:
+        """Logits (slots, vocab) after one token per slot: `tokens[s]` at `positions[s]` for each slot s given (the
+        others run token 0 at position 0, and their rows mean nothing)."""
+        if set(tokens) != set(positions):
+            raise ValueError(f"BatchDecoder.step: tokens for slots {sorted(tokens)}, positions for {sorted(positions)}")
+        rows = next(r for r in self.sizes if r > max(tokens, default=0))
+        tok = np.zeros(rows, np.int32)
+        pos = np.zeros(rows, np.int32)
+        for s, t in tokens.items():
+            self._check_slot(s)
+            if not 0 <= t < self.model.cfg.vocab_size:
+                raise ValueError(f"BatchDecoder.step: token {t!r} is not an id in 0..{self.model.cfg.vocab_size - 1}")
+            if not 0 <= positions[s] < self.context:
+                raise ValueError(f"BatchDecoder.step: position {positions[s]} is outside the slot's {self.context}")
+            tok[s], pos[s] = t, positions[s]
+        tok_in, pos_in = self._inputs[rows]
+        buffer_of(tok_in.uop.base).copyin(tok.data)
+        buffer_of(pos_in.uop.base).copyin(pos.data)
+        starts = [UOp.variable(f"pos{s}", 0, self.context - 1).bind(int(p)) for s, p in enumerate(pos)]
+        out: np.ndarray = self.model._run(self._steps[rows], tok_in, pos_in, *starts).numpy()
+        return out
+
+    def _forward(self, tokens: Tensor, positions: Tensor, *starts: UOp) -> Tensor:
+        """The batched step of the first len(tokens) slots (what TinyJit captures): their logits, the caches
+        written."""
+        model = self.model
+        x = model.embed_tokens(tokens)
+        angles = positions.cast(dtypes.float32).reshape(-1, 1) * model.inv_freq.reshape(1, -1)
+        cos, sin = angles.cos(), angles.sin()
+        for block, cache in zip(model.blocks, self.caches):
+            x = block.batched(x, cache, list(starts), positions, cos, sin)
+        x = rms_norm(x, model.output_norm, model.cfg.norm_eps)
+        logits = linear(x, model.output, model.int8_activations).cast(dtypes.float32)
+        Tensor.realize(logits, *[c.keys for c in self.caches], *[c.values for c in self.caches])
+        return logits
+
+    def _check_slot(self, slot: int) -> None:
+        if not isinstance(slot, int) or not 0 <= slot < self.slots:
+            raise ValueError(f"BatchDecoder: slot {slot!r} is not one of 0..{self.slots - 1}")
+
+    @property
+    def cache_bytes(self) -> int:
+        return sum(c.nbytes for c in self.caches)
