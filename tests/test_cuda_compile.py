@@ -292,3 +292,26 @@ def test_pipelined_copy_of_a_tile_smaller_than_the_workgroup() -> None:
     src = get_program(_matmul_ast(dtypes.float16), CUDARenderer("sm_90"), opts=opts).src
     assert "__tg_cp_async16(" in src and ") __tg_cp_async16(" in src  # a guarded copy: `if (inside) ...`
     assert NVRTCCompiler("sm_90").compile(src)[:4] == b"\x7fELF"
+
+
+@needs_nvrtc
+def test_cubins_come_from_the_disk_cache(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A second compiler (another process's) finds the CUBIN in the disk cache and never runs NVRTC; another
+    source or architecture builds anew."""
+    from tg_codegen import diskcache
+
+    monkeypatch.setenv("CACHEDB", str(tmp_path / "cache.db"))
+    diskcache.reset_connections()
+    src = 'extern "C" __global__ void fill(float* a) { a[threadIdx.x] = 2.0f; }'
+    first = NVRTCCompiler("sm_90").compile(src)
+    again = NVRTCCompiler("sm_90")
+    built: list[str] = []
+    real = again._build
+    monkeypatch.setattr(again, "_build", lambda s: built.append(s) or real(s))
+    assert again.compile(src) == first and built == []
+    again.compile(src.replace("2.0f", "3.0f"))
+    assert len(built) == 1
+    other = NVRTCCompiler("sm_80")
+    monkeypatch.setattr(other, "_build", lambda s: built.append(s) or b"")
+    other.compile(src)
+    assert len(built) == 2, "a CUBIN of another architecture is not reused"

@@ -12,11 +12,13 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import glob
+import hashlib
 import os
 import sys
 import time
 from typing import Any, ClassVar
 
+from tg_codegen.diskcache import diskcache_get, diskcache_put
 from tg_codegen.limits import LaunchLimits
 from tg_codegen.renderer.cuda import CUDARenderer
 from tg_runtime.device import Allocator, Compiled, Compiler, DeviceUnavailableError
@@ -121,6 +123,9 @@ class NVRTCCompiler(Compiler):
         self.options = (f"--gpu-architecture={arch}", "-default-device", "-std=c++17", *includes, *extra_options)
         self.cachekey = f"cuda:{arch}:{' '.join(extra_options)}"
         self.lib = load_nvrtc()
+        major, minor = ctypes.c_int(), ctypes.c_int()
+        self.lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
+        self.version = f"nvrtc {major.value}.{minor.value}"
 
     def __getstate__(self) -> dict[str, Any]:
         """BEAM sends the compiler to worker processes: the library handle does not pickle, each loads its own."""
@@ -146,6 +151,17 @@ class NVRTCCompiler(Compiler):
         return buf.value.decode(errors="replace")
 
     def compile(self, src: str) -> bytes:
+        """The CUBIN of `src`: from the disk cache (by NVRTC version, options and source), else built by NVRTC. A
+        TinyJit capture file's kernels and a second process's kernels come from there (each NVRTC build is tens of
+        ms: the GPT example's 387 kernels took 20 s to load from its capture file before)."""
+        key = hashlib.sha256(f"{self.version}\n{' '.join(self.options)}\n{src}".encode()).hexdigest()
+        if (lib := diskcache_get("cuda_binary", key)) is not None:
+            return bytes(lib)
+        lib = self._build(src)
+        diskcache_put("cuda_binary", key, lib)
+        return lib
+
+    def _build(self, src: str) -> bytes:
         prog = ctypes.c_void_p()
         self._check(
             self.lib.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), b"kernel.cu", 0, None, None), "create"
