@@ -42,7 +42,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tg_runtime.device import Buffer, DeviceSet
+from tg_runtime.device import Buffer, Device, DeviceSet
 from tg_runtime.runner import compile_all, get_runner, run_copy
 from tg_tensor.collective import run_collective
 from tg_tensor.live import LiveTensors
@@ -189,6 +189,8 @@ class Realizer:
         re-pointing and launch, without the queue and the general schedule's steps (and a tensor that is a
         realized buffer already, or a reshape of one, has nothing to do).
         """
+        if tensors and type(dev := tensors[0].uop.device) is str and dev.startswith("CPU"):
+            Device[dev].prepare()  # (the thread pool's sleeping workers start waking while Python schedules)
         if len(tensors) == 1 and not self.pending and not self.item_observers and self._realize_replayed(tensors[0]):
             return
         self.schedule(tensors)
