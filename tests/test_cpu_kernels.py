@@ -13,6 +13,7 @@ import multiprocessing
 import platform
 import shutil
 import threading
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -23,6 +24,8 @@ from tg_codegen import get_program
 from tg_codegen.kernel import Kernel
 from tg_codegen.opt import KernelOptError, Opt, OptOps
 from tg_codegen.renderer.cstyle import ClangRenderer
+from tg_codegen.renderer.threadpool import SPIN_US
+from tg_runtime import ops_cpu
 from tg_runtime.ops_cpu import ClangCompiler, CPUProgram, load_thread_pool
 from tg_runtime.runner import CompiledRunner
 from tg_tensor.realizer import ScheduleItem, current
@@ -197,6 +200,34 @@ def test_thread_pool_serves_two_python_threads_at_once() -> None:
     assert not errors
     for want, item, _ in cases:
         np.testing.assert_allclose(np.frombuffer(item.bufs[0].as_bytes(), np.float32).reshape(want.shape), want)
+
+
+def test_thread_pool_woken_ahead_of_a_job() -> None:
+    """Workers asleep (past their spin) are woken by tg_pool_wake (a CPU realize's Device.prepare), with a job after
+    the wake, with none (they sleep again), and twice in a row: every launch still runs each chunk once."""
+    renderer = _pool_renderer(3)
+    wake = ops_cpu._pools[0].tg_pool_wake
+    a = _rand(72, 9)
+    item = _item(Tensor(a).realize() * 2 - 1)
+    runner = CompiledRunner(get_program(item.ast, renderer, opts=[Opt(T, 0, 9)]))
+    asleep = 3 * SPIN_US * 1e-6
+    for pattern in ("wake-run", "wake-idle", "wake-wake-run", "run"):
+        time.sleep(asleep)
+        for _ in range(pattern.count("wake")):
+            wake()
+        if pattern.endswith("idle"):
+            time.sleep(asleep)
+        item.bufs[0].copyin(memoryview(np.zeros(a.size, np.float32)))
+        runner(item.bufs)
+        got = np.frombuffer(item.bufs[0].as_bytes(), np.float32).reshape(a.shape)
+        np.testing.assert_allclose(got, a * 2 - 1, rtol=1e-5, atol=1e-6, err_msg=pattern)
+
+
+def test_prepare_is_harmless_where_nothing_sleeps() -> None:
+    """Device.prepare on a device without a waker (PYTHON) does nothing; on the CPU it only wakes the pool."""
+    Device["PYTHON"].prepare()
+    Device["CPU"].prepare()
+    assert (Tensor([1.0, 2.0], device="CPU") * 2).tolist() == [2.0, 4.0]
 
 
 def _child_runs_threaded_kernel(fn: Callable[[], float], q: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
