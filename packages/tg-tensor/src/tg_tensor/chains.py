@@ -26,8 +26,6 @@ if TYPE_CHECKING:
     from tg_tensor.tensor import Tensor
 
 Chain = tuple[tuple[Ops, DType, Any], ...]
-_chains: dict[tuple[Any, ...], Chain | None] = {}  # (a None: build's graph is not a chain; it is always built)
-MAX_CHAINS = 512  # distinct (shape, parameters) kept; the table starts again when full
 
 # the ops a chain may hold: movement ops, and the DETACH that no_grad puts over each of them
 _CHAIN_OPS = GroupOp.Movement | {Ops.DETACH}
@@ -36,24 +34,23 @@ _CHAIN_OPS = GroupOp.Movement | {Ops.DETACH}
 def movement_chain(x: Tensor, key: tuple[Any, ...], build: Callable[[Tensor], Tensor]) -> Tensor:
     """`build(x)`, where `build` applies only movement ops to x and depends only on x's shape and `key`: recorded
     on the first call for x's shape, dtype and kind of base (and no_grad), replayed as UOps on the later ones. A
-    tensor on several devices or of symbolic shape is always built."""
+    tensor on several devices or of symbolic shape is always built. The recordings live in the Realizer
+    (`movement_chains`, the most recently used MOVEMENT_CHAIN_MAX of them)."""
+    from tg_tensor.realizer import current
     from tg_tensor.tensor import Tensor
 
     u = x.uop
     if not isinstance(u.device, str) or not all_int(x.shape) or u.base.op is Ops.CONST:
         return build(x)
-    full = (key, x.shape, u.dtype, u.base.op, Tensor.no_grad)
-    if full in _chains:
-        chain = _chains[full]
-        if chain is None:
+    full, chains = (key, x.shape, u.dtype, u.base.op, Tensor.no_grad), current().movement_chains
+    if (found := chains.get(full)) is not None:
+        if (chain := found[0]) is None:  # (build's graph is no chain: always built)
             return build(x)
         for op, dtype, arg in chain:
             u = UOp(op, dtype, (u,), arg)
         return Tensor(u)
     ret = build(x)
-    if len(_chains) >= MAX_CHAINS:
-        _chains.clear()
-    _chains[full] = _record(ret.uop, u)
+    chains[full] = (_record(ret.uop, u),)
     return ret
 
 

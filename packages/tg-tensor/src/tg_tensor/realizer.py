@@ -128,6 +128,9 @@ class Realizer:
         # constant families (device, AST with constants as loads) -> first member; one-element constant buffers
         self.families: LRUCache[tuple[str, UOp], UOp] = LRUCache(getenv("KERNEL_CACHE_MAX", 1024))
         self.const_bufs: LRUCache[tuple[str, Any, Any], Buffer] = LRUCache(getenv("KERNEL_CACHE_MAX", 1024))
+        # (key, shape, dtype, base op, no_grad) -> movement ops recorded by chains.movement_chain (a 1-tuple: None
+        # where the built graph was no chain)
+        self.movement_chains: LRUCache[tuple[Any, ...], tuple[Any]] = LRUCache(getenv("MOVEMENT_CHAIN_MAX", 512))
         # (value, its type, sign, dtype, device, shape) -> a Python scalar viewed at a shape (elementwise._scalar_view)
         self.scalar_views: dict[tuple[Any, ...], UOp] = {}
         # non-empty while TinyJit records (constants stay folded); names of jitted functions running their body
