@@ -31,6 +31,10 @@ from __future__ import annotations
 # spinning, 217 with 2 ms, 215 with 20 ms; OpenMP and OpenBLAS spin longer), short enough to leave a quiet program's
 # cores alone soon
 SPIN_US = 2000
+# how long a worker woken ahead of a launch (tg_pool_wake, when a realize starts) spins for it: the Python between a
+# realize's start and its first launch is ~10-100 us when its schedule is known; a program that realizes only tiny
+# single-threaded kernels now and then keeps the workers busy this long after each, not SPIN_US
+WAKE_SPIN_US = 1000
 
 THREAD_POOL_C = r"""
 #include <pthread.h>
@@ -105,7 +109,8 @@ static void *tg_worker(void *unused) {
           pthread_cond_wait(&tg_pool.wake, &tg_pool.lock);
         atomic_fetch_sub(&tg_pool.sleepers, 1);
         pthread_mutex_unlock(&tg_pool.lock);
-        until = tg_now_us() + TG_SPIN_US;  /* woken early (tg_pool_wake) or by a job: spin for the next one */
+        /* woken by tg_pool_wake (or by a job, which it runs at once): spin for a launch that is on its way */
+        until = tg_now_us() + TG_WAKE_SPIN_US;
       }
     }
     seen = atomic_load_explicit(&tg_pool.job, memory_order_acquire) >> (2 * TG_CHUNK_BITS);
@@ -172,4 +177,4 @@ void tg_pool_run(tg_chunk_fn fn, void *args, int n, int threads) {
   }
   pthread_mutex_unlock(&tg_pool.busy);
 }
-""".replace("TG_SPIN_US", str(SPIN_US))
+""".replace("TG_WAKE_SPIN_US", str(WAKE_SPIN_US)).replace("TG_SPIN_US", str(SPIN_US))
