@@ -230,6 +230,26 @@ def test_prepare_is_harmless_where_nothing_sleeps() -> None:
     assert (Tensor([1.0, 2.0], device="CPU") * 2).tolist() == [2.0, 4.0]
 
 
+def test_heuristics_thread_short_axes_on_many_threads() -> None:
+    """16 threads and output axes all shorter than 16 (a conv weight gradient: 8 x 6 x 3 x 3 outputs summed over
+    batch and pixels): no axis spreads evenly, so the one that keeps the most threads busy is split one index per
+    chunk (it ran on one thread); values vs numpy, on the pool."""
+    from tg_codegen.heuristic import hand_coded_optimizations
+
+    x, g = _rand(16, 6, 13, 13), _rand(16, 8, 11, 11, seed=1)
+    xt, gt = Tensor(x).realize(), Tensor(g).realize()
+    windows = np.lib.stride_tricks.sliding_window_view(x, (11, 11), axis=(2, 3))  # (16, 6, 3, 3, 11, 11)
+    want = np.einsum("nchwij,noij->ochw", windows, g)
+    grad = xt.reshape(16, 1, 6, 13, 13).expand(16, 8, 6, 13, 13)._pool((11, 11)) * gt.reshape(16, 8, 1, 1, 1, 11, 11)
+    item = _item(grad.sum((0, 5, 6)))
+    renderer = _pool_renderer(16)
+    opts = hand_coded_optimizations(Kernel(item.ast, renderer))
+    threads = [o for o in opts if o.op is T]
+    assert len(threads) == 1 and 2 <= int(threads[0].arg) < 16, opts  # type: ignore[arg-type]
+    got = _run(item, opts, renderer).reshape(want.shape)
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+
+
 def _child_runs_threaded_kernel(fn: Callable[[], float], q: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
     q.put(fn())
 
