@@ -13,6 +13,7 @@ import multiprocessing
 import platform
 import shutil
 import threading
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -23,6 +24,8 @@ from tg_codegen import get_program
 from tg_codegen.kernel import Kernel
 from tg_codegen.opt import KernelOptError, Opt, OptOps
 from tg_codegen.renderer.cstyle import ClangRenderer
+from tg_codegen.renderer.threadpool import SPIN_US
+from tg_runtime import ops_cpu
 from tg_runtime.ops_cpu import ClangCompiler, CPUProgram, load_thread_pool
 from tg_runtime.runner import CompiledRunner
 from tg_tensor.realizer import ScheduleItem, current
@@ -197,6 +200,54 @@ def test_thread_pool_serves_two_python_threads_at_once() -> None:
     assert not errors
     for want, item, _ in cases:
         np.testing.assert_allclose(np.frombuffer(item.bufs[0].as_bytes(), np.float32).reshape(want.shape), want)
+
+
+def test_thread_pool_woken_ahead_of_a_job() -> None:
+    """Workers asleep (past their spin) are woken by tg_pool_wake (a CPU realize's Device.prepare), with a job after
+    the wake, with none (they sleep again), and twice in a row: every launch still runs each chunk once."""
+    renderer = _pool_renderer(3)
+    wake = ops_cpu._pools[0].tg_pool_wake
+    a = _rand(72, 9)
+    item = _item(Tensor(a).realize() * 2 - 1)
+    runner = CompiledRunner(get_program(item.ast, renderer, opts=[Opt(T, 0, 9)]))
+    asleep = 3 * SPIN_US * 1e-6
+    for pattern in ("wake-run", "wake-idle", "wake-wake-run", "run"):
+        time.sleep(asleep)
+        for _ in range(pattern.count("wake")):
+            wake()
+        if pattern.endswith("idle"):
+            time.sleep(asleep)
+        item.bufs[0].copyin(memoryview(np.zeros(a.size, np.float32)))
+        runner(item.bufs)
+        got = np.frombuffer(item.bufs[0].as_bytes(), np.float32).reshape(a.shape)
+        np.testing.assert_allclose(got, a * 2 - 1, rtol=1e-5, atol=1e-6, err_msg=pattern)
+
+
+def test_prepare_is_harmless_where_nothing_sleeps() -> None:
+    """Device.prepare on a device without a waker (PYTHON) does nothing; on the CPU it only wakes the pool."""
+    Device["PYTHON"].prepare()
+    Device["CPU"].prepare()
+    assert (Tensor([1.0, 2.0], device="CPU") * 2).tolist() == [2.0, 4.0]
+
+
+def test_heuristics_thread_short_axes_on_many_threads() -> None:
+    """16 threads and output axes all shorter than 16 (a conv weight gradient: 8 x 6 x 3 x 3 outputs summed over
+    batch and pixels): no axis spreads evenly, so the one that keeps the most threads busy is split one index per
+    chunk (it ran on one thread); values vs numpy, on the pool."""
+    from tg_codegen.heuristic import hand_coded_optimizations
+
+    x, g = _rand(16, 6, 13, 13), _rand(16, 8, 11, 11, seed=1)
+    xt, gt = Tensor(x).realize(), Tensor(g).realize()
+    windows = np.lib.stride_tricks.sliding_window_view(x, (11, 11), axis=(2, 3))  # (16, 6, 3, 3, 11, 11)
+    want = np.einsum("nchwij,noij->ochw", windows, g)
+    grad = xt.reshape(16, 1, 6, 13, 13).expand(16, 8, 6, 13, 13)._pool((11, 11)) * gt.reshape(16, 8, 1, 1, 1, 11, 11)
+    item = _item(grad.sum((0, 5, 6)))
+    renderer = _pool_renderer(16)
+    opts = hand_coded_optimizations(Kernel(item.ast, renderer))
+    threads = [o for o in opts if o.op is T]
+    assert len(threads) == 1 and 2 <= int(threads[0].arg) < 16, opts  # type: ignore[arg-type]
+    got = _run(item, opts, renderer).reshape(want.shape)
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
 
 
 def _child_runs_threaded_kernel(fn: Callable[[], float], q: multiprocessing.Queue) -> None:  # type: ignore[type-arg]

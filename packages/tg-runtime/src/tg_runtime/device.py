@@ -215,6 +215,13 @@ class Compiled:
             runtime,
         )
         self.searchable = searchable
+        self.waker: Callable[[], object] | None = None  # (the CPU: wakes its thread pool)
+
+    def prepare(self) -> None:
+        """Kernels are about to be launched here (a realize starts): a device whose threads sleep when idle has
+        them woken now (`waker`), so they are up by the first launch instead of after it. Default: nothing."""
+        if self.waker is not None:
+            self.waker()
 
     def synchronize(self) -> None:
         """Wait for queued work (devices that run synchronously need nothing)."""

@@ -465,4 +465,9 @@ def open_device(name: str) -> Compiled:
     if threads > 1 and not load_thread_pool(compiler):
         threads = 1
     renderer = ClangRenderer(threads, host_vector_bytes(), half=half_type(compiler.cc))
-    return Compiled(name, CPUAllocator(), renderer, compiler, CPUProgram)
+    dev = Compiled(name, CPUAllocator(), renderer, compiler, CPUProgram)
+    if threads > 1:
+        wake = _pools[0].tg_pool_wake
+        wake.restype = None
+        dev.waker = wake
+    return dev

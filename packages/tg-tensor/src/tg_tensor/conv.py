@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from tg_tensor.chains import movement_chain
 from tg_tensor.util import ShapeError
 from tg_uop import DType, dtypes
 
@@ -144,16 +145,34 @@ class ConvMixin:
             )
         if isinstance(padding, str):
             padding = _named_padding(padding, kernel, stride, dilation)
-        x = self.pad(((0, 0), (0, 0)) + _padding_pairs(padding, nd))._pool(kernel, stride, dilation)
-        out = tuple(int(s) for s in x.shape[2 : 2 + nd])
         rcout = cout // groups
-        x = x.reshape(bs, groups, cin, 1, *out, *kernel).expand(bs, groups, cin, rcout, *out, *kernel)
-        x = x.permute(0, 1, 3, *range(4, 4 + nd), 2, *range(4 + nd, 4 + 2 * nd))
+        x = self._conv_windows(_padding_pairs(padding, nd), kernel, stride, dilation, groups, rcout)
+        out = tuple(int(s) for s in x.shape[3 : 3 + nd])
         if _packs_weight(self, out, weight):
             weight = weight.permute(*range(1, nd + 2), 0).contiguous().permute(nd + 1, *range(nd + 1))
         w = weight.reshape(1, groups, rcout, *([1] * nd), cin, *kernel)
         ret = (x * w).sum(tuple(range(-1 - nd, 0)), keepdim=True, dtype=dtype).reshape(bs, cout, *out)
         return ret if bias is None else ret + bias.reshape(1, -1, *([1] * nd))
+
+    def _conv_windows(
+        self: Tensor,
+        pads: tuple[tuple[int, int], ...],
+        kernel: tuple[int, ...],
+        stride: IntOrTuple,
+        dilation: IntOrTuple,
+        groups: int,
+        rcout: int,
+    ) -> Tensor:
+        """The input of conv2d as (N, groups, rcout, *out, cin, *kernel) views: padded, every window as axes."""
+        bs, cin, nd = int(self.shape[0]), int(self.shape[1]) // groups, len(kernel)
+
+        def build(x: Tensor) -> Tensor:
+            x = x.pad(((0, 0), (0, 0)) + pads)._pool(kernel, stride, dilation)
+            out = tuple(int(s) for s in x.shape[2 : 2 + nd])
+            x = x.reshape(bs, groups, cin, 1, *out, *kernel).expand(bs, groups, cin, rcout, *out, *kernel)
+            return x.permute(0, 1, 3, *range(4, 4 + nd), 2, *range(4 + nd, 4 + 2 * nd))
+
+        return movement_chain(self, ("conv", pads, kernel, stride, dilation, groups, rcout), build)
 
     def conv_transpose2d(
         self: Tensor,

@@ -424,6 +424,8 @@ class TinyJit(Generic[ReturnType]):
         return ret, launches, _host_made(launches, existing)
 
     def _replay(self, rec: _Recording, input_bufs: list[Buffer], var_vals: dict[UOp, int]) -> Any:
+        if rec.launches and (first := rec.launches[0].runner) is not None and first.device.startswith("CPU"):
+            Device[first.device].prepare()  # (the thread pool's sleepers wake while the buffers are rebound)
         changed: set[int] = set()  # launches whose buffers or variable values differ from their last run: rebound
         for li, launch in enumerate(rec.launches):
             if launch.var_vals:  # the call's values of the variables; others keep the values they were recorded with

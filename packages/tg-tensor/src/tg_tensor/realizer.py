@@ -42,7 +42,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tg_runtime.device import Buffer, DeviceSet
+from tg_runtime.device import Buffer, Device, DeviceSet
 from tg_runtime.runner import compile_all, get_runner, run_copy
 from tg_tensor.collective import run_collective
 from tg_tensor.live import LiveTensors
@@ -129,6 +129,9 @@ class Realizer:
         # constant families (device, AST with constants as loads) -> first member; one-element constant buffers
         self.families: LRUCache[tuple[str, UOp], UOp] = LRUCache(getenv("KERNEL_CACHE_MAX", 1024))
         self.const_bufs: LRUCache[tuple[str, Any, Any], Buffer] = LRUCache(getenv("KERNEL_CACHE_MAX", 1024))
+        # (key, shape, dtype, base op, no_grad) -> movement ops recorded by chains.movement_chain (a 1-tuple: None
+        # where the built graph was no chain)
+        self.movement_chains: LRUCache[tuple[Any, ...], tuple[Any]] = LRUCache(getenv("MOVEMENT_CHAIN_MAX", 512))
         # (value, its type, sign, dtype, device, shape) -> a Python scalar viewed at a shape (elementwise._scalar_view)
         self.scalar_views: dict[tuple[Any, ...], UOp] = {}
         # non-empty while TinyJit records (constants stay folded); names of jitted functions running their body
@@ -195,6 +198,8 @@ class Realizer:
         re-pointing and launch, without the queue and the general schedule's steps (and a tensor that is a
         realized buffer already, or a reshape of one, has nothing to do).
         """
+        if tensors and type(dev := tensors[0].uop.device) is str and dev.startswith("CPU"):
+            Device[dev].prepare()  # (the thread pool's sleeping workers start waking while Python schedules)
         if len(tensors) == 1 and not self.pending and not self.item_observers and self._realize_replayed(tensors[0]):
             return
         self.schedule(tensors)

@@ -1,0 +1,129 @@
+"""The graph shortcuts of matmul (`_direct_dot`) and conv2d (`movement_chain`): the same nodes as the general path
+(UOps are hash-consed, so `is` compares whole graphs), and the same values as numpy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tg_tensor import Tensor, chains, linalg
+from tg_tensor.realizer import current
+from tg_uop import Ops
+
+rng = np.random.default_rng(0)
+
+
+def realized(*shape: int) -> Tensor:
+    return Tensor(rng.standard_normal(shape).astype(np.float32)).realize()
+
+
+def general_dot(x: Tensor, w: Tensor, monkeypatch: pytest.MonkeyPatch) -> Tensor:
+    with monkeypatch.context() as m:
+        m.setattr(linalg, "_direct_dot", lambda *a: None)
+        return x @ w
+
+
+@pytest.mark.parametrize("n,k,m", [(4, 3, 5), (7, 2, 9), (17, 33, 15), (64, 64, 64)])
+def test_direct_dot_is_the_general_graph(n: int, k: int, m: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    x, w = realized(n, k), realized(k, m)
+    assert linalg._direct_dot(x, w, None) is not None
+    fast = x @ w
+    assert fast.uop is general_dot(x, w, monkeypatch).uop
+    np.testing.assert_allclose(fast.numpy(), x.numpy() @ w.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_direct_dot_on_transposed_operands(monkeypatch: pytest.MonkeyPatch) -> None:
+    x, w = realized(9, 13), realized(11, 9)  # x.T (13, 9) @ w.T (9, 11): strided views of buffers
+    fast = x.T @ w.T
+    assert linalg._direct_dot(x.T, w.T, None) is not None
+    assert fast.uop is general_dot(x.T, w.T, monkeypatch).uop
+    np.testing.assert_allclose(fast.numpy(), x.numpy().T @ w.numpy().T, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["lazy", "half", "vector", "row", "batched", "dtype", "no_grad"],
+)
+def test_direct_dot_leaves_other_cases_to_the_general_path(case: str) -> None:
+    x, w, dtype = realized(8, 6), realized(6, 5), None
+    if case == "lazy":
+        x = x + 1
+    elif case == "half":
+        x, w = x.half().realize(), w.half().realize()
+    elif case == "vector":
+        w = realized(6)
+    elif case == "row":
+        x = realized(1, 6)
+    elif case == "batched":
+        x = realized(2, 8, 6)
+    elif case == "dtype":
+        dtype = Tensor.empty(1).dtype
+    if case == "no_grad":
+        Tensor.no_grad = True
+        try:
+            assert linalg._direct_dot(x, w, dtype) is None
+        finally:
+            Tensor.no_grad = False
+    else:
+        assert linalg._direct_dot(x, w, dtype) is None
+    np.testing.assert_allclose((x @ w).numpy(), x.numpy() @ w.numpy(), rtol=1e-2, atol=1e-2)
+
+
+CONVS: list[tuple[tuple[int, ...], tuple[int, ...], dict[str, Any]]] = [
+    ((2, 3, 9, 9), (4, 3, 3, 3), {"padding": 1}),
+    ((1, 4, 11, 7), (6, 2, 3, 2), {"groups": 2, "stride": 2, "padding": (1, 0)}),
+    ((2, 2, 10, 10), (3, 2, 3, 3), {"dilation": 2, "padding": (1, 2, 0, 1)}),
+    ((2, 3, 13), (5, 3, 4), {"stride": 3}),
+    ((1, 2, 5, 6, 4), (3, 2, 2, 3, 2), {"padding": 1}),
+]
+
+
+@pytest.mark.parametrize("xs,ws,kw", CONVS)
+def test_conv_replayed_chain_is_the_built_graph(xs: tuple[int, ...], ws: tuple[int, ...], kw: dict[str, Any]) -> None:
+    current().movement_chains.clear()
+    x, w, x2 = realized(*xs), realized(*ws), realized(*xs)
+    built = x.conv2d(w, **kw)  # recorded
+    assert built.uop is x.conv2d(w, **kw).uop  # replayed on the same input
+    replayed = x2.conv2d(w, **kw)  # replayed on another buffer of that shape
+    current().movement_chains.clear()
+    assert replayed.uop is x2.conv2d(w, **kw).uop  # built again by the Tensor methods
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_conv_chain_under_no_grad_and_on_lazy_input(lazy: bool) -> None:
+    xs, ws, kw = CONVS[1]
+    x, w = realized(*xs), realized(*ws)
+    src = (x * 2) if lazy else x
+    current().movement_chains.clear()
+    Tensor.no_grad = True
+    try:
+        first = src.conv2d(w, **kw)
+        again = src.conv2d(w, **kw)
+    finally:
+        Tensor.no_grad = False
+    assert again.uop is first.uop
+    with_grad = src.conv2d(w, **kw)  # another key: no DETACH nodes
+    assert Ops.DETACH not in {u.op for u in with_grad.uop.toposort} or not lazy
+    np.testing.assert_allclose(again.numpy(), with_grad.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_conv_values_match_numpy_when_replayed() -> None:
+    x, w = realized(2, 3, 8, 7), realized(4, 3, 3, 3)
+    x.conv2d(w, padding=1).realize()
+    got = x.conv2d(w, padding=1).numpy()  # replayed chain
+    xp = np.pad(x.numpy(), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    want = np.zeros((2, 4, 8, 7), np.float32)
+    for i in range(3):
+        for j in range(3):
+            want += np.einsum("nchw,oc->nohw", xp[:, :, i : i + 8, j : j + 7], w.numpy()[:, :, i, j])
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_chain_of_other_ops_is_always_built() -> None:
+    x = realized(3, 4)
+    first = chains.movement_chain(x, ("test-not-a-chain",), lambda t: (t + 1).permute(1, 0))
+    again = chains.movement_chain(x, ("test-not-a-chain",), lambda t: (t + 1).permute(1, 0))
+    assert again.uop is first.uop
+    np.testing.assert_allclose(again.numpy(), (x.numpy() + 1).T)
