@@ -100,7 +100,7 @@ def test_kernels_name_their_tensor_ops_and_user_lines():
     assert launch["args"]["tensor_ops"] == row["tensor_ops"] and launch["args"]["ops"] > 0  # (ops: FLOPs)
 
 
-def test_debug2_line_names_ops_and_jit_replays():
+def test_debug2_line_names_ops_user_lines_and_jit_replays():
     code = """
     from tg import Tensor, TinyJit
     x = Tensor.rand(16).realize()
@@ -115,6 +115,7 @@ def test_debug2_line_names_ops_and_jit_replays():
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("***") and "MUL SUM" in ln]  # (a*2).sum()
     assert len(lines) == 3 and "(jit replay)" not in lines[0], r.stdout
     assert lines[-1].endswith("(jit replay)"), r.stdout  # the third call replays the recorded kernels
+    assert "<- <string>:6" in lines[0], r.stdout  # the user line whose realize made it: `return (a * 2)...`
 
 
 def run_py(code: str, env: dict[str, str], timeout: float = 240) -> subprocess.CompletedProcess[str]:

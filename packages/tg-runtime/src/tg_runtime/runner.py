@@ -79,7 +79,7 @@ class CompiledRunner:
         if et is not None:
             GlobalCounters.time_sum_s += et
         if debug:
-            print(debug_line(spec, bufs, et or 0.0, self.origin.get("ops", ())))
+            print(debug_line(spec, bufs, et or 0.0, self.origin.get("ops", ()), self.origin.get("lines", ())))
         return et
 
     def run_replayed(self, bufs: list[Buffer], var_vals: dict[UOp, int]) -> None:
@@ -121,14 +121,18 @@ class CompiledRunner:
                 meta["replays"] = meta.get("replays", 0) + 1
 
 
-def debug_line(spec: ProgramSpec, bufs: list[Buffer], et: float, ops: Sequence[str] = ()) -> str:
+def debug_line(
+    spec: ProgramSpec, bufs: list[Buffer], et: float, ops: Sequence[str] = (), lines: Sequence[str] = ()
+) -> str:
     """`*** CPU    3 E_4          arg 3 mem 0.00 GB tm  5.00us/  0.01ms (  0.00 GFLOPS  0.0 GB/s) global=[4] MUL ADD`
 
-    ending with the operations the kernel computes, and `(jit replay)` for a launch TinyJit replayed."""
+    ending with the operations the kernel computes, the user's source line whose realize made it (`<- train.py:12
+    loss.backward()`), and `(jit replay)` for a launch TinyJit replayed."""
     gflops = spec.estimated_ops / et * 1e-9 if et > 0 else 0.0
     gbs = spec.estimated_mem / et * 1e-9 if et > 0 else 0.0
     sizes = f"global={list(spec.global_size)}" if spec.global_size else ""
-    tail = [t for t in (sizes, " ".join(ops), "(jit replay)" if TRACE.replaying else "") if t]
+    made = f"<- {lines[0]}" if lines else ""
+    tail = [t for t in (sizes, " ".join(ops), made, "(jit replay)" if TRACE.replaying else "") if t]
     return (
         f"*** {bufs[0].device if bufs else spec.device:7s} {GlobalCounters.kernel_count:4d} "
         f"{colored(f'{spec.name:18s}', 'cyan')} "
