@@ -543,15 +543,9 @@ def _narrow_matmul(k: Kernel) -> bool:
     if size_n > GPU_NARROW_N or size_n % 16 == 0 or _reduce_size(k) % 32:
         return False
     upcast = next((d for d in range(16, 1, -1) if size_n % d == 0), 0)
-    trial = k.copy()
     opts = [Opt(OptOps.LOCAL, globals_.index(m), 32), Opt(OptOps.UNROLL, 0, 4), Opt(OptOps.GROUP, 0, 8)]
     opts += [Opt(OptOps.UPCAST, globals_.index(n), upcast)] if upcast else []
-    try:
-        trial.apply_opts(opts)
-    except KernelOptError:
-        return False
-    k.apply_opts(opts)
-    return True
+    return k.apply_all(opts)
 
 
 def _group_wide(k: Kernel, unit: int, size: int) -> bool:

@@ -144,6 +144,16 @@ class Kernel:
                 continue
         return False
 
+    def apply_all(self, opts: list[Opt]) -> bool:
+        """Apply every one of `opts` in order; False (kernel unchanged) when one of them does not apply."""
+        trial = self.copy()
+        try:
+            trial.apply_opts(opts)
+        except KernelOptError:
+            return False
+        self.apply_opts(opts)
+        return True
+
     def apply_opt(self, opt: Opt) -> None:
         """Apply one optimization; raises KernelOptError (and leaves the kernel unchanged) if it does not apply."""
         if not isinstance(opt, Opt):

@@ -541,10 +541,4 @@ def staged_matmul(k: Kernel, strides: list[tuple[int | None, ...]]) -> bool:
         return False
     opts = [Opt(OptOps.LOCAL, m, 16), Opt(OptOps.LOCAL, n, 16), Opt(OptOps.UPCAST, m, 8)]
     opts += [Opt(OptOps.UPCAST, n, tile_n // 16), Opt(OptOps.UNROLL, 0, 16), Opt(OptOps.STAGE)]
-    trial = k.copy()
-    try:
-        trial.apply_opts(opts)
-    except KernelOptError:
-        return False
-    k.apply_opts(opts)
-    return True
+    return k.apply_all(opts)
