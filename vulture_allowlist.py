@@ -24,7 +24,7 @@ _.KERNEL, _.IF, _.ENDIF, _.CUSTOM
 
 # protocol hooks called by the standard library, never by name in this repository
 _.objtype  # TinyJit.__get__(self, obj, objtype): the descriptor protocol's signature
-_.daemon_threads, _.server_version, _.close_connection  # socketserver / http.server attributes
+_.daemon_threads, _.server_version, _.close_connection, _.default_request_version  # socketserver / http.server attributes
 _.do_GET, _.do_POST, _.log_message  # http.server.BaseHTTPRequestHandler methods
 
 # read by users of the LLM runner (`--benchmark` prints them from the returned stats)

@@ -122,7 +122,3 @@ class BatchDecoder:
     def _check_slot(self, slot: int) -> None:
         if not isinstance(slot, int) or not 0 <= slot < self.slots:
             raise ValueError(f"BatchDecoder: slot {slot!r} is not one of 0..{self.slots - 1}")
-
-    @property
-    def cache_bytes(self) -> int:
-        return sum(c.nbytes for c in self.caches)

@@ -122,7 +122,7 @@ def decode_attention(q: Tensor, keys: Tensor, values: Tensor, positions: Tensor,
             f"values {values.shape} (B, kv, hd, context), positions {positions.shape} (B,)"
         )
     b, heads, hd = (int(s) for s in q.shape)
-    _, kv, ctx, khd = (int(s) for s in keys.shape)
+    _, kv, ctx, _ = (int(s) for s in keys.shape)  # (the head size is checked against q's below)
     rows = int(keys.shape[0])
     if rows < b or tuple(keys.shape) != (rows, kv, ctx, hd) or tuple(values.shape) != (rows, kv, hd, ctx) or heads % kv:
         raise ValueError(
