@@ -116,6 +116,7 @@ def test_debug2_line_names_ops_user_lines_and_jit_replays():
     assert len(lines) == 3 and "(jit replay)" not in lines[0], r.stdout
     assert lines[-1].endswith("(jit replay)"), r.stdout  # the third call replays the recorded kernels
     assert "<- <string>:6" in lines[0], r.stdout  # the user line whose realize made it: `return (a * 2)...`
+    assert "MUL SUM | mul sum <-" in lines[0], r.stdout  # and the tensor operations the kernel fuses
 
 
 def run_py(code: str, env: dict[str, str], timeout: float = 240) -> subprocess.CompletedProcess[str]:

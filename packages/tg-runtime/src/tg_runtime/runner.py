@@ -79,7 +79,9 @@ class CompiledRunner:
         if et is not None:
             GlobalCounters.time_sum_s += et
         if debug:
-            print(debug_line(spec, bufs, et or 0.0, self.origin.get("ops", ()), self.origin.get("lines", ())))
+            made = [t.split(" @ ")[0] for t in self.origin.get("tensor_ops", ())]  # (the line follows: the names)
+            ops = [*self.origin.get("ops", ()), *(["|", *made] if made else [])]
+            print(debug_line(spec, bufs, et or 0.0, ops, self.origin.get("lines", ())))
         return et
 
     def run_replayed(self, bufs: list[Buffer], var_vals: dict[UOp, int]) -> None:
@@ -126,8 +128,9 @@ def debug_line(
 ) -> str:
     """`*** CPU    3 E_4          arg 3 mem 0.00 GB tm  5.00us/  0.01ms (  0.00 GFLOPS  0.0 GB/s) global=[4] MUL ADD`
 
-    ending with the operations the kernel computes, the user's source line whose realize made it (`<- train.py:12
-    loss.backward()`), and `(jit replay)` for a launch TinyJit replayed."""
+    ending with `ops` (what the kernel computes, then `|` and the tensor operations it fuses: `MUL SUM | mul sum`),
+    the user's source line whose realize made it (`<- train.py:12 loss.backward()`), and `(jit replay)` for a launch
+    TinyJit replayed."""
     gflops = spec.estimated_ops / et * 1e-9 if et > 0 else 0.0
     gbs = spec.estimated_mem / et * 1e-9 if et > 0 else 0.0
     sizes = f"global={list(spec.global_size)}" if spec.global_size else ""

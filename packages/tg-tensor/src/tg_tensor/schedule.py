@@ -33,7 +33,7 @@ from tg_tensor.source import is_source_kernel, source_program
 from tg_tensor.split_reduce import compares_with_arange, split_reduces
 from tg_tensor.symbolic import max_size
 from tg_uop import DType, GroupOp, Ops, UOp, dtypes
-from tg_uop.helpers import prod
+from tg_uop.helpers import DEBUG, prod
 from tg_uop.structure import merge_leaves, structure
 from tg_uop.trace import TRACE
 from tg_uop.uop import arg_key, sint
@@ -430,7 +430,7 @@ class Scheduler:
             reads, in_place = tuple(builder.inputs), node.op is Ops.ASSIGN
             item = ScheduleItem(ast, bufs, writes=out, reads=reads, in_place=in_place, consts=tuple(consts))
             self.items.append(item)
-            if TRACE.active:  # (VIZ) the tensor operations this kernel fuses
+            if TRACE.active or DEBUG.value >= 2:  # (VIZ, DEBUG=2 lines) the tensor operations this kernel fuses
                 self.r.kernel_ops[ast] = made_by(node, lambda u: u in self.r.realized)
             self.r.realized[node] = node.src[0] if node.op is Ops.ASSIGN else out.reshape(tuple(node.shape or ()))
             return

@@ -45,7 +45,7 @@ from tg_tensor.sorting import SortingMixin
 from tg_tensor.symbolic import concrete_shape
 from tg_tensor.util import DTypeError, ShapeError, const_uop, is_contiguous_buffer, np_dtype, shape_of_list, to_dtype
 from tg_uop import ConstType, DType, GroupOp, Ops, UOp, dtypes
-from tg_uop.helpers import TRAINING, all_int, prod
+from tg_uop.helpers import DEBUG, TRAINING, all_int, prod
 from tg_uop.trace import TRACE
 from tg_uop.uop import sint
 
@@ -165,7 +165,7 @@ class Tensor(
                 raise ValueError("Tensor: the data has no device")
         live = current().live_tensors
         self._live = (live, live.add(self, uop))  # (filed under its node: see `uop`'s setter)
-        if TRACE.active:  # (VIZ) which operation and user line made this node
+        if TRACE.active or DEBUG.value >= 2:  # (VIZ, DEBUG=2 lines) which operation and user line made this node
             note_origin(uop)
         if requires_grad is not None:
             self.requires_grad = requires_grad
