@@ -11,6 +11,8 @@ True
 
 from __future__ import annotations
 
+from tg_nn.quant_cpu import CPU_TYPES
+
 __all__ = ["gpu_source"]
 
 _LANG = {
@@ -146,20 +148,11 @@ KERNEL {name}(GLOBAL float* out, const GLOBAL float* x, const GLOBAL u8* w) {{
 }}
 """
 
-_SIZES = {
-    "Q8_0": (32, 34),
-    "Q4_0": (32, 18),
-    "Q4_1": (32, 20),
-    "Q4_K": (256, 144),
-    "Q5_K": (256, 176),
-    "Q6_K": (256, 210),
-}
-
 
 def gpu_source(qtype: str, m: int, n: int, k: int, lang: str) -> str:
     """`lang` ("CL" or "CUDA") source of `qmm_{qtype}_{m}_{n}_{k}`, launched over (n, m) groups of 32 items."""
     if qtype not in _BLOCK:
         raise ValueError(f"quantized matmul: no {lang} kernel for {qtype}; tg has {', '.join(_BLOCK)}")
-    bs, bb = _SIZES[qtype]
+    bs, bb = CPU_TYPES[qtype]  # (elements, bytes) per block: the GGUF format's, the same on every device
     body = _KERNEL.format(name=f"qmm_{qtype}_{m}_{n}_{k}", nb=k // bs, rowb=k // bs * bb, bb=bb, bs=bs, k=k, n=n)
     return _LANG[lang] + _COMMON + _BLOCK[qtype] + body
