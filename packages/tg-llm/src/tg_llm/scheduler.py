@@ -128,13 +128,18 @@ class Scheduler:
         for _, gen in self.running.values():
             gen.close()
 
-    def _admit(self) -> None:
-        """Move waiting requests to running while there is room (cancelled ones are dropped)."""
+    def _admissible(self) -> Iterator[Request]:
+        """Waiting requests, oldest first, while there is room to run them (cancelled ones are ended and dropped)."""
         while self.waiting and len(self.running) < self.max_running:
             req = self.waiting.popleft()
             if req.cancelled.is_set():
                 req.pieces.put(_END)
                 continue
+            yield req
+
+    def _admit(self) -> None:
+        """Move waiting requests to running while there is room."""
+        for req in self._admissible():
             self.running[id(req)] = (req, self.session.generate(req.prompt, **req.args))
 
     def _step(self) -> None:
@@ -178,11 +183,7 @@ class BatchScheduler(Scheduler):
 
     def _admit(self) -> None:
         """Prefill waiting requests into free slots (the lowest first) and give them their first token."""
-        while self.waiting and len(self.running) < self.max_running:
-            req = self.waiting.popleft()
-            if req.cancelled.is_set():
-                req.pieces.put(_END)
-                continue
+        for req in self._admissible():
             slot = min(set(range(self.max_running)) - set(self.running))
             try:
                 args = {k: v for k, v in req.args.items() if k != "max_tokens"}
