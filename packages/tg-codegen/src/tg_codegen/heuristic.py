@@ -315,11 +315,16 @@ GPU_MIN_WORKGROUPS = 16  # a tile leaving fewer workgroups than this idles > 85%
 GPU_SHORT_REDUCE = 256
 
 
-def _a_product(k: Kernel) -> bool:
+def _a_product(k: Kernel, least_reuse: int = 1) -> bool:
     """Two loads that each stay put along an output axis the other moves along (a matmul's or a conv's operands,
-    which a register tile reuses), rather than loads whose still axes nest (a bias beside its activations)."""
+    which a register tile reuses), rather than loads whose still axes nest (a bias beside its activations). Only
+    loads that move along some output and are reused across at least `least_reuse` outputs count."""
     globals_ = [a for a in k.axes_of(AxisType.GLOBAL) if int(k.full_shape[a]) > 1]
-    still = {frozenset(a for a in globals_ if st[a] == 0) for st in _load_strides(k)}
+    still: set[frozenset[int]] = set()
+    for st in _load_strides(k):
+        axes = frozenset(a for a in globals_ if st[a] == 0)
+        if len(axes) < len(globals_) and prod(int(k.full_shape[a]) for a in axes) >= least_reuse:
+            still.add(axes)
     return any(not (a <= b or b <= a) for a in still for b in still)
 
 
@@ -484,14 +489,7 @@ def _warp_rows(k: Kernel, outputs: int) -> bool:
     # move (a position, a scale) do not count, nor loads reused along the same axes: a GPT step's per-token row
     # sum reads the positions and the position embedding, both the same for every sequence of the batch, and as
     # a "matmul" it ran on 8 workgroups, one thread per row (1.2 ms on an H200; 16384 rows of 384)
-    globals_ = [a for a in k.axes_of(AxisType.GLOBAL) if int(k.full_shape[a]) > 1]
-    reused: set[frozenset[int]] = set()
-    for u in loads:
-        st = u.src[1].arg.real_strides()
-        still = frozenset(a for a in globals_ if st[a] == 0)
-        if len(still) < len(globals_) and prod(int(k.full_shape[a]) for a in still) >= GPU_WARP_MAX_REUSE:
-            reused.add(still)
-    if any(not (a <= b or b <= a) for a in reused for b in reused):
+    if _a_product(k, GPU_WARP_MAX_REUSE):
         return False
     # 16 bytes of the narrowest moving load (the float16 weights, not the float32 activations they multiply)
     itemsize = min(u.dtype.itemsize for u, st in zip(loads, steps) if st == 1)
