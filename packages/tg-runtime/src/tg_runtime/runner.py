@@ -294,12 +294,6 @@ def batch_size(kernels: int, workers: int) -> int:
     return max(1, -(-kernels // (2 * workers)))
 
 
-def is_compiled(device: str, ast: UOp) -> bool:
-    """Is the kernel for `ast` on `device` compiled (or being compiled by compile_all) and cached?"""
-    key = (Device.canonicalize(device), ast, ALLOW_TF32.value)
-    return key in _runner_cache or key in _compiling
-
-
 def clear_runner_cache() -> None:
     _runner_cache.clear()
     _compiling.clear()

@@ -6,6 +6,9 @@ a one-element buffer. The first AST of a family (the ASTs equal up to constants)
 with its constants folded into the code; when a second member shows up, the family switches to one
 kernel that loads its constants from buffers (one per distinct constant, shared and cached).
 
+The choice depends only on the graphs this Realizer scheduled before (its `families`), never on what the
+runtime compiled: a warm process and a cold one build the same kernel ASTs for the same program.
+
 >>> from tg_tensor import Tensor
 >>> [(Tensor([1.0, 2.0]) * i + 1).sum().item() for i in range(4)]  # the kernel compiles twice, not 4 times
 [2.0, 5.0, 8.0, 11.0]
@@ -16,15 +19,14 @@ from __future__ import annotations
 from typing import Any
 
 from tg_runtime.device import Buffer
-from tg_runtime.runner import is_compiled
 from tg_tensor.realizer import current
 from tg_tensor.util import np_dtype
 from tg_uop import DType, Ops, UOp, dtypes
 
 # The caches live in the Realizer: `families` (device, AST with constants as loads) -> the first member
-# seen, compiled with its constants folded; `const_bufs` one-element buffers holding a constant, by
-# (device, dtype, value), read-only, so shared; `plain_only` non-empty while TinyJit records (its
-# recordings are per set of Python values, so folded constants are best).
+# seen, compiled with its constants folded (and that member -> itself); `const_bufs` one-element buffers
+# holding a constant, by (device, dtype, value), read-only, so shared; `plain_only` non-empty while TinyJit
+# records (its recordings are per set of Python values, so folded constants are best).
 
 
 def _liftable(u: UOp) -> bool:
@@ -58,19 +60,17 @@ def lift(ast: UOp, first: int) -> tuple[UOp, list[UOp]]:
 def lift_changing_consts(device: str, ast: UOp, first: int) -> tuple[UOp, list[Buffer]]:
     """The AST to compile for this kernel and the constant buffers it reads after its other buffers.
 
-    A kernel compiled before runs as it is; an AST whose family (same AST up to constants) compiled
-    before with other constants reads its constants from buffers; the first of a family compiles as is.
+    The first AST of a family (same AST up to constants) that this Realizer schedules runs as it is, with
+    its constants folded, every time it comes back; any other member reads its constants from buffers.
     """
     rz = current()
-    if rz.plain_only or is_compiled(device, ast) or not any(_liftable(u) for u in ast.toposort):
-        return ast, []
+    if rz.plain_only or rz.families.get((device, ast)) is ast or not any(_liftable(u) for u in ast.toposort):
+        return ast, []  # (a first member is also recorded under its own key: no lift to find it again)
     lifted, values = lift(ast, first)
-    family = (device, lifted)
-    if not is_compiled(device, lifted):
-        first_seen = rz.families.get(family)
-        if first_seen is None or first_seen is ast:  # the family's first member (maybe twice in one schedule)
-            rz.families[family] = ast
-            return ast, []
+    first_seen = rz.families.get(family := (device, lifted))
+    if first_seen is None or first_seen is ast:
+        rz.families[family] = rz.families[(device, ast)] = ast
+        return ast, []
     return lifted, [_const_buffer(device, v) for v in values]
 
 
