@@ -194,6 +194,7 @@ NOT_DIFFERENTIABLE = set(
     # creation, randomness, modes
     "full zeros ones empty arange linspace eye rand randn randint normal uniform scaled_uniform glorot_uniform "
     "kaiming_uniform kaiming_normal manual_seed full_like zeros_like ones_like empty_like rand_like randn_like "
+    "from_buffer from_file copyin tobytes "
     "train test inference_mode "
     # realization, data access, autograd itself, in-place updates
     "realize schedule kernelize numpy tolist item data numel element_size nbytes size is_floating_point "

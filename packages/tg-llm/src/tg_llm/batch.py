@@ -29,7 +29,6 @@ from tg_llm.model import Llama, rms_norm
 from tg_llm.weights import linear
 from tg_nn.kv_cache import KVCache
 from tg_tensor import Tensor, TinyJit
-from tg_tensor.schedule import buffer_of
 from tg_uop import UOp, dtypes
 
 __all__ = ["BatchDecoder"]
@@ -99,8 +98,8 @@ class BatchDecoder:
                 raise ValueError(f"BatchDecoder.step: position {positions[s]} is outside the slot's {self.context}")
             tok[s], pos[s] = t, positions[s]
         tok_in, pos_in = self._inputs[rows]
-        buffer_of(tok_in.uop.base).copyin(tok.data)
-        buffer_of(pos_in.uop.base).copyin(pos.data)
+        tok_in.copyin(tok.data)
+        pos_in.copyin(pos.data)
         starts = [UOp.variable(f"pos{s}", 0, self.context - 1).bind(int(p)) for s, p in enumerate(pos)]
         out: np.ndarray = self.model._run(self._steps[rows], tok_in, pos_in, *starts).numpy()
         return out

@@ -43,7 +43,6 @@ from tg_nn.kv_cache import KVCache, causal_mask
 from tg_nn.quant import QuantizedWeight
 from tg_runtime import Device
 from tg_tensor import Tensor, TinyJit
-from tg_tensor.schedule import buffer_of
 from tg_uop import DType, Ops, UOp, dtypes
 from tg_uop.uop import sint
 
@@ -368,7 +367,7 @@ class Llama:
         self._check_positions(n, start_pos)
         if not 0 <= token < self.cfg.vocab_size:
             raise ValueError(f"Llama: token {token!r} is not an id in 0..{self.cfg.vocab_size - 1}")
-        buffer_of(self._chain_token.uop.base).copyin(np.array([token], dtype=np.int32).data)
+        self._chain_token.copyin(np.array([token], dtype=np.int32).data)
         done = 0
         while done < n:
             k = min(chunk, n - done)
@@ -410,7 +409,7 @@ class Llama:
         self._check_positions(n, start_pos)
         self._check_tokens(tokens)
         if n == 1:
-            buffer_of(self._decode_tok.uop.base).copyin(np.array(tokens, dtype=np.int32).data)
+            self._decode_tok.copyin(np.array(tokens, dtype=np.int32).data)
             logits: Tensor = self._run(self._decode, self._decode_tok, self._position("pos", start_pos, 1))
             return logits
         size = max(8, 1 << (n - 1).bit_length())

@@ -19,12 +19,9 @@ from collections.abc import Callable
 from typing import Any
 
 from tg_nn.gguf_format import GGML_TYPES, GGUFError, GGUFHeader, GGUFTensorInfo, parse_gguf
-from tg_runtime.device import Device
-from tg_runtime.ops_disk import disk_buffers, map_file
+from tg_runtime import Device, disk_buffers, map_file
 from tg_tensor import Tensor
-from tg_tensor.jit import buffer_tensor
-from tg_tensor.schedule import buffer_of
-from tg_uop import DType, Ops, dtypes
+from tg_uop import DType, dtypes
 
 __all__ = ["GGUFError", "SUPPORTED_TYPES", "dequantize", "gguf_load", "gguf_read_header"]
 
@@ -127,13 +124,9 @@ class _Source:
         if isinstance(src, Tensor):
             if src.dtype != dtypes.uint8 or src.ndim != 1:
                 raise GGUFError(f"gguf_load: expected a 1-D uint8 tensor of the file, got {src.dtype} {src.shape}")
-            if (
-                src.device.startswith("DISK:")
-                and src.uop.op is Ops.BUFFER
-                or (src.uop.op is Ops.RESHAPE and src.uop.src[0].op is Ops.BUFFER and src.device.startswith("DISK:"))
-            ):
-                base = src.uop if src.uop.op is Ops.BUFFER else src.uop.src[0]
-                self.path, self.mapping = src.device[5:], memoryview(buffer_of(base).as_bytes())
+            path = src.device[5:] if src.device.startswith("DISK:") else ""
+            if path and src.is_realized and os.path.getsize(path) == src.numel():  # the whole file: map it
+                self.path, self.mapping = path, map_file(path)
             else:  # bytes already on a compute device: read the header through a host copy, slice the tensor
                 self.tensor, self.mapping = src, memoryview(src.numpy().tobytes())
         elif isinstance(src, (str, os.PathLike)):
@@ -147,7 +140,7 @@ class _Source:
     def window(self, offset: int, count: int, dtype: DType, device: str) -> Tensor:
         if self.tensor is None:
             [buf] = disk_buffers(self.path, [(offset, count, dtype)], self.mapping)
-            return buffer_tensor(buf, (count,)).to(device)
+            return Tensor.from_buffer(buf).to(device)
         raw = self.tensor[offset : offset + count * dtype.itemsize].to(device)
         if dtype.itemsize == 1:
             return raw

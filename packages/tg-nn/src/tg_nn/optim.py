@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from tg_nn.fused import FlatParams
 from tg_nn.util import own_buffer, own_buffers
 from tg_tensor import Tensor
-from tg_uop import Ops, dtypes
+from tg_uop import dtypes
 from tg_uop.helpers import getenv
 
 
@@ -44,7 +44,7 @@ def _once(g: Tensor) -> Tensor:
 
 def _as_buffer(t: Tensor) -> None:
     """Give a lazy tensor a buffer of its own (keeping the Tensor object) so later assigns write in place."""
-    if not (t.uop.op is Ops.BUFFER or (t.uop.op is Ops.RESHAPE and t.uop.src[0].op is Ops.BUFFER)):
+    if not t.is_realized:
         t.uop = own_buffer(t).uop
 
 

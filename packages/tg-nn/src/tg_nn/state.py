@@ -20,10 +20,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from tg_nn.safetensors_format import ST_NAMES, SafetensorsError, build_header, file_order, parse_header
-from tg_runtime.ops_disk import disk_buffers, map_file
+from tg_runtime import disk_buffers, map_file
 from tg_tensor import Tensor
-from tg_tensor.jit import buffer_tensor, raw_bytes
-from tg_uop import dtypes
 
 __all__ = [
     "SafetensorsError",
@@ -136,7 +134,7 @@ def safe_save(tensors: dict[str, Tensor], path: str | os.PathLike[str], metadata
         with os.fdopen(fd, "wb") as f:
             f.write(build_header(specs, metadata))
             for name in file_order(specs):
-                f.write(raw_bytes(tensors[name]))
+                f.write(tensors[name].tobytes())
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
@@ -171,7 +169,7 @@ def safe_load(path: str | os.PathLike[str]) -> dict[str, Tensor]:
     except SafetensorsError as e:
         raise SafetensorsError(f"{os.fspath(path)}: {e}") from None
     bufs = disk_buffers(path, [(e.offset, e.count, e.dtype) for e in entries], mapping)
-    return {e.name: buffer_tensor(b, e.shape) for e, b in zip(entries, bufs)}
+    return {e.name: Tensor.from_buffer(b, e.shape) for e, b in zip(entries, bufs)}
 
 
 def safe_load_metadata(path: str | os.PathLike[str]) -> tuple[Tensor, int, dict[str, Any]]:
@@ -182,5 +180,4 @@ def safe_load_metadata(path: str | os.PathLike[str]) -> tuple[Tensor, int, dict[
     parse_header(mapping)  # validates everything before the raw JSON is handed out
     n = int.from_bytes(mapping[:8], "little")
     header = json.loads(bytes(mapping[8 : 8 + n]).decode())
-    [whole] = disk_buffers(path, [(0, mapping.nbytes, dtypes.uint8)], mapping)
-    return buffer_tensor(whole, (mapping.nbytes,)), n, header
+    return Tensor.from_file(path, shape=(mapping.nbytes,)), n, header

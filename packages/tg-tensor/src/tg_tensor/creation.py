@@ -17,9 +17,11 @@ True
 from __future__ import annotations
 
 import math
+import os
 from typing import TYPE_CHECKING, Any
 
-from tg_runtime.device import Device, DeviceSet
+from tg_runtime.device import Buffer, Device, DeviceSet
+from tg_runtime.ops_disk import disk_buffers
 from tg_tensor.multi import multi_node, shard_uop, split_of
 from tg_tensor.realizer import current
 from tg_tensor.rng import RandomState, to_unit_float
@@ -98,6 +100,48 @@ class CreationMixin:
         if isinstance(dev, DeviceSet):  # a buffer of its own on each device
             return cls(multi_node([UOp.new_buffer(d, int(prod(shp)), dt).reshape(shp) for d in dev.devices], None, dev))
         return cls(UOp.new_buffer(dev, int(prod(shp)), dt).reshape(shp), **kw)
+
+    # ---- existing memory ----
+    @classmethod
+    def from_buffer(cls: type[Tensor], buf: Buffer, shape: tuple[int, ...] | None = None) -> Tensor:
+        """A realized tensor whose values are the existing runtime Buffer `buf` (no copy), row-major at `shape`
+        (default: one axis of `buf.size` elements).
+
+        >>> from tg_tensor import Tensor
+        >>> from tg_runtime import Buffer
+        >>> from tg_uop import dtypes
+        >>> b = Buffer("PYTHON", 2, dtypes.int32).copyin(memoryview(bytes([1, 0, 0, 0, 2, 0, 0, 0])))
+        >>> Tensor.from_buffer(b, (2, 1)).tolist()
+        [[1], [2]]
+        """
+        shp = (buf.size,) if shape is None else tuple(shape)
+        if prod(shp) != buf.size:
+            raise ValueError(f"from_buffer: shape {shp} does not hold the buffer's {buf.size} x {buf.dtype}")
+        return cls(current().register(buf).reshape(shp))
+
+    @classmethod
+    def from_file(
+        cls: type[Tensor],
+        path: str | os.PathLike[str],
+        dtype: DType | str = dtypes.uint8,
+        offset: int = 0,
+        shape: tuple[int, ...] | None = None,
+    ) -> Tensor:
+        """The file's bytes from byte `offset` as a read-only tensor on the `DISK:<path>` device: memory-mapped,
+        nothing read until its values are asked for or moved with `.to(device)`. `shape` defaults to one axis
+        holding the rest of the file.
+
+        >>> import os, tempfile
+        >>> from tg_tensor import Tensor
+        >>> path = os.path.join(tempfile.mkdtemp(), "f.bin")
+        >>> _ = open(path, "wb").write(bytes([0, 1, 2, 3]))
+        >>> Tensor.from_file(path, offset=1).to("CPU").tolist()
+        [1, 2, 3]
+        """
+        dt = to_dtype(dtype)
+        shp = ((os.path.getsize(path) - offset) // dt.itemsize,) if shape is None else tuple(shape)
+        [buf] = disk_buffers(path, [(offset, prod(shp), dt)])
+        return cls.from_buffer(buf, shp)
 
     def full_like(self: Tensor, fill_value: ConstType, dtype: DType | str | None = None, **kw: Any) -> Tensor:
         """`fill_value` everywhere, with this tensor's shape, dtype (or `dtype`) and device.

@@ -85,46 +85,12 @@ def check_host_read(what: str) -> None:
         )
 
 
-def buffer_tensor(buf: Buffer, shape: tuple[int, ...]) -> Tensor:
-    """A Tensor whose data is the existing Buffer `buf` (no copy).
-
-    >>> from tg_uop import dtypes
-    >>> b = Buffer("PYTHON", 2, dtypes.int32).copyin(memoryview(bytes([1, 0, 0, 0, 2, 0, 0, 0])))
-    >>> buffer_tensor(b, (2,)).tolist()
-    [1, 2]
-    """
-    return Tensor(_filed(buf).reshape(tuple(shape)))
-
-
-def _filed(buf: Buffer) -> UOp:
-    """A new BUFFER node standing for the existing Buffer `buf`."""
-    u = UOp.new_buffer(buf.device, buf.size, buf.dtype)
-    current().buffers[u] = buf
-    return u
-
-
-def _is_buffer(u: UOp) -> bool:
-    """Is `u` a whole buffer (possibly reshaped), i.e. contiguous data with nothing left to compute?"""
-    return u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)
-
-
-def _realized_buffer(t: Tensor) -> Buffer:
+def realized_buffer(t: Tensor) -> Buffer:
     """Make `t` a realized contiguous buffer (in place) and return that Buffer."""
-    if not _is_buffer(t.uop):
+    if not t.is_realized:
         t.uop = t.contiguous().uop
     t.realize()
     return buffer_of(t.uop.base)
-
-
-def raw_bytes(t: Tensor) -> bytes:
-    """The tensor's elements as bytes in row-major order (realizing it).
-
-    >>> raw_bytes(Tensor([1, 2], dtype=__import__("tg_uop").dtypes.uint8))
-    b'\\x01\\x02'
-    """
-    check_host_read("raw_bytes()")
-    c = Tensor(t.uop)
-    return bytes(_realized_buffer(c).as_bytes())
 
 
 @dataclass
@@ -290,7 +256,7 @@ class TinyJit(Generic[ReturnType]):
                 "shard it inside the function (`x.shard(devices, axis)`), so the recording includes the split"
             )
         # (after run_pending every queued kernel has run: an input that is a buffer already needs no realize)
-        input_bufs = [buffer_of(t.uop.base) if _is_buffer(t.uop) else _realized_buffer(t) for t in inputs]
+        input_bufs = [buffer_of(t.uop.base) if t.is_realized else realized_buffer(t) for t in inputs]
         if len({id(b) for b in input_bufs}) != len(input_bufs):
             raise JitError(f"{self.name}: the same tensor was passed as two inputs; pass distinct tensors")
         # (while VIZ records, the function is captured again so the viewer sees its kernels being made; the file is
@@ -388,7 +354,7 @@ class TinyJit(Generic[ReturnType]):
                     f"{self.name}: returns a tensor on several devices ({t.device}); return it on one device "
                     "(`t.to(device)`, e.g. a replicated loss) so each replay can hand back a fresh buffer"
                 )
-            if not _is_buffer(t.uop):
+            if not t.is_realized:
                 t.uop = t.contiguous().uop
         # assigns made inside the function (not realized there) are part of the recording
         writes = pending_writes() + pending_multi_writes(list(current().live_tensors))
@@ -474,7 +440,8 @@ def _outputs(rec: _Recording, fresh: list[Buffer], var_vals: dict[UOp, int]) -> 
     """The returned tensors of a replay: fresh buffers in the recorded shapes, symbolic dims bound to this call."""
     bind = {v: v.bind(val) for v, val in var_vals.items()}
     return [
-        Tensor(recorded_view(_filed(fresh[i]), tuple([_sub(s, bind) for s in shape]))) for i, shape in rec.output_map
+        Tensor(recorded_view(current().register(fresh[i]), tuple([_sub(s, bind) for s in shape])))
+        for i, shape in rec.output_map
     ]
 
 

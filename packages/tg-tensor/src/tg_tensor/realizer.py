@@ -163,6 +163,12 @@ class Realizer:
             buf = self.buffers[u] = Buffer(u.device, u.arg[1], u.dtype)
         return buf
 
+    def register(self, buf: Buffer) -> UOp:
+        """A new BUFFER node standing for the existing runtime Buffer `buf` (its memory, no copy)."""
+        u = UOp.new_buffer(buf.device, buf.size, buf.dtype)
+        self.buffers[u] = buf
+        return u
+
     def check_not_stale(self, buf: UOp) -> None:
         """Raise when `buf` is an overwritten version (its values are gone) or a failed realize never wrote it."""
         if (why := self.failed.get(buf)) is not None:

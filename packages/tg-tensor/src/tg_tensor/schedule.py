@@ -32,6 +32,7 @@ from tg_tensor.siblings import merge_siblings
 from tg_tensor.source import is_source_kernel, source_program
 from tg_tensor.split_reduce import compares_with_arange, split_reduces
 from tg_tensor.symbolic import max_size
+from tg_tensor.util import is_contiguous_buffer
 from tg_uop import DType, GroupOp, Ops, UOp, dtypes
 from tg_uop.helpers import DEBUG, prod
 from tg_uop.structure import merge_leaves, structure
@@ -400,12 +401,9 @@ class Scheduler:
     def buffer_for(self, node: UOp) -> UOp:
         """A BUFFER holding `node` contiguously (a kernel is scheduled when it is not one already)."""
         node = self.r.resolve(node)
-        if node.op is Ops.BUFFER:
-            check_not_stale(node)
-            return node
-        if node.op is Ops.RESHAPE and node.src[0].op is Ops.BUFFER:
-            check_not_stale(node.src[0])
-            return node.src[0]
+        if is_contiguous_buffer(node):
+            check_not_stale(node.base)
+            return node.base
         self.forced.add(node)
         return self.realize_first(node)
 

@@ -365,6 +365,48 @@ class Tensor(
         self.schedule(*others)
         return self
 
+    @property
+    def is_realized(self) -> bool:
+        """Do the values sit in a device buffer of their own, row-major, with nothing left to compute? True after
+        `realize()` of a computed tensor and for tensors made from data; False for a lazy graph, a view of another
+        tensor's buffer (`t[1:]`, `t.T`) and a tensor on several devices.
+
+        >>> from tg_tensor import Tensor
+        >>> t = Tensor([1, 2]) + 1
+        >>> t.is_realized, t.realize().is_realized, t[1:].is_realized
+        (False, True, False)
+        """
+        return is_contiguous_buffer(self.uop)
+
+    def copyin(self, data: bytes | bytearray | memoryview) -> Tensor:
+        """Overwrite the values of this realized tensor with raw bytes (of its dtype, row-major), now: the way to
+        refill the input of a TinyJit or a decode step without building a graph. Returns the tensor.
+
+        >>> from tg_tensor import Tensor
+        >>> from tg_uop import dtypes
+        >>> t = Tensor([0, 0], dtype=dtypes.uint8)
+        >>> t.copyin(bytes([7, 9])).tolist()
+        [7, 9]
+        """
+        if not self.is_realized:
+            raise ValueError(f"copyin: {self!r} is not a realized buffer (see is_realized): realize it first")
+        buffer_of(self.uop.base).copyin(memoryview(data))
+        return self
+
+    def tobytes(self) -> bytes:
+        """The values as raw bytes of the tensor's dtype, row-major (realizes it; as numpy's `tobytes`, with
+        bfloat16 kept as its 2 bytes).
+
+        >>> from tg_tensor import Tensor
+        >>> from tg_uop import dtypes
+        >>> Tensor([1, 2], dtype=dtypes.uint8).tobytes()
+        b'\\x01\\x02'
+        """
+        from tg_tensor.jit import check_host_read, realized_buffer  # (jit imports this module)
+
+        check_host_read("tobytes()")
+        return bytes(realized_buffer(Tensor(self.uop)).as_bytes())
+
     def contiguous(self, **kwargs: Any) -> Tensor:
         """A tensor whose data is laid out contiguously (a copy kernel unless it already is).
 
