@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tg_tensor import Tensor, chains, linalg
-from tg_tensor.realizer import current
+from tg_tensor.front import front
 from tg_uop import Ops
 
 rng = np.random.default_rng(0)
@@ -82,12 +82,12 @@ CONVS: list[tuple[tuple[int, ...], tuple[int, ...], dict[str, Any]]] = [
 
 @pytest.mark.parametrize("xs,ws,kw", CONVS)
 def test_conv_replayed_chain_is_the_built_graph(xs: tuple[int, ...], ws: tuple[int, ...], kw: dict[str, Any]) -> None:
-    current().movement_chains.clear()
+    front().movement_chains.clear()
     x, w, x2 = realized(*xs), realized(*ws), realized(*xs)
     built = x.conv2d(w, **kw)  # recorded
     assert built.uop is x.conv2d(w, **kw).uop  # replayed on the same input
     replayed = x2.conv2d(w, **kw)  # replayed on another buffer of that shape
-    current().movement_chains.clear()
+    front().movement_chains.clear()
     assert replayed.uop is x2.conv2d(w, **kw).uop  # built again by the Tensor methods
 
 
@@ -96,7 +96,7 @@ def test_conv_chain_under_no_grad_and_on_lazy_input(lazy: bool) -> None:
     xs, ws, kw = CONVS[1]
     x, w = realized(*xs), realized(*ws)
     src = (x * 2) if lazy else x
-    current().movement_chains.clear()
+    front().movement_chains.clear()
     Tensor.no_grad = True
     try:
         first = src.conv2d(w, **kw)

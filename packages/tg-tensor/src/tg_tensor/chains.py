@@ -35,14 +35,14 @@ def movement_chain(x: Tensor, key: tuple[Any, ...], build: Callable[[Tensor], Te
     """`build(x)`, where `build` applies only movement ops to x and depends only on x's shape and `key`: recorded
     on the first call for x's shape, dtype and kind of base (and no_grad), replayed as UOps on the later ones. A
     tensor on several devices or of symbolic shape is always built. The recordings live in the Realizer
-    (`movement_chains`, the most recently used MOVEMENT_CHAIN_MAX of them)."""
-    from tg_tensor.realizer import current
+    (front.py's `movement_chains`, the most recently used MOVEMENT_CHAIN_MAX of them)."""
+    from tg_tensor.front import front
     from tg_tensor.tensor import Tensor
 
     u = x.uop
     if not isinstance(u.device, str) or not all_int(x.shape) or u.base.op is Ops.CONST:
         return build(x)
-    full, chains = (key, x.shape, u.dtype, u.base.op, Tensor.no_grad), current().movement_chains
+    full, chains = (key, x.shape, u.dtype, u.base.op, Tensor.no_grad), front().movement_chains
     if (found := chains.get(full)) is not None:
         if (chain := found[0]) is None:  # (build's graph is no chain: always built)
             return build(x)

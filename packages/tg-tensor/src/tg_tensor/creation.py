@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from tg_runtime.device import Buffer, Device, DeviceSet
 from tg_runtime.ops_disk import disk_buffers
+from tg_tensor.front import front
 from tg_tensor.multi import multi_node, shard_uop, split_of
 from tg_tensor.realizer import current
 from tg_tensor.rng import RandomState, to_unit_float
@@ -40,10 +41,10 @@ def _dt(dtype: DType | str | None) -> DType | None:
 
 def _default_state() -> RandomState:
     """The stream Tensor.rand and friends draw from (Tensor.manual_seed resets it); one per Realizer."""
-    rz = current()
-    if rz.random is None:
-        rz.random = RandomState(0)
-    return rz.random
+    st = front()
+    if st.random is None:
+        st.random = RandomState(0)
+    return st.random
 
 
 class CreationMixin:

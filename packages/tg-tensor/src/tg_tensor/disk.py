@@ -57,8 +57,7 @@ def disk_to(t: Tensor, device: str) -> UOp:
     base, ops, start = _window(t.uop)
     if start is not None and ops:
         count = int(prod(t.shape))
-        win = UOp.new_buffer(t.device, count, t.dtype)
-        current().buffers[win] = disk_window(buffer_of(base), start, count)
+        win = current().register(disk_window(buffer_of(base), start, count))
         return UOp(Ops.COPY, t.dtype, (win.reshape(t.shape), UOp(Ops.DEVICE, arg=device)))
     copied = UOp(Ops.COPY, t.dtype, (base, UOp(Ops.DEVICE, arg=device)))
     return rebuild_view(copied, ops)

@@ -15,6 +15,7 @@ import functools
 import math
 from typing import TYPE_CHECKING, Any
 
+from tg_tensor.front import front
 from tg_tensor.gradient import custom_gradient
 from tg_tensor.realizer import current
 from tg_tensor.util import ArgumentError, DTypeError, broadcast_shape, const_uop, scalar_dtype, to_dtype
@@ -66,7 +67,7 @@ class ElementwiseMixin:
         sign = math.copysign(1.0, value) if type(value) is float else 0.0
         key = (value, type(value), sign, dtype, dev, shape)
         rz = current()
-        views = rz.scalar_views
+        views = (rz.front or front(rz)).scalar_views
         if (hit := views.get(key)) is None:  # (only views that passed the checks below are kept)
             if shape is None or scalar_dtype(dtype, value) != dtype:
                 return None

@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from tg_tensor.realizer import current
+from tg_tensor.front import front
 from tg_uop import Ops, UOp, dtypes
 from tg_uop.helpers import argsort
 
@@ -142,14 +142,14 @@ def custom_gradient(out: Tensor, inputs: tuple[Tensor, ...], rule: Rule) -> Tens
     >>> y.sum().gradient(x)[0].tolist()
     [10.0]
     """
-    current().custom_grads[out.uop] = (tuple(t.uop for t in inputs), rule)
+    front().custom_grads[out.uop] = (tuple(t.uop for t in inputs), rule)
     return out
 
 
 def _on_path(root: UOp, targets: set[UOp]) -> set[UOp]:
     """The nodes under `root` from which some target can be reached (differentiable paths only)."""
     reaches: set[UOp] = set()
-    custom_grads = current().custom_grads
+    custom_grads = front().custom_grads
     for node in root.toposort:  # sources come first
         custom = custom_grads.get(node)
         srcs = node.src if custom is None else custom[0]
@@ -162,7 +162,7 @@ def compute_gradient(root: UOp, seed: UOp, targets: list[UOp]) -> dict[UOp, UOp]
     """Gradients of `root` (seeded with `seed`) with respect to each reachable node in `targets`."""
     from tg_tensor.tensor import Tensor  # the rules build Tensors; tensor.py imports this module
 
-    custom_grads = current().custom_grads
+    custom_grads = front().custom_grads
     path = _on_path(root, set(targets))
     grads: dict[UOp, Tensor] = {root: Tensor(seed)} if root in path else {}
     for node in reversed(list(root.toposort)):

@@ -156,14 +156,14 @@ def protect_old_values(items: list[ScheduleItem]) -> tuple[list[ScheduleItem], C
         swap[old] = copy
     if swap:  # readers of a copied version read the copy: ordering must not keep them before the write
         items = [_reads_swapped(it, swap) for it in items]
-    unread = [p for new in written if (ref := rz.previous.get(new)) is not None and (p := ref()) is not None]
+    unread = rz.replaced_versions(written)
 
     def finish() -> None:
         for old, buf in rebind:
-            rz.buffers[old] = buf
+            rz.rebind(old, buf)
         for p in unread:
             if p not in scan.to_copy:
-                rz.stale.add(p)
+                rz.mark_stale(p)
 
     return copies + items, finish
 

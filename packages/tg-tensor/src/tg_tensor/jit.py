@@ -48,6 +48,7 @@ from tg_runtime.device import Buffer, Device, DeviceGraph, GraphLaunch, bind_pro
 from tg_runtime.runner import CompiledRunner, get_runner, run_copy
 from tg_tensor import jit_file, multi
 from tg_tensor.collective import run_collective
+from tg_tensor.front import front
 from tg_tensor.inplace import pending_writes
 from tg_tensor.jit_args import JitArgError, describe_change, flatten_call
 from tg_tensor.multi import pending_multi_writes
@@ -78,7 +79,7 @@ JIT_MAX_CAPTURES = ContextVar("JIT_MAX_CAPTURES", 8)
 
 def check_host_read(what: str) -> None:
     """Raise JitError when tensor data is read to the host inside a jitted function (called by Tensor)."""
-    if running := current().jit_running:  # names of jitted functions whose Python body is running now
+    if running := front().jit_running:  # names of jitted functions whose Python body is running now
         raise JitError(
             f"{what} inside the jitted function {running[-1]!r}: the value would be frozen into the recording. "
             "Return the tensor from the function and read it outside."
@@ -341,7 +342,7 @@ class TinyJit(Generic[ReturnType]):
         return cap
 
     def _run_python(self, args: Any, kwargs: Any) -> ReturnType:
-        running = current().jit_running
+        running = front().jit_running
         running.append(self.name)
         try:
             ret = self.fxn(*args, **kwargs)
@@ -379,14 +380,8 @@ class TinyJit(Generic[ReturnType]):
         if before := pending_writes() + pending_multi_writes(list(current().live_tensors)):
             Tensor.realize(*before)
         existing = _live_buffers(collect=False) | {id(b) for b in input_bufs}
-        rz = current()
-        rz.item_observers.append(observe)
-        rz.plain_only.append(True)  # a recording is per set of Python values: constants stay folded in its kernels
-        try:
+        with current().recording(observe):
             ret = self._run_python(args, kwargs)
-        finally:
-            rz.item_observers.remove(observe)
-            rz.plain_only.pop()
         return ret, launches, _host_made(launches, existing)
 
     def _replay(self, rec: _Recording, input_bufs: list[Buffer], var_vals: dict[UOp, int]) -> Any:

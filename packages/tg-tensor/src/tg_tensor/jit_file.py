@@ -139,8 +139,8 @@ def state_buffers(state: Mapping[str, Tensor], realize: bool) -> StateBuffers:
     optimizer's flat buffer). `realize`: lazy tensors are realized first (loading); else they are skipped
     (saving: a lazy tensor holds no buffer of the recording)."""
     from tg_tensor.creation import _default_state
+    from tg_tensor.front import front
     from tg_tensor.inplace import view_chain
-    from tg_tensor.realizer import current
     from tg_tensor.schedule import buffer_of
 
     named: dict[str, Tensor] = {}
@@ -148,7 +148,7 @@ def state_buffers(state: Mapping[str, Tensor], realize: bool) -> StateBuffers:
         if not isinstance(name, str) or not isinstance(t, Tensor):
             raise TypeError(f"TinyJit state: expected a mapping of names to Tensors, got {name!r}: {type(t).__name__}")
         named[name] = t
-    rng = current().random if not realize else _default_state()
+    rng = front().random if not realize else _default_state()
     for dev in list(rng.keys) if rng is not None else []:
         named[f"tg.random.key:{dev}"], named[f"tg.random.counter:{dev}"] = rng.keys[dev], rng.counters[dev]  # type: ignore[union-attr]
     lazy = [t for t in named.values() if t.uop.base.op is not Ops.BUFFER]
@@ -244,7 +244,7 @@ def _describe(buf: Buffer) -> str:
 def classify(rec: _Recording, state: Mapping[str, Tensor]) -> tuple[list[dict[str, Any]], list[list[int]]]:
     """The slots of the recording's buffers and each launch's slot numbers (JitCacheError for a buffer that
     lives across calls but no name of `state` holds)."""
-    from tg_tensor.realizer import current
+    from tg_tensor.front import front
     from tg_tensor.schedule import buffer_of
 
     at: dict[tuple[int, int], dict[str, Any]] = {}
@@ -253,7 +253,7 @@ def classify(rec: _Recording, state: Mapping[str, Tensor]) -> tuple[list[dict[st
     for j, positions in enumerate(rec.output_slots):
         at.update({(li, p): {"kind": "output", "index": j} for li, p in positions})
     temps = {id(b) for b in rec.temps}
-    ranges = [t.uop.base for t in current().index_ranges.values()]  # (rng.py's 0..n-1, kept on the device)
+    ranges = [t.uop.base for t in front().index_ranges.values()]  # (rng.py's 0..n-1, kept on the device)
     consts = {id(b) for b in rec.consts} | {id(buffer_of(u)) for u in ranges if u.op is Ops.BUFFER}
     named = state_buffers(state, realize=False)
     slots: list[dict[str, Any]] = []

@@ -4,8 +4,10 @@ Everything that realizing tensors remembers between calls lives in one `Realizer
 node is computed by which buffer (`realized`), the runtime Buffer behind each BUFFER node
 (`buffers`), versions of a memory an in-place write overwrote (`stale`, `previous`), buffers a failed
 realize never wrote (`failed`), the queue of scheduled items not run yet (`pending`), the live
-tensors (`live_tensors`, `grad_tensors`) and the caches (schedules by graph structure, constant
-families, device index ranges, the random stream). No other tg_tensor module keeps mutable state at
+tensors (`live_tensors`, `grad_tensors`) and the caches of realization (schedules by graph structure,
+constant families). It changes through named methods (`register`, `new_version`, `rebind`, `mark_stale`,
+`unshare`, `recording`, ...). The front end's caches (scalar views, the random stream, custom gradients,
+TinyJit's flags) hang off it in `front` (front.py). No other tg_tensor module keeps mutable state at
 module level (tests/test_realizer.py checks it).
 
 The two entry points:
@@ -54,7 +56,7 @@ from tg_uop.trace import GRAPH, TRACE
 from tg_uop.uop import sint
 
 if TYPE_CHECKING:
-    from tg_tensor.rng import RandomState
+    from tg_tensor.front import FrontState
     from tg_tensor.tensor import Tensor
 
 
@@ -119,8 +121,6 @@ class Realizer:
         # asked for gradients
         self.live_tensors = LiveTensors()
         self.grad_tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
-        # node -> (inputs, rule): gradients given by a function instead of the node's op (gradient.custom_gradient)
-        self.custom_grads: weakref.WeakKeyDictionary[UOp, tuple[tuple[UOp, ...], Any]] = weakref.WeakKeyDictionary()
         # tensors re-pointed to another tensor's realized buffer by share_results (an assign must not write it)
         # (by id: a WeakSet compares members with ==, which builds a Tensor)
         self.shared: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
@@ -129,25 +129,16 @@ class Realizer:
         # constant families (device, AST with constants as loads) -> first member; one-element constant buffers
         self.families: LRUCache[tuple[str, UOp], UOp] = LRUCache(getenv("KERNEL_CACHE_MAX", 1024))
         self.const_bufs: LRUCache[tuple[str, Any, Any], Buffer] = LRUCache(getenv("KERNEL_CACHE_MAX", 1024))
-        # (key, shape, dtype, base op, no_grad) -> movement ops recorded by chains.movement_chain (a 1-tuple: None
-        # where the built graph was no chain)
-        self.movement_chains: LRUCache[tuple[Any, ...], tuple[Any]] = LRUCache(getenv("MOVEMENT_CHAIN_MAX", 512))
-        # (value, its type, sign, dtype, device, shape) -> a Python scalar viewed at a shape (elementwise._scalar_view)
-        self.scalar_views: dict[tuple[Any, ...], UOp] = {}
-        # non-empty while TinyJit records (constants stay folded); names of jitted functions running their body
+        # non-empty while TinyJit records (constants stay folded: `recording`)
         self.plain_only: list[bool] = []
-        self.jit_running: list[str] = []
         # called with every item about to run, before its buffers are allocated (TinyJit records its capture here)
         self.item_observers: list[Callable[[ScheduleItem], None]] = []
-        # rng.py: 0..n-1 index ranges kept on the device; the stream Tensor.rand draws from (made on first use)
-        self.index_ranges: dict[tuple[int, str], Tensor] = {}
-        self.random: RandomState | None = None
-        self.schedules_shown = 0  # realizes reported to GRAPH/VIZ (visibility.py)
         # while VIZ records (provenance.py): lazy node -> the tensor operation and user line that made it; kernel
         # AST -> the operations it fuses (filled by the scheduler, read by visibility.on_schedule)
         self.origins: weakref.WeakKeyDictionary[UOp, str] = weakref.WeakKeyDictionary()
         self.kernel_ops: dict[UOp, list[str]] = {}
-        self.graph_files: list[str] = []  # GRAPH=1: this run's folder, then the DOT files written to it
+        # the front end's caches for this Realizer (front.py: scalar views, the random stream, custom gradients, ...)
+        self.front: FrontState | None = None
 
     # ---- registries ----
     def resolve(self, u: UOp) -> UOp:
@@ -168,6 +159,46 @@ class Realizer:
         u = UOp.new_buffer(buf.device, buf.size, buf.dtype)
         self.buffers[u] = buf
         return u
+
+    def new_version(self, target: UOp) -> UOp:
+        """A new BUFFER node for the memory of `target` (a BUFFER node), the version an in-place write makes: it
+        shares target's Buffer and remembers target as the version it replaces (inplace.py keeps or retires it)."""
+        buf = self.buffer_of(target)
+        alias = UOp.new_buffer(buf.device, target.arg[1], target.dtype)
+        self.buffers[alias] = buf
+        self.previous[alias] = weakref.ref(target)
+        return alias
+
+    def replaced_versions(self, written: Collection[UOp]) -> list[UOp]:
+        """The old versions (still alive) that the new versions `written` replace."""
+        return [p for new in written if (ref := self.previous.get(new)) is not None and (p := ref()) is not None]
+
+    def rebind(self, node: UOp, buf: Buffer) -> None:
+        """From now on the BUFFER node `node` reads `buf` (an old version moved to the copy that keeps it)."""
+        self.buffers[node] = buf
+
+    def mark_stale(self, node: UOp) -> None:
+        """The version `node` was overwritten while nothing live read it: reading it later raises."""
+        self.stale.add(node)
+
+    def unshare(self, t: Tensor) -> bool:
+        """Was `t` re-pointed at another tensor's result (share_results)? It no longer is (it gets its own)."""
+        if self.shared.get(id(t)) is t:
+            del self.shared[id(t)]
+            return True
+        return False
+
+    @contextmanager
+    def recording(self, observe: Callable[[ScheduleItem], None]) -> Iterator[None]:
+        """While TinyJit records: `observe` sees every item about to run, and constants stay folded in kernels (a
+        recording is per set of Python values, so lifting them into buffers buys nothing)."""
+        self.item_observers.append(observe)
+        self.plain_only.append(True)
+        try:
+            yield
+        finally:
+            self.item_observers.remove(observe)
+            self.plain_only.pop()
 
     def check_not_stale(self, buf: UOp) -> None:
         """Raise when `buf` is an overwritten version (its values are gone) or a failed realize never wrote it."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tg_tensor.realizer import current
+from tg_tensor.front import front
 from tg_tensor.util import const_uop
 from tg_uop import Ops, UOp, dtypes
 
@@ -119,7 +119,7 @@ def _arange(n: int, device: str) -> UOp:
 
     from tg_tensor.tensor import Tensor
 
-    ranges = current().index_ranges  # kept per Realizer: a device buffer is realization state
+    ranges = front().index_ranges  # kept per Realizer (its buffers are registered there)
     t = ranges.get((n, device))
     if t is None:
         t = Tensor(np.arange(n, dtype=np.uint32), device=device)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import sys
-import weakref
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -550,8 +549,7 @@ class Tensor(
             return self
         value = x if isinstance(x, Tensor) else Tensor(x, device=self.device, dtype=self.dtype)
         rz = current()
-        if rz.shared.get(id(self)) is self:  # it stands for another tensor's result (share_results): replace it
-            del rz.shared[id(self)]
+        if rz.unshare(self):  # it stood for another tensor's result (share_results): replace it
             if value.shape == self.shape and value.dtype == self.dtype and value.device == self.device:
                 self.uop = value.uop
                 return self
@@ -578,11 +576,8 @@ class Tensor(
         through_view = any(op is not Ops.RESHAPE for op, _ in ops)
         if _reads_shifted(value.uop, target) or (through_view and _reads_memory(value.uop, target)):
             value = value.contiguous()
-        alias = UOp.new_buffer(self.device, target.arg[1], self.dtype)  # the new version of target's memory
-        view = rebuild_view(alias, ops)
+        view = rebuild_view(rz.new_version(target), ops)  # (a new version of target's memory)
         write_view(view)  # raises for views that cannot be written
-        rz.buffers[alias] = buffer_of(target)
-        rz.previous[alias] = weakref.ref(target)
         self.uop = UOp(Ops.ASSIGN, self.dtype, (view, value.uop, *follows))
         if through_view:
             # a write through a view is queued now, as it would run eagerly: the memory's other holders (the tensor

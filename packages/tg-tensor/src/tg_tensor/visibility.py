@@ -15,6 +15,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 
+from tg_tensor.front import front
 from tg_tensor.provenance import LIBRARY, OURS
 from tg_tensor.realizer import current
 from tg_uop import GroupOp, Ops, UOp, dtypes
@@ -31,7 +32,7 @@ def graph_dir() -> str:
 def run_dir() -> str:
     """This run's GRAPH folder, made on first use: `run_<date>_<time>_<pid>` in graph_dir(), so files of earlier
     runs never mix with this one's; the DOT files are rendered to SVG once, when the program ends."""
-    run = current().graph_files
+    run = front().graph_files
     if not run:
         d = os.path.join(graph_dir(), f"run_{time.strftime('%Y%m%d_%H%M%S')}_{os.getpid()}")
         os.makedirs(d, exist_ok=True)
@@ -100,9 +101,9 @@ def on_schedule(roots: Sequence[UOp], asts: Sequence[UOp], start_us: float) -> N
     made.clear()
     if not (TRACE.active or TRACE.profiling or GRAPH.value):
         return
-    rz = current()
-    rz.schedules_shown += 1
-    n = rz.schedules_shown
+    st = front()
+    st.schedules_shown += 1
+    n = st.schedules_shown
     TRACE.event(f"schedule {n}", "schedule", "HOST", start_us, TRACE.now_us() - start_us, kernels=len(asts))
     lazy = UOp(Ops.SINK, dtypes.void, tuple(roots))
     if TRACE.active:
@@ -117,4 +118,4 @@ def on_schedule(roots: Sequence[UOp], asts: Sequence[UOp], start_us: float) -> N
             for i, ast in enumerate(asts):
                 dot = to_dot(ast, fold_movement=False, title=f"realize {n}: kernel {i} AST")
                 paths += write_dot(dot, os.path.join(d, f"realize_{n}_k{i}.dot"), False)
-        current().graph_files.extend(paths)
+        front().graph_files.extend(paths)
