@@ -77,7 +77,7 @@ class ElementwiseMixin:
             if len(views) >= SCALAR_VIEWS_MAX:
                 views.clear()
             views[key] = hit
-        if rz.realized.data:  # type: ignore[attr-defined]  # a realize of an equal constant (Tensor.full) must not stand for it: that buffer may be
+        if rz.realized.data:  # a realize of an equal constant (Tensor.full) must not stand for it: that buffer may be
             rz.forget_constants(hit)  # assigned to later (its old version stale), and loading it costs a read
         return hit
 

@@ -42,7 +42,7 @@ from collections import deque
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tg_runtime.device import Buffer, Device, DeviceSet
 from tg_runtime.runner import compile_all, get_runner, run_copy
@@ -54,6 +54,9 @@ from tg_uop import Ops, UOp
 from tg_uop.helpers import DEBUG, GlobalCounters, LRUCache, getenv
 from tg_uop.trace import GRAPH, TRACE
 from tg_uop.uop import sint
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 if TYPE_CHECKING:
     from tg_tensor.front import FrontState
@@ -96,6 +99,19 @@ class ScheduleItem:
         return item
 
 
+class WeakTable(weakref.WeakKeyDictionary[K, V]):
+    """A WeakKeyDictionary whose table (`data`: weak reference -> value) the per-realize fast paths read directly:
+    its emptiness, or a lookup by `weakref.ref(key)`, without a Python-level method call per node."""
+
+    data: dict[weakref.ReferenceType[K], V]
+
+
+class WeakMembers(weakref.WeakSet[K]):
+    """A WeakSet whose members (`data`: weak references) the fast paths test for emptiness without a method call."""
+
+    data: set[weakref.ReferenceType[K]]
+
+
 class StaleReadError(RuntimeError):
     """A graph reads a tensor version that an in-place assign has overwritten."""
 
@@ -105,13 +121,13 @@ class Realizer:
 
     def __init__(self) -> None:
         # lazy node -> the realized node (a BUFFER reshaped to the node's shape) that now holds its value
-        self.realized: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+        self.realized: WeakTable[UOp, UOp] = WeakTable()
         # BUFFER node -> runtime Buffer
-        self.buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
+        self.buffers: WeakTable[UOp, Buffer] = WeakTable()
         # BUFFER nodes whose memory an in-place write overwrote while nothing live read them (inplace.py)
-        self.stale: weakref.WeakSet[UOp] = weakref.WeakSet()
+        self.stale: WeakMembers[UOp] = WeakMembers()
         # BUFFER nodes that a failed realize never wrote -> why (reading them raises instead of returning garbage)
-        self.failed: weakref.WeakKeyDictionary[UOp, str] = weakref.WeakKeyDictionary()
+        self.failed: WeakTable[UOp, str] = WeakTable()
         # new version (the BUFFER node an assign writes) -> the version it replaces (weakly: dead means unread)
         self.previous: weakref.WeakKeyDictionary[UOp, weakref.ReferenceType[UOp]] = weakref.WeakKeyDictionary()
         # items handed out by schedule() that have not run yet, oldest first (and their ids)
@@ -120,7 +136,7 @@ class Realizer:
         # every live Tensor (the possible readers of an overwritten version), indexed by its node; those that
         # asked for gradients
         self.live_tensors = LiveTensors()
-        self.grad_tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
+        self.grad_tensors: WeakMembers[Tensor] = WeakMembers()
         # tensors re-pointed to another tensor's realized buffer by share_results (an assign must not write it)
         # (by id: a WeakSet compares members with ==, which builds a Tensor)
         self.shared: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
@@ -291,7 +307,7 @@ class Realizer:
     def _point_at_results(
         self, tensors: Sequence[Tensor], roots: list[tuple[UOp, tuple[sint, ...]]], becomes: dict[UOp, UOp]
     ) -> None:
-        keeps_graph = not type(tensors[0]).no_grad and self.grad_tensors.data  # type: ignore[attr-defined]
+        keeps_graph = not type(tensors[0]).no_grad and self.grad_tensors.data
         if len(tensors) == 1 and not keeps_graph:  # (one tensor that autograd does not need: every tiny realize)
             t, ((root, shape),) = tensors[0], roots
             old, result = t._uop, becomes[root]

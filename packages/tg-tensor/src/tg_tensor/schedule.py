@@ -493,13 +493,13 @@ def _structure(rz: Realizer, roots: list[UOp]) -> tuple[tuple[object, ...], list
 def _lazy_structure(rz: Realizer, roots: list[UOp]) -> tuple[tuple[object, ...], list[UOp]] | None:
     """The structure key from per-node memos (tg_uop.structure), when no node of the graph was realized before
     (a realized node would be a leaf: then None, and the graph is walked). Only new nodes cost work."""
-    realized = rz.realized.data  # type: ignore[attr-defined]  # (the weakref-keyed dict: no method call per node)
+    realized = rz.realized.data  # (the weakref-keyed table: no method call per node)
     if len(roots) == 1:  # (one root: its leaves are the graph's, in its order)
         root = roots[0]
         if realized and any(weakref.ref(n) in realized for n in root.toposort):
             return None
         sid, root_leaves = structure(root)
-        if rz.failed.data or rz.stale.data:  # type: ignore[attr-defined]  # (weak containers: len() is Python)
+        if rz.failed.data or rz.stale.data:  # (weak containers: len() is Python)
             for leaf in root_leaves:
                 check_not_stale(leaf)
         return ("LAZY", sid, len(root_leaves)), list(root_leaves)
@@ -513,7 +513,7 @@ def _lazy_structure(rz: Realizer, roots: list[UOp]) -> tuple[tuple[object, ...],
         sid, root_leaves = structure(root)
         sids.append(sid)
         maps.append(merge_leaves(root_leaves, leaves, index))
-    if rz.failed.data or rz.stale.data:  # type: ignore[attr-defined]
+    if rz.failed.data or rz.stale.data:
         for leaf in leaves:
             check_not_stale(leaf)
     return ("LAZY", tuple(sids), tuple(maps)), leaves
@@ -560,7 +560,7 @@ def _replay_launches(
 ) -> tuple[list[tuple[UOp, list[Buffer], dict[UOp, int]]], list[UOp]]:
     """The recipe's kernels bound to `leaves`' buffers and fresh output buffers, as (AST, buffers, variable values)
     each, and the realized nodes that stand for the recipe's roots (the output BUFFER nodes are filed)."""
-    known = rz.buffers.data  # type: ignore[attr-defined]  # (weakref -> Buffer: no method call per leaf)
+    known = rz.buffers.data  # (weakref -> Buffer: no method call per leaf)
     inputs = [b if (b := known.get(weakref.ref(leaf))) is not None else buffer_of(leaf) for leaf in leaves]
     new: list[UOp] = []
     outputs: list[Buffer] = []
@@ -593,7 +593,7 @@ def replay_one(rz: Realizer, root: UOp) -> tuple[UOp, list[Buffer], dict[UOp, in
     when the schedule cache holds `root`'s structure as one kernel with one output (else None, and nothing
     changed): create_schedule's hit for one root, without a ScheduleItem (the tiny realize's short way).
     The output BUFFER node and its Buffer are filed, and `root` is recorded as realized by it."""
-    node = rz.resolve(root) if rz.realized.data else root  # type: ignore[attr-defined]
+    node = rz.resolve(root) if rz.realized.data else root
     if node.op is Ops.BUFFER or node.base.op is Ops.BUFFER:
         return None
     key, leaves = _structure(rz, [root])
@@ -612,7 +612,7 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
     shapes and buffer sizes; other buffers) reuses the kernels found then without running the scheduler.
     """
     rz = current()
-    resolved = [rz.resolve(r) for r in roots] if rz.realized.data else roots  # type: ignore[attr-defined]
+    resolved = [rz.resolve(r) for r in roots] if rz.realized.data else roots
     for r in resolved:
         if r.op is Ops.BUFFER or r.base.op is Ops.BUFFER:
             return _create_schedule(roots)
