@@ -593,26 +593,16 @@ def replay_one(rz: Realizer, root: UOp) -> tuple[UOp, list[Buffer], dict[UOp, in
     when the schedule cache holds `root`'s structure as one kernel with one output (else None, and nothing
     changed): create_schedule's hit for one root, without a ScheduleItem (the tiny realize's short way).
     The output BUFFER node and its Buffer are filed, and `root` is recorded as realized by it."""
-    if (found := _cached(rz, [root])) is None or (recipe := found[2]) is None:
+    node = rz.resolve(root) if rz.realized.data else root
+    if node.op is Ops.BUFFER or node.base.op is Ops.BUFFER:
         return None
-    if len(recipe.items) != 1 or len(recipe.outs) != 1:
-        return None
-    ((ast, bufs, var_vals),), (result,) = _replay_launches(rz, recipe, found[1])
-    rz.realized[found[0][0]] = result
-    return ast, bufs, var_vals, result
-
-
-def _cached(rz: Realizer, roots: list[UOp]) -> tuple[list[UOp], list[UOp], _Recipe | None, tuple[object, ...]] | None:
-    """The schedule cache's view of `roots`, shared by its two fast paths (one tiny realize, a whole schedule):
-    (the roots after realized nodes, the graph's leaf buffers, the recipe to replay or None, the structure key);
-    None when a root is a buffer or a view of one already (nothing a recipe computes)."""
-    resolved = [rz.resolve(r) for r in roots] if rz.realized.data else roots
-    for r in resolved:
-        if r.op is Ops.BUFFER or r.base.op is Ops.BUFFER:
-            return None
-    key, leaves = _structure(rz, roots)
+    key, leaves = _structure(rz, [root])
     recipe = rz.recipes.get(key)
-    return resolved, leaves, (None if recipe is None or (rz.plain_only and recipe.fixed) else recipe), key
+    if recipe is None or len(recipe.items) != 1 or len(recipe.outs) != 1 or (rz.plain_only and recipe.fixed):
+        return None
+    ((ast, bufs, var_vals),), (result,) = _replay_launches(rz, recipe, leaves)
+    rz.realized[node] = result
+    return ast, bufs, var_vals, result
 
 
 def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
@@ -622,10 +612,12 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
     shapes and buffer sizes; other buffers) reuses the kernels found then without running the scheduler.
     """
     rz = current()
-    if (found := _cached(rz, roots)) is None:
-        return _create_schedule(roots)
-    resolved, leaves, recipe, key = found
-    if recipe is not None:
+    resolved = [rz.resolve(r) for r in roots] if rz.realized.data else roots
+    for r in resolved:
+        if r.op is Ops.BUFFER or r.base.op is Ops.BUFFER:
+            return _create_schedule(roots)
+    key, leaves = _structure(rz, roots)
+    if (recipe := rz.recipes.get(key)) is not None and not (rz.plain_only and recipe.fixed):
         items, results = _replay(rz, recipe, leaves)
         realized = rz.realized
         for root, res in zip(resolved, results):
