@@ -11,6 +11,7 @@ count.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import numpy as np
 import pytest
@@ -265,7 +266,9 @@ class _Net:
         return self.l1(self.c1(x).relu().max_pool2d((2, 2)).flatten(1))
 
 
-def _train(ds: tuple[str, ...] | None, X: np.ndarray, Y: np.ndarray, steps: int, bs: int) -> list[float]:
+def _train(
+    ds: tuple[str, ...] | None, X: np.ndarray, Y: np.ndarray, steps: int, bs: int, jits: list[Any] | None = None
+) -> list[float]:
     Tensor.manual_seed(7)
     model = _Net()
     if ds is not None:
@@ -283,6 +286,8 @@ def _train(ds: tuple[str, ...] | None, X: np.ndarray, Y: np.ndarray, steps: int,
             opt.step()
             return (loss.to(ds[0]) if ds is not None else loss).contiguous()
 
+    if jits is not None:
+        jits.append(step)
     return [step(Tensor(X[i * bs : (i + 1) * bs]), Tensor(Y[i * bs : (i + 1) * bs])).item() for i in range(steps)]
 
 
@@ -294,6 +299,21 @@ def test_data_parallel_mnist_matches_one_device(n: int) -> None:
     many = _train(D, X, Y, steps=5, bs=16)  # steps 3.. replay the TinyJit recording (collectives included)
     np.testing.assert_allclose(many, one, rtol=1e-5, atol=1e-6)
     assert one[-1] < one[0]
+
+
+def test_data_parallel_step_replays_as_one_cuda_graph_per_gpu() -> None:
+    """On CUDA the data-parallel step (its kernels on both GPUs, the batch's copies, the NCCL all-reduces) replays
+    as one CUDA graph per GPU, and trains as one device does."""
+    if KIND != "CUDA":
+        pytest.skip("CUDA graphs with NCCL inside: TG_MULTI_KIND=CUDA on a host with 2 GPUs")
+    D = devs(2)
+    X, Y = _mnist_subset(96)
+    one = _train(None, X, Y, steps=6, bs=16)
+    jits: list[Any] = []
+    many = _train(D, X, Y, steps=6, bs=16, jits=jits)
+    graph = jits[0].recording.graph
+    assert type(graph).__name__ == "CUDAMultiGraph", graph
+    np.testing.assert_allclose(many, one, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("n", [1, 2])
