@@ -116,3 +116,20 @@ def test_cli_rejects_conflicting_flags(model_file: str, capsys: pytest.CaptureFi
     assert "give one of them" in capsys.readouterr().err
     assert main(["--model", model_file, "--devices", "CPU:0,CPU:1,CPU:2", "--prompt", "hi"]) == 1
     assert "do not split over 3 devices" in capsys.readouterr().err
+
+
+def test_decode_step_work(model_file: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A decode step runs two all-reduces per layer (after wo and after down), computes each layer once (the
+    sharded KV-cache writes do not recompute the layers before them) and copies no cache to keep old values."""
+    import tg_tensor.inplace
+    import tg_tensor.realizer
+
+    model, _ = load_model(model_file, devices=devices(2))
+    model.forward([1, 2, 3], 0)
+    kinds: list[str] = []
+    copies: list[object] = []
+    run, copy = tg_tensor.realizer.run_collective, tg_tensor.inplace.create_copy_kernel
+    monkeypatch.setattr(tg_tensor.realizer, "run_collective", lambda kind, *a: kinds.append(kind) or run(kind, *a))
+    monkeypatch.setattr(tg_tensor.inplace, "create_copy_kernel", lambda *a: copies.append(a) or copy(*a))
+    model.forward([4], 3)  # the jitted step's first (eager) run
+    assert kinds == ["allreduce"] * 2 * model.cfg.n_layers and not copies

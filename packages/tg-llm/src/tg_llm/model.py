@@ -367,7 +367,9 @@ class Llama:
         cos, sin = angles.cos(), angles.sin()
         for block, cache in zip(self.blocks, self.caches):
             x = block(x, cache, start, cos, sin)
-            if each_layer:
+            # (split over devices, each layer's output is realized too: the KV-cache writes of a sharded cache are
+            # scheduled on their own, and a lazy residual stream would be computed again for each of them)
+            if each_layer or self.devices:
                 x = x.realize()
         if last is not None:
             x = x[last : last + 1]

@@ -96,9 +96,13 @@ class _Scan:
             if (new := self.newer(base)) is not None:
                 t.uop = rebuild_view(new, ops)  # a view shares the memory: it sees the write
             return
-        if t.uop.op is Ops.MULTI and (shards := self.views_of_shards(t.uop)) is not None:
-            if shards != t.uop.src:  # a tensor on several devices whose shards are views: each sees its write
-                t.uop = UOp(Ops.MULTI, t.uop.dtype, shards, t.uop.arg)
+        node, moves = t.uop, []
+        while node.op in GroupOp.Movement:  # (a view of a tensor on several devices: `cache[:, :, 3:4]`)
+            moves.append((node.op, node.arg))
+            node = node.src[0]
+        if node.op is Ops.MULTI and (shards := self.views_of_shards(node)) is not None:
+            if shards != node.src:  # a tensor on several devices whose shards are views: each sees its write
+                t.uop = rebuild_view(UOp(Ops.MULTI, node.dtype, shards, node.arg), moves)
             return
         self.walk(t.uop)
 
