@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from tg_llm.config import ARCHITECTURES, LlamaConfig, with_context
-from tg_llm.tensor_parallel import HOME, check_split, shard_axis
+from tg_llm.tensor_parallel import HOME, check_split, fuse_split_projections, shard_axis
 from tg_llm.weights import (
     Weight,
     _fuse_projections,
@@ -109,9 +109,11 @@ class Block:
         i: int,
         fused: dict[str, Weight] | None = None,
         int8: bool = False,
+        split: int = 0,
     ) -> None:
         p = f"blk.{i}."
         self.cfg, self.int8 = cfg, int8
+        self.split = split  # devices the layer is split over (0: one device)
         self.attn_norm, self.ffn_norm = _tensor(params[p + "attn_norm.weight"]), _tensor(params[p + "ffn_norm.weight"])
         self.wq, self.wk, self.wv = (params[p + f"attn_{n}.weight"] for n in "qkv")
         self.bq, self.bk, self.bv = (_opt_tensor(params.get(p + f"attn_{n}.bias")) for n in "qkv")
@@ -122,11 +124,21 @@ class Block:
         # q, k, v (and gate, up) as row ranges of one matrix when _fuse_projections joined them: one matmul each
         self.wqkv, self.w_gate_up = (fused or {}).get(p + "qkv"), (fused or {}).get(p + "gate_up")
 
-    def project(self, x: Tensor, fused: Weight | None, *ws: Weight) -> tuple[Tensor, ...]:
-        """x @ w.T for each of `ws`: one matmul, split by columns, when `fused` holds their rows in order."""
+    def project(self, x: Tensor, fused: Weight | None, *ws: Weight, realize: bool = False) -> tuple[Tensor, ...]:
+        """x @ w.T for each of `ws`: one matmul, split by columns, when `fused` holds their rows in order (on a split
+        layer, `realize`: the product is realized first, for readers scheduled apart)."""
         if fused is None:
             return tuple(linear(x, w, self.int8) for w in ws)
         out, ret, at = linear(x, fused, self.int8), [], 0
+        if self.split:  # the columns of each device's product are its rows of q, k, v side by side
+            out = out.realize() if realize else out
+            t, k = int(out.shape[0]), self.split
+            per_device = out.reshape(t, k, int(out.shape[1]) // k)
+            for w in ws:
+                m = int(w.shape[0]) // k
+                ret.append(per_device[:, :, at : at + m].reshape(t, k * m))
+                at += m
+            return tuple(ret)
         for w in ws:
             n = int(w.shape[0])
             ret.append(out[:, at : at + n])
@@ -137,7 +149,9 @@ class Block:
         """The rotated queries (heads, t, hd), realized, and the keys and values (kv_heads, t, hd) of x (t, dim)."""
         cfg = self.cfg
         t, hd, kv = int(x.shape[0]), cfg.head_dim, cfg.n_kv_heads
-        q, k, v = self.project(x, self.wqkv, self.wq, self.wk, self.wv)
+        # (split over devices: realized, as the sharded KV cache's writes are scheduled apart and would each compute
+        # the product again)
+        q, k, v = self.project(x, self.wqkv, self.wq, self.wk, self.wv, realize=bool(self.split))
         if self.bq is not None and self.bk is not None and self.bv is not None:
             q, k, v = q + self.bq, k + self.bk, v + self.bv
         q = q.reshape(t, cfg.n_heads, hd).permute(1, 0, 2)  # (heads, t, hd)
@@ -249,8 +263,13 @@ class Llama:
         self.compute: str = DeviceSet(self.devices) if self.devices else self.device
         loaded = self._load(params, quantized)
         del params  # (the caller's dict may still hold the lazy copies; they hold no memory)
-        # (split models keep q/k/v and gate/up apart: a joined matrix's rows would not split by heads)
-        fused = {} if self.devices else _fuse_projections(cfg, loaded, quantized, self._release)
+        fused: dict[str, Weight] = {}
+        if self.devices:  # joined per device (each device's rows of q, k and v side by side)
+            split = {k: v for k, v in loaded.items() if isinstance(v, Tensor)}
+            fused.update(fuse_split_projections(cfg.n_layers, split, len(self.devices), self._release))
+            loaded.update(split)
+        else:
+            fused = _fuse_projections(cfg, loaded, quantized, self._release)
         self._realize_weights(loaded, quantized)
         self.params = loaded
         for k, shape in _param_shapes(cfg, "output.weight" in loaded).items():
@@ -260,7 +279,7 @@ class Llama:
         self.output = loaded.get("output.weight", self.embedding)  # tied when the file has no head
         self.output_norm = _tensor(loaded["output_norm.weight"])
         self.int8_activations = int8_activations
-        self.blocks = [Block(cfg, loaded, i, fused, int8_activations) for i in range(cfg.n_layers)]
+        self.blocks = [Block(cfg, loaded, i, fused, int8_activations, len(self.devices)) for i in range(cfg.n_layers)]
         inv_freq = _inv_freq(cfg, _opt_tensor(loaded.get("rope_freqs.weight")))
         self.inv_freq = Tensor(inv_freq, device=self.compute).realize()
         self.caches = [

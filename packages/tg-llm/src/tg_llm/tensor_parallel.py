@@ -26,6 +26,7 @@ import os
 import re
 import threading
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -37,10 +38,11 @@ from tg_runtime.device import DeviceSet
 from tg_tensor import Tensor
 from tg_tensor.multi import multi_node
 from tg_tensor.schedule import buffer_of
-from tg_uop import DType, dtypes
+from tg_uop import DType, Ops, dtypes
 
 __all__ = [
     "HOME",
+    "fuse_split_projections",
     "check_memory",
     "check_split",
     "check_types",
@@ -304,3 +306,46 @@ def _copy_all(devices: Sequence[str], jobs: list[list[tuple[Tensor, np.ndarray]]
         th.join()
     if errors:
         raise errors[0]
+
+
+_JOINED = {"qkv": ("attn_q", "attn_k", "attn_v"), "gate_up": ("ffn_gate", "ffn_up")}
+
+
+def fuse_split_projections(n_layers: int, loaded: dict[str, Tensor], n: int, release: Any = None) -> dict[str, Tensor]:
+    """Join each layer's q, k, v rows (and gate, up) into one matrix per device ("blk.{i}.qkv", "blk.{i}.gate_up"),
+    as tg_llm.weights._fuse_projections does on one device: device d holds [q_d; k_d; v_d], its heads' rows of
+    each, so one matrix-vector product per device serves the three (3 kernels fewer per layer and device, and
+    bigger ones). The GGUF names stay in `loaded` as views of the joined matrix (each again the whole matrix,
+    split by rows); `Block.project` cuts the product's columns per device. `release()` runs after each layer.
+
+    >>> from tg_tensor import Tensor
+    >>> devs = ("CPU:0", "CPU:1")
+    >>> w = {f"blk.0.{k}.weight": Tensor.full((4, 2), float(i)).shard(devs, 0) for i, k in enumerate(_JOINED["qkv"])}
+    >>> fused = fuse_split_projections(1, w, 2)
+    >>> fused["blk.0.qkv"][:, 0].tolist(), w["blk.0.attn_k.weight"][:, 0].tolist()
+    ([0.0, 0.0, 1.0, 1.0, 2.0, 2.0, 0.0, 0.0, 1.0, 1.0, 2.0, 2.0], [1.0, 1.0, 1.0, 1.0])
+    """
+    fused: dict[str, Tensor] = {}
+    for i in range(n_layers):
+        for key, group in _JOINED.items():
+            names = [f"blk.{i}.{g}.weight" for g in group]
+            if any(k not in loaded for k in names):
+                continue
+            parts = [loaded[k] for k in names]
+            if len({p.dtype for p in parts}) != 1 or any(p.uop.op is not Ops.MULTI or p.uop.arg != 0 for p in parts):
+                continue
+            ds = parts[0].device
+            per_device = [
+                Tensor.cat(*[Tensor(p.uop.src[d]) for p in parts]).contiguous().realize().uop for d in range(n)
+            ]
+            joined = fused[f"blk.{i}.{key}"] = Tensor(multi_node(per_device, 0, DeviceSet(ds)))
+            rows, cols = int(joined.shape[0]) // n, int(joined.shape[1])
+            at = 0
+            for k, p in zip(names, parts):
+                m = int(p.shape[0]) // n
+                loaded[k] = joined.reshape(n, rows, cols)[:, at : at + m].reshape(n * m, cols)
+                at += m
+            del parts
+        if release is not None:
+            release()
+    return fused
