@@ -9,8 +9,8 @@ LLaMA-shaped F16 model split with `--tp N`, beside the memory-bandwidth bound of
 Steps, each printing JSON lines ({"bench", "impl", "value", "unit", "params"}):
 1. The model file `$LLM_DIR/llama-$SIZE-F16-tp.gguf` (LLM_DIR default /tmp/tg_bench_llm) is written by
    tg_llm.big_model.write_big_gguf, or reused when one of the same layout is there. Writing is limited by the
-   disk, not Python: the GGUF layout is streamed by hand, the matrices filled by up to 64 threads (WRITE_WORKERS)
-   each generating 64 MiB of random float16 patterns at ~1 GB/s a core and os.pwrite-ing them at their offsets;
+   disk, not Python: the GGUF layout is streamed by hand, and up to 64 threads (WRITE_WORKERS) os.pwrite 64 MiB
+   chunks at their offsets, each a window of one 128 MiB pool of random float16 values (made once, ~0.2 s);
    memory stays small. On a host with more RAM than the file, the file then sits in the page cache. A reused file
    is read once first (threads, 64 MiB reads: `llm_tp_warm`), so the load is timed with the file in the cache.
 2. `python -m tg_llm --model F --tp N --benchmark DECODE --prompt-tokens PROMPT --context CONTEXT` in a child

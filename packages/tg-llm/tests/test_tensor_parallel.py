@@ -133,3 +133,23 @@ def test_decode_step_work(model_file: str, monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(tg_tensor.inplace, "create_copy_kernel", lambda *a: copies.append(a) or copy(*a))
     model.forward([4], 3)  # the jitted step's first (eager) run
     assert kinds == ["allreduce"] * 2 * model.cfg.n_layers and not copies
+
+
+def test_big_model_writer(tmp_path: pathlib.Path) -> None:
+    """tg_llm.big_model's hand-written GGUF: gguf's reader agrees on every tensor, tg loads it whole and split, and
+    a second call reuses the file."""
+    import gguf
+
+    from tg_llm.big_model import file_bytes, write_big_gguf
+
+    shape = dict(dim=64, n_layers=2, n_heads=8, n_kv_heads=4, hidden_dim=128, vocab_size=512, tied=False)
+    path = str(tmp_path / "big.gguf")
+    assert write_big_gguf(path, shape, context=32, workers=2) and not write_big_gguf(path, shape, context=32)
+    assert pathlib.Path(path).stat().st_size == file_bytes(shape, 32)
+    reader = gguf.GGUFReader(path)
+    _, state = tensor_parallel.gguf_read_header(path), tg_llm.gguf_load(path, "CPU")[1]
+    for t in reader.tensors:
+        np.testing.assert_array_equal(np.asarray(t.data).reshape(state[t.name].shape), state[t.name].numpy())
+    q = state["blk.0.attn_q.weight"].numpy()
+    assert 0.0078 <= np.abs(q).min() and np.abs(q).max() < 0.032 and len({q[0, 0], q[1, 0], q[2, 0]}) > 1
+    check_equal(path, 2)

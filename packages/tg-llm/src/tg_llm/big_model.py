@@ -4,11 +4,12 @@
 28672 FFN, vocabulary 32000: 138 GB) at the speed of the disk, with memory that stays small:
   - the GGUF layout (header, metadata, tensor table) is written here, not by the `gguf` package (which holds
     every tensor in memory and is far from disk speed);
-  - the matrices are filled by worker threads (one per core, at most 64, or `workers`), each writing chunks of
-    64 MiB with os.pwrite at their own offsets (numpy's generator, its masks and pwrite release the GIL, so the
-    threads run in parallel, and a script calling this needs no `__main__` guard as process pools would); a chunk
-    is random 16-bit patterns masked to float16 values of magnitude 0.0078..0.031 with a random sign (std ~0.019):
-    one pass of a PCG64 generator and two of masks, ~1 GB/s a core, so a few cores keep a disk busy;
+  - the values come from one pool of 128 MiB of random 16-bit patterns masked to float16 values of magnitude
+    0.0078..0.031 with a random sign (std ~0.019; one pass of a PCG64 generator and two of masks, ~0.2 s); each
+    64 MiB chunk of a matrix is the pool's window at an offset of its own (so chunks differ, and the file is the
+    same for the same seed), written with os.pwrite at its place by worker threads (one per core, at most 64, or
+    `workers`): pwrite releases the GIL, so nothing but the disk (and the page cache) sets the pace, and a script
+    calling this needs no `__main__` guard as process pools would;
   - norms are float32 near 1, written by the parent.
 The vocabulary is the sentencepiece one of tg_llm.random_model, padded with unused tokens to the shape's size.
 Shapes: tiny (smoke runs), 1b (Llama 3.2 1B, tied head), 7b, 13b, 34b (CodeLlama 34B), 70b. A file that already
@@ -148,13 +149,18 @@ def file_bytes(shape: dict[str, Any], context: int = 4096) -> int:
     return off + _pad(_nbytes(dims, t))
 
 
-def _fill(job: tuple[str, int, int, int]) -> int:
-    """Write `nbytes` of random float16 values at `offset` of the file (a job's own generator)."""
-    path, offset, nbytes, seed = job
-    bits = np.random.PCG64(seed).random_raw(-(-nbytes // 8))
+def _pool(seed: int) -> memoryview:
+    """2 * CHUNK bytes of random float16 values (see the module doc)."""
+    bits = np.random.PCG64(seed).random_raw(2 * CHUNK // 8)
     bits &= np.uint64(0x87FF87FF87FF87FF)  # sign, the exponent's low bit, the mantissa: random
     bits |= np.uint64(0x2000200020002000)  # exponent 8 or 9 of 15: magnitudes 2^-7 .. 2^-5
-    view = bits.view(np.uint8).data[:nbytes]
+    return bits.view(np.uint8).data
+
+
+def _fill(job: tuple[str, int, int, memoryview]) -> int:
+    """Write `data` at `offset` of the file."""
+    path, offset, nbytes, data = job
+    view = data[:nbytes]
     fd = os.open(path, os.O_WRONLY)
     try:
         done = 0
@@ -206,13 +212,15 @@ def write_big_gguf(
             if ggml_type == _F32:
                 f.seek(off)
                 f.write((1.0 + 0.1 * rng.standard_normal(dims)).astype("<f4").tobytes())
-    jobs: list[tuple[str, int, int, int]] = []
+    pool = _pool(seed)
+    jobs: list[tuple[str, int, int, memoryview]] = []
     for _, dims, ggml_type, off in placed:
         n = _nbytes(dims, ggml_type)
-        for at in range(0, n if ggml_type == _F16 else 0, CHUNK):  # each chunk its own generator
-            jobs.append((tmp, off + at, min(CHUNK, n - at), seed << 32 | len(jobs)))
-    with ThreadPoolExecutor(workers or min(64, os.cpu_count() or 1)) as pool:
-        for _ in pool.map(_fill, jobs):  # (raises a worker's error here)
+        for at in range(0, n if ggml_type == _F16 else 0, CHUNK):  # each chunk the pool at an offset of its own
+            start = (len(jobs) * 7_919 * 2) % CHUNK  # (even: whole float16 values)
+            jobs.append((tmp, off + at, min(CHUNK, n - at), pool[start : start + CHUNK]))
+    with ThreadPoolExecutor(workers or min(64, os.cpu_count() or 1)) as writers:
+        for _ in writers.map(_fill, jobs):  # (raises a worker's error here)
             pass
     os.replace(tmp, path)
     return True
