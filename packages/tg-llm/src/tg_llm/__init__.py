@@ -81,5 +81,7 @@ def _load_split(
     check_types(header)
     check_split(cfg, len(devices))
     check_memory(header, cfg, devices, dtype)
-    params = load_shards(path, cfg, devices, dtype, header)
-    return Llama(cfg, dict(params), dtype=dtype, consume=True, devices=devices), tokenizer
+    # (no reference kept here: the model frees the q/k/v and gate/up pieces as it joins them)
+    return Llama(
+        cfg, load_shards(path, cfg, devices, dtype, header), dtype=dtype, consume=True, devices=devices
+    ), tokenizer

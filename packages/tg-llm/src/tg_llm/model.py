@@ -264,10 +264,8 @@ class Llama:
         loaded = self._load(params, quantized)
         del params  # (the caller's dict may still hold the lazy copies; they hold no memory)
         fused: dict[str, Weight] = {}
-        if self.devices:  # joined per device (each device's rows of q, k and v side by side)
-            split = {k: v for k, v in loaded.items() if isinstance(v, Tensor)}
-            fused.update(fuse_split_projections(cfg.n_layers, split, len(self.devices), self._release))
-            loaded.update(split)
+        if self.devices:  # joined per device (each device's rows of q, k and v side by side; the parts freed)
+            fused.update(fuse_split_projections(cfg.n_layers, loaded, len(self.devices), self._release))
         else:
             fused = _fuse_projections(cfg, loaded, quantized, self._release)
         self._realize_weights(loaded, quantized)

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from tg_llm.config import LlamaConfig
+from tg_llm.weights import Weight
 from tg_nn.gguf import gguf_read_header
 from tg_nn.gguf_format import GGUFHeader, GGUFTensorInfo
 from tg_runtime import Device
@@ -242,7 +243,7 @@ def load_shards(
     devices: Sequence[str],
     dtype: DType,
     header: GGUFHeader | None = None,
-) -> dict[str, Tensor]:
+) -> dict[str, Weight]:
     """Every weight of a GGUF file placed as shard_axis says, realized: GGUF-named tensors on several devices (the
     embedding table on the first one only; a tied head as "output.weight", a split copy of the table).
 
@@ -267,7 +268,7 @@ def load_shards(
             t = raw[name][i] = Tensor.empty(*a.shape, dtype=_FILE_DTYPES[info.type_name], device=d).realize()
             jobs[i].append((t, a))
     _copy_all(devices, jobs)
-    out: dict[str, Tensor] = {}
+    out: dict[str, Weight] = {}
     for name, ts in raw.items():
         info, where = infos[name], places[name]
         want = dtypes.float32 if len(info.shape) == 1 else dtype
@@ -311,7 +312,7 @@ def _copy_all(devices: Sequence[str], jobs: list[list[tuple[Tensor, np.ndarray]]
 _JOINED = {"qkv": ("attn_q", "attn_k", "attn_v"), "gate_up": ("ffn_gate", "ffn_up")}
 
 
-def fuse_split_projections(n_layers: int, loaded: dict[str, Tensor], n: int, release: Any = None) -> dict[str, Tensor]:
+def fuse_split_projections(n_layers: int, loaded: dict[str, Any], n: int, release: Any = None) -> dict[str, Tensor]:
     """Join each layer's q, k, v rows (and gate, up) into one matrix per device ("blk.{i}.qkv", "blk.{i}.gate_up"),
     as tg_llm.weights._fuse_projections does on one device: device d holds [q_d; k_d; v_d], its heads' rows of
     each, so one matrix-vector product per device serves the three (3 kernels fewer per layer and device, and
@@ -332,7 +333,9 @@ def fuse_split_projections(n_layers: int, loaded: dict[str, Tensor], n: int, rel
             if any(k not in loaded for k in names):
                 continue
             parts = [loaded[k] for k in names]
-            if len({p.dtype for p in parts}) != 1 or any(p.uop.op is not Ops.MULTI or p.uop.arg != 0 for p in parts):
+            if not all(isinstance(p, Tensor) and p.uop.op is Ops.MULTI and p.uop.arg == 0 for p in parts):
+                continue
+            if len({p.dtype for p in parts}) != 1:
                 continue
             ds = parts[0].device
             per_device = [
