@@ -22,6 +22,7 @@ Steps, each printing JSON lines ({"bench", "impl", "value", "unit", "params"}):
    single-device path) and `llm_tp_speedup` (decode tok/s of --tp N over one GPU); then one child loads the
    model both ways in float32 and prints `llm_tp_logits_maxdiff` (prefill and 3 decode steps) and whether 16
    greedy tokens agree (`llm_tp_greedy_equal`, 1 or 0): the NCCL path's correctness.
+DELETE=1 removes the model file at the end (a 138 GB 70B and a 67 GB 34B file do not both fit a 235 GB disk).
 Every child's stderr is passed through; a child that fails or times out prints an `llm_tp_error` line and the
 script goes on. Needs numpy; the repository's packages are put on sys.path / PYTHONPATH by the script itself.
 """
@@ -51,6 +52,7 @@ DECODE = int(os.getenv("DECODE", "32"))
 PROMPT = int(os.getenv("PROMPT", "64"))
 TIMEOUT = int(os.getenv("TIMEOUT", "420"))
 ONE_GPU = os.getenv("ONE_GPU", "1" if SIZE == "1b" else "0") == "1"
+DELETE = os.getenv("DELETE", "0") == "1"
 PEAKS = {"H200": 4800.0, "H100 PCIe": 2000.0, "H100": 3350.0, "A100": 2039.0}
 
 
@@ -165,13 +167,17 @@ def main() -> None:
         file=sys.stderr,
     )
     path = model_file()
-    split = bench(path, devices, f"tg_tp{TP}")
-    if ONE_GPU:
-        one = bench(path, devices[:1], "tg_1gpu")
-        if split and one:
-            emit("llm_tp_speedup", f"tg_tp{TP}", split / one, "x", size=SIZE, devices=TP)
-        for line in run_child(["-c", CHECK, path, ",".join(devices)], "tg_check"):
-            emit(line["bench"], f"tg_tp{TP}", line["value"], line["unit"], size=SIZE, devices=TP)
+    try:
+        split = bench(path, devices, f"tg_tp{TP}")
+        if ONE_GPU:
+            one = bench(path, devices[:1], "tg_1gpu")
+            if split and one:
+                emit("llm_tp_speedup", f"tg_tp{TP}", split / one, "x", size=SIZE, devices=TP)
+            for line in run_child(["-c", CHECK, path, ",".join(devices)], "tg_check"):
+                emit(line["bench"], f"tg_tp{TP}", line["value"], line["unit"], size=SIZE, devices=TP)
+    finally:
+        if DELETE:
+            os.remove(path)
 
 
 if __name__ == "__main__":
