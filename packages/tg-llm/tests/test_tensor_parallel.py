@@ -89,7 +89,7 @@ def test_bad_input_is_refused_before_any_copy(model_file: str, monkeypatch: pyte
     with pytest.raises(ValueError, match="8 attention heads do not split over 3 devices"):
         load_model(model_file, devices=devices(3))
     with pytest.raises(ValueError, match="mixed kinds"):
-        tensor_parallel.plan_devices("CPU:0,PYTHON")
+        load_model(model_file, devices=("CPU:0", "PYTHON"))
     with pytest.raises(ValueError, match="one device is named twice"):
         tensor_parallel.plan_devices(["CPU:0", "CPU"])
     with pytest.raises(ValueError, match="either devices"):

@@ -11,7 +11,7 @@ import os
 from collections.abc import Sequence
 
 from tg_llm.model import Llama, LlamaConfig, Weight, with_context
-from tg_llm.tensor_parallel import check_memory, check_split, check_types, load_shards
+from tg_llm.tensor_parallel import check_memory, check_split, check_types, load_shards, plan_devices
 from tg_llm.tokenizer import Tokenizer
 from tg_nn.gguf import GGUFError, gguf_load, gguf_read_header
 from tg_nn.quant import gguf_load_quantized
@@ -65,7 +65,7 @@ def _load_split(
     path: str | os.PathLike[str], devices: tuple[str, ...], dtype: DType | None, context: int | None
 ) -> tuple[Llama, Tokenizer]:
     """load_model over several devices: every check first (types, split, memory), then the shards."""
-    devices = tuple(Device.canonicalize(d) for d in devices)
+    devices = plan_devices(devices=devices)  # one kind, none twice, present
     header = gguf_read_header(path)
     embd = next((t for t in header.tensors if t.name == "token_embd.weight"), None)
     if embd is None:
