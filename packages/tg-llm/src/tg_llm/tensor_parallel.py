@@ -266,6 +266,7 @@ def load_shards(
                 continue
             a = _slice(whole, places[name], i, n)
             t = raw[name][i] = Tensor.empty(*a.shape, dtype=_FILE_DTYPES[info.type_name], device=d).realize()
+            buffer_of(t.uop.base).ensure_allocated()  # (here, not in the copying threads)
             jobs[i].append((t, a))
     _copy_all(devices, jobs)
     out: dict[str, Weight] = {}
