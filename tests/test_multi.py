@@ -149,6 +149,27 @@ def test_movement_ops(n: int) -> None:
 
 
 @pytest.mark.parametrize("n", [1, 2])
+def test_assign_through_a_view_of_a_sharded_tensor(n: int) -> None:
+    """A KV cache split by heads: writing a slice of it (each device its shard's slice) is seen by the whole
+    tensor and by later reads, also at a position given by a bound Variable."""
+    from tg_uop import UOp
+
+    D = devs(n)
+    cache = Tensor.zeros(1, 2 * n, 8, 2).shard(D, axis=1).contiguous().realize()
+    ref = np.zeros((1, 2 * n, 8, 2), np.float32)
+    for pos in range(3):
+        v = rand(1, 2 * n, 1, 2)
+        start = UOp.variable("start", 0, 7).bind(pos)
+        cache[:, :, start : start + 1].assign(Tensor(v).shard(D, axis=1))
+        ref[:, :, pos : pos + 1] = v
+        seen = cache[:, :, : start + 1].reshape(2 * n, start + 1, 2)  # a symbolic reshape keeps the heads split
+        np.testing.assert_array_equal(seen.sum(axis=1).numpy(), ref[0, :, : pos + 1].sum(axis=1))
+        positions = Tensor.arange(2, device=cache.device) + start  # a bound Variable made on every device
+        assert positions.device == cache.device and positions.tolist() == [pos, pos + 1]
+    np.testing.assert_array_equal(cache.numpy(), ref)
+
+
+@pytest.mark.parametrize("n", [1, 2])
 def test_gradients_equal_single_device(n: int) -> None:
     D = devs(n)
     a, w, b = rand(8, 6), rand(6, 4), rand(4)

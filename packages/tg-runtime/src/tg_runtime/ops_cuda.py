@@ -15,8 +15,9 @@ import glob
 import hashlib
 import os
 import sys
+import threading
 import time
-from typing import Any, ClassVar
+from typing import Any
 
 from tg_codegen.diskcache import diskcache_get, diskcache_put
 from tg_codegen.limits import LaunchLimits
@@ -205,7 +206,9 @@ class Driver:
     its device's context current first (`use`, a no-op when it already is).
     """
 
-    _current: ClassVar[int | None] = None  # the context tg made current last (None: unknown, e.g. after NCCL)
+    # the context tg made current last, per thread as CUDA's current context is (None: unknown, e.g. after NCCL):
+    # a thread that copies to one GPU while another thread drives a second one sets its own
+    _current = threading.local()
 
     def __init__(self, ordinal: int = 0) -> None:
         self.lib = load_libcuda()
@@ -245,17 +248,17 @@ class Driver:
 
     def make_current(self) -> None:
         self.check(self.lib.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
-        Driver._current = self.ctx.value
+        Driver._current.ctx = self.ctx.value
 
     def use(self) -> None:
         """Make this device's context current unless it already is."""
-        if Driver._current != self.ctx.value:
+        if getattr(Driver._current, "ctx", None) != self.ctx.value:
             self.make_current()
 
     @staticmethod
     def forget_current() -> None:
         """Another library (NCCL) may have changed the current context: set it again before the next call."""
-        Driver._current = None
+        Driver._current.ctx = None
 
     def check(self, status: int, what: str) -> None:
         if status != 0:
@@ -309,8 +312,14 @@ class CUDAAllocator(Allocator):
 
     def _copyin(self, dest: Any, src: memoryview) -> None:
         # the async form copies pageable host memory to a staging buffer before it returns (so `src` may go), and
-        # unlike cuMemcpyHtoD it does not wait for the GPU to finish earlier work
-        host = (ctypes.c_char * src.nbytes).from_buffer_copy(src)
+        # unlike cuMemcpyHtoD it does not wait for the GPU to finish earlier work. A writable `src` is read where it
+        # is (a model's weights from a private mapping of the file: no host copy first); ctypes can only point at
+        # writable memory, so a read-only one is copied once
+        host = (
+            (ctypes.c_char * src.nbytes).from_buffer_copy(src)
+            if src.readonly
+            else ((ctypes.c_char * src.nbytes).from_buffer(src))
+        )
         self.drv.use()
         self.drv.check(
             self.drv.lib.cuMemcpyHtoDAsync_v2(dest, host, ctypes.c_size_t(src.nbytes), None), "cuMemcpyHtoDAsync"

@@ -352,13 +352,21 @@ def _leaves_axis(op: Ops, arg: Any, a: int, shape: tuple[sint, ...]) -> bool:
 
 
 def _reshape_axis(old: tuple[sint, ...], a: int, new: tuple[sint, ...], n: int) -> int | None:
-    """The axis of `new` that keeps each device's elements together (prefix sizes agree, splits evenly), or None."""
+    """The axis of `new` that keeps each device's elements together (prefix sizes agree, splits evenly), or None.
+
+    (A reshape keeps the element count, so with equal prefixes the suffixes hold as many elements too, and each
+    device's contiguous run of prod(old[a:]) / n elements per prefix index is the same run in `new`. Sizes may be
+    symbolic: equal prefixes are then the same expression.)"""
     before = prod(old[:a])
     for i in range(len(new)):
-        if prod(new[:i]) == before and isinstance(new[i], int) and new[i] > 1 and new[i] % n == 0:
-            if prod(new[i:]) == prod(old[a:]):
-                return i
+        if _same(prod(new[:i]), before) and isinstance(new[i], int) and new[i] > 1 and new[i] % n == 0:
+            return i
     return None
+
+
+def _same(x: sint, y: sint) -> bool:
+    """Equal sizes: equal ints, or one symbolic expression (UOps are hash-consed)."""
+    return x == y if isinstance(x, int) and isinstance(y, int) else x is y
 
 
 def _lower_copy(node: UOp, src: UOp | Shards, ds: DeviceSet | None) -> UOp | Shards:
