@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tg import Tensor, TinyJit, nn
+from tg import GlobalCounters, Tensor, TinyJit, nn
 from tg.nn.state import get_parameters
 from tg_runtime.device import Buffer, Device, DeviceSet
 from tg_runtime.runner import run_copy
@@ -435,3 +435,21 @@ def test_nccl_missing_names_the_wheel(monkeypatch: pytest.MonkeyPatch) -> None:
     # CPU collectives need no library
     x = Tensor([1.0, 2.0, 3.0, 4.0], device="CPU").shard(("CPU:0", "CPU:1"), axis=0)
     assert x.sum().item() == 10.0
+
+
+def test_a_later_schedule_reads_what_an_earlier_one_computed_per_device() -> None:
+    """A product of a sharded tensor realized per device by one schedule is read, not computed again, by the next
+    schedule that needs it (the global node is recorded as the MULTI of its shards' buffers); a tensor-parallel
+    decode step writes each layer's cache in a schedule of its own, and a data-parallel step realizes its loss
+    after the update: both computed their graphs again."""
+    D = devs(2)
+    x_np, w_np = rand(8, 64), rand(64, 32)
+    x, w = Tensor(x_np).shard(D, axis=0).realize(), Tensor(w_np).to(D).realize()
+    h = x @ w
+    total, first = h.sum(1), h + 1
+    total.realize(first)  # two kernels read h: each device stores its shard of h
+    GlobalCounters.reset()
+    second = (h * 2).realize()
+    assert GlobalCounters.global_ops < 8 * 32 * 64, GlobalCounters.global_ops  # no product again: 256 multiplies
+    np.testing.assert_allclose(second.numpy(), (x_np @ w_np) * 2, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(first.numpy(), x_np @ w_np + 1, rtol=1e-5, atol=1e-5)

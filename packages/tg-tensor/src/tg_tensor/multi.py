@@ -150,8 +150,14 @@ def lower(root: UOp, memo: dict[UOp, UOp | Shards], users: Counter[UOp] | None =
     an all-reduced value with a single user keeps its inputs, so that a later split of it becomes a
     reduce-scatter (without `users`, every split slices the all-reduced value).
     """
+    from tg_tensor.realizer import current
+
+    realized = current().realized
     for node in root.toposort:  # sources come first
         if node in memo:
+            continue
+        if (done := realized.get(node)) is not None and done is not node:  # computed by an earlier schedule
+            memo[node] = lower(done, memo, users)
             continue
         if node.op is Ops.DEVICE:
             memo[node] = node
@@ -412,6 +418,7 @@ def schedule_multi(tensors: list[Tensor]) -> list[Any]:
         plans.append((t, low if isinstance(low, Shards) else None, len(temps)))
         temps.extend(Tensor(u) for u in (low.uops if isinstance(low, Shards) else (low,)))
     items = temps[0].schedule(*temps[1:])
+    _remember_lowered(memo)
     grad_nodes = _grad_nodes()
     for t, sh, start in plans:
         lazy = t.uop
@@ -422,6 +429,24 @@ def schedule_multi(tensors: list[Tensor]) -> list[Any]:
         if lazy.op is not Ops.MULTI and grad_nodes and any(n in grad_nodes for n in lazy.toposort):
             t._lazy = lazy  # autograd may still differentiate the global graph (kept only then: it holds buffers)
     return items
+
+
+def _remember_lowered(memo: dict[UOp, UOp | Shards]) -> None:
+    """Record each global node whose per-device form this schedule realized as realized itself (the MULTI of its
+    shards' buffers): the per-device nodes are dropped with the schedule, and a later schedule reading the global
+    node (a tensor-parallel decode step writes each layer's cache in a schedule of its own) would lower and compute
+    everything under it again."""
+    from tg_tensor.realizer import current
+
+    realized = current().realized
+    for node, low in memo.items():
+        if node in realized or node.op in (Ops.DEVICE, Ops.MULTI, Ops.BUFFER):
+            continue
+        if isinstance(low, Shards):
+            if low.partial is None and low.resplit is None and all(u in realized for u in low.uops):
+                realized[node] = multi_node([realized[u] for u in low.uops], low.axis, low.devices)
+        elif low is not node and low in realized:
+            realized[node] = realized[low]
 
 
 def _grad_nodes() -> set[UOp]:
