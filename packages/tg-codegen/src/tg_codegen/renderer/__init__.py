@@ -78,6 +78,24 @@ class ProgramSpec:
             )
 
 
+@dataclass(frozen=True)
+class OperandLayout:
+    """How this renderer's kernels read the right operand w (k, m) of a big matmul best: the matmul (tg_tensor)
+    copies w so first where the product pays for the copy.
+
+    panel: w packed in panels of this many columns, each contiguous ((m/panel, k, panel): the CPU's register tile
+    reads one front to back); 0 for w as it is. k_major: w contiguous along K (Hopper's TF32 warpgroup MMA reads
+    no other layout at full speed).
+
+    >>> from tg_codegen.renderer.cstyle import ClangRenderer
+    >>> ClangRenderer().operand_layout(dtypes.float32)
+    OperandLayout(panel=16, k_major=False)
+    """
+
+    panel: int = 0
+    k_major: bool = False
+
+
 class Renderer:
     """Turns a linear UOp program into source for one device family. Subclass per language."""
 
@@ -102,6 +120,10 @@ class Renderer:
     def dynamic_shared_bytes(self, uops: list[UOp]) -> int:
         """Shared memory the program's launch must ask for (0: none, or declared statically in the source)."""
         return 0
+
+    def operand_layout(self, dtype: DType) -> OperandLayout:
+        """The layout a big matmul's right operand of `dtype` is best copied into (default: as it is stored)."""
+        return OperandLayout()
 
     def supported_dtypes(self) -> set[DType]:
         """The dtypes this renderer's programs can compute in and store (tinygrad's name for the question).

@@ -8,8 +8,9 @@
 from __future__ import annotations
 
 from tg_codegen.limits import LaunchLimits
+from tg_codegen.renderer import OperandLayout
 from tg_codegen.renderer.cstyle import CStyleLanguage
-from tg_codegen.tensorcore import TENSOR_CORES_SM80, TENSOR_CORES_SM90, TensorCore
+from tg_codegen.tc.cores import TENSOR_CORES_SM80, TENSOR_CORES_SM90, TensorCore, wants_k_major
 from tg_uop import DType, Ops, PtrDType, UOp, dtypes
 
 _SPECIAL_NAMES = {"g": "blockIdx", "l": "threadIdx"}
@@ -47,6 +48,10 @@ class CUDARenderer(CStyleLanguage):
         self.has_async_copy = sm >= 80
 
     # ---- vectors: small structs (CUDA's own float4 etc. have no indexing), only tensor-core fragments use them
+    def operand_layout(self, dtype: DType) -> OperandLayout:
+        """K-major where the tensor cores want it (Hopper's TF32 warpgroup MMA under ALLOW_TF32: tc.cores)."""
+        return OperandLayout(k_major=wants_k_major(self, dtype))
+
     def render_dtype(self, dt: DType) -> str:
         if dt.count > 1 and not isinstance(dt, PtrDType):
             return f"tg_{dt.scalar().name.replace(' ', '_')}x{dt.count}"  # "unsigned int" -> tg_unsigned_intx4
@@ -120,7 +125,7 @@ class CUDARenderer(CStyleLanguage):
         return "\n".join(lines)
 
     def _wgmma_wait_function(self, acc: DType) -> str:
-        """Commit this step's warpgroup MMAs and wait for them, binding the accumulator's registers (tc_lower.py)."""
+        """Commit this step's warpgroup MMAs and wait for them, binding the accumulator's registers (tc/lower.py)."""
         t, binds = self.render_dtype(acc), ", ".join(f'"+f"(c.v[{i}])' for i in range(acc.count))
         return "\n".join(
             [
@@ -133,7 +138,7 @@ class CUDARenderer(CStyleLanguage):
         )
 
     def render_wmma(self, arg: str, r: list[str], src: tuple[UOp, ...]) -> str:
-        """mma.sync by fragments, or a warpgroup MMA by descriptors (arg: "<name><TA,TB>", tc_lower.py)."""
+        """mma.sync by fragments, or a warpgroup MMA by descriptors (arg: "<name><TA,TB>", tc/lower.py)."""
         name, _, flags = arg.partition("<")
         tc = next((t for t in self.tensor_cores if isinstance(t, TensorCore) and t.name == name), None)
         if tc is not None and tc.wgmma:
@@ -239,7 +244,7 @@ def _smem_align(u: UOp) -> int:
     return 1024 if (u.dtype.size * u.dtype.base.itemsize) % 1024 == 0 else 16
 
 
-# STAGE's pipelined tiles (stage.py): 16-byte copies global -> shared without registers, zero-filled when `on` is
+# STAGE's pipelined tiles (tc/stage.py): 16-byte copies global -> shared without registers, zero-filled when `on` is
 # false (src-size 0: nothing is read); commit / wait by group; ldmatrix reads of tensor-core fragments (4 or 2 8x8
 # matrices of 16-bit elements, each lane giving one row's address), optionally transposed.
 _SMEM = "(unsigned)__cvta_generic_to_shared"
