@@ -80,12 +80,9 @@ class ProgramSpec:
 
 @dataclass(frozen=True)
 class OperandLayout:
-    """How this renderer's kernels read the right operand w (k, m) of a big matmul best: the matmul (tg_tensor)
-    copies w so first where the product pays for the copy.
-
-    panel: w packed in panels of this many columns, each contiguous ((m/panel, k, panel): the CPU's register tile
-    reads one front to back); 0 for w as it is. k_major: w contiguous along K (Hopper's TF32 warpgroup MMA reads
-    no other layout at full speed).
+    """The layout of a big matmul's right operand w (k, m) this renderer's kernels read best (tg_tensor's matmul
+    copies w so): panels of `panel` columns, each contiguous ((m/panel, k, panel), the CPU's register tile; 0: as
+    stored), or contiguous along K (`k_major`: Hopper's TF32 warpgroup MMA).
 
     >>> from tg_codegen.renderer.cstyle import ClangRenderer
     >>> ClangRenderer().operand_layout(dtypes.float32)

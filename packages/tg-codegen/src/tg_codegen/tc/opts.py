@@ -8,10 +8,6 @@ How it is applied (`apply_tc`):
   - M, N and K are split by the tile sizes; the tile parts become the axis types "tcm", "tcn", "tck" (kept
     last, in that order). The rest of the kernel (global ids, LOCAL warps, UPCAST register tiles, UNROLL)
     works on the outer parts as usual. lower.py lowers the result.
-
->>> from tg_codegen.tc.opts import TC_AXIS_TYPES
->>> [t.value for t in TC_AXIS_TYPES]
-['tcm', 'tcn', 'tck']
 """
 
 from __future__ import annotations
