@@ -201,8 +201,9 @@ def _k_major_copy(x: Tensor, w: Tensor) -> bool:
 
 
 def _layout(t: Tensor) -> OperandLayout:
-    """The layout t's device reads a matmul's right operand best in (as stored on several devices)."""
-    return Device[t.device].renderer.operand_layout(t.dtype) if isinstance(t.device, str) else OperandLayout()
+    """The layout t's device reads a matmul's right operand best in (as stored on several devices: "CPU,CPU:1")."""
+    one = isinstance(t.device, str) and "," not in t.device
+    return Device[t.device].renderer.operand_layout(t.dtype) if one else OperandLayout()
 
 
 def _direct_dot(x: Tensor, w: Tensor, dtype: DType | None) -> Tensor | None:
