@@ -47,11 +47,11 @@ class CUDARenderer(CStyleLanguage):
         # cp.async (global -> shared without registers) and ldmatrix also came with sm_80
         self.has_async_copy = sm >= 80
 
-    # ---- vectors: small structs (CUDA's own float4 etc. have no indexing), only tensor-core fragments use them
     def operand_layout(self, dtype: DType) -> OperandLayout:
         """K-major where the tensor cores want it (Hopper's TF32 warpgroup MMA under ALLOW_TF32: tc.cores)."""
         return OperandLayout(k_major=wants_k_major(self, dtype))
 
+    # ---- vectors: small structs (CUDA's own float4 etc. have no indexing), only tensor-core fragments use them
     def render_dtype(self, dt: DType) -> str:
         if dt.count > 1 and not isinstance(dt, PtrDType):
             return f"tg_{dt.scalar().name.replace(' ', '_')}x{dt.count}"  # "unsigned int" -> tg_unsigned_intx4
