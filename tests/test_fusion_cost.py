@@ -156,3 +156,36 @@ def test_gpt_step_flops_and_kernels() -> None:
     assert math.isfinite(loss)
     assert GlobalCounters.global_ops <= 1.3 * analytic, GlobalCounters.global_ops / analytic
     assert GlobalCounters.kernel_count <= 160, GlobalCounters.kernel_count
+
+
+def test_a_split_k_result_is_not_computed_again_by_a_later_schedule(gpu_like: str) -> None:
+    """A product split in parts for the compute units (split-K) and realized by one schedule is read, not computed
+    again, by the next schedule that needs it (an LLM decode step realizes layer after layer: each layer computed
+    every earlier layer's MLP again, 95 kernels for 2 layers instead of 45, 3763 a step for 16)."""
+    rng = np.random.default_rng(0)
+    a_np, w_np = rng.standard_normal((1, 8192), dtype=np.float32), rng.standard_normal((8192, 512), dtype=np.float32)
+    a, w = Tensor(a_np).realize(), Tensor(w_np).realize()
+    y = a @ w  # 512 outputs, each a sum of 8192: split in parts on a device of 132 units
+    first, total = y + 1, y.sum()
+    first.realize(total)  # two kernels read y: it is stored by a kernel of its own
+    GlobalCounters.reset()
+    second = (y * 2).realize()
+    assert GlobalCounters.kernel_count == 1, GlobalCounters.kernel_count  # one elementwise kernel reading y
+    np.testing.assert_allclose(first.numpy(), a_np @ w_np + 1, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(total.numpy(), (a_np @ w_np).sum(), rtol=1e-4, atol=1e-2)
+    np.testing.assert_allclose(second.numpy(), (a_np @ w_np) * 2, rtol=1e-4, atol=1e-3)
+
+
+def test_llm_decode_step_kernels_grow_linearly_with_layers(gpu_like: str) -> None:
+    """The captured decode step of a Llama whose MLP down projection is split-K: each layer adds the same kernels
+    (before the fix above a layer also computed every earlier layer's MLP again: quadratic in the layers)."""
+    from tg_llm.config import LlamaConfig
+    from tg_llm.model import Llama
+
+    counts = []
+    for layers in (1, 2, 3):
+        cfg = LlamaConfig(64, 128, n_layers=layers, n_heads=4, n_kv_heads=2, hidden_dim=4096, context_length=16)
+        model = Llama(cfg, device=gpu_like)
+        list(model.greedy_tokens(3, 0, 3))  # eager, capture, replay
+        counts.append(len(model._chain.recording.launches))
+    assert counts[2] - counts[1] == counts[1] - counts[0], counts

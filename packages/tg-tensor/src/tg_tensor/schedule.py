@@ -672,4 +672,18 @@ def _create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UO
     for root, r in todo.items():
         sched.schedule_node(r)
         becomes[root] = realized[r]
+    # the tensors' graph holds the nodes as they were before the split: a later schedule reading one of them (the
+    # next layer's, when a decode step realizes layer by layer) must find its buffer, not compute it all again
+    for node, new in rewritten.items():
+        if new is node or node in realized:
+            continue
+        views = []  # a split reduction is a reshape of its second stage, the node its kernel realized
+        while new not in realized and new.op in GroupOp.Movement:
+            views.append(new)
+            new = new.src[0]
+        if new in realized:
+            value = realized[new]
+            for v in reversed(views):
+                value = v.replace(src=(value,))
+            realized[node] = value
     return merge_siblings(sched.items), becomes
