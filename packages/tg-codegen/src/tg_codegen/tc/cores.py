@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from tg_uop import DType, dtypes
-from tg_uop.helpers import ContextVar, getenv
+from tg_uop.helpers import ContextVar
 
 # (lane term, offset) pairs for each fragment element: the element's row (or col) is lane_term(lane) + offset
 Layout = tuple[tuple[str, int], ...]
@@ -138,22 +138,3 @@ TENSOR_CORES_SM90 = TENSOR_CORES_SM80 + tuple(
 # fp32 matmuls run on the TF32 tensor core only when the user allows it (Context(ALLOW_TF32=1) or ALLOW_TF32=1 in
 # the environment): TF32 keeps 10 of fp32's 23 mantissa bits. Off by default, as in tinygrad and torch's matmuls.
 ALLOW_TF32 = ContextVar("ALLOW_TF32", 0)
-
-
-def wants_k_major(renderer: object, dtype: DType) -> bool:
-    """Whether `renderer`'s tensor cores multiply `dtype` fastest with both operands contiguous along K: Hopper's TF32
-    warpgroup MMA (under ALLOW_TF32) takes no transposed operands, and one stored M- or N-major is copied element by
-    element (142 against 249 TFLOPS at 4096 on an H100), so a big matmul is better off copying it K-major first.
-
-    >>> from tg_codegen.renderer.cuda import CUDARenderer
-    >>> from tg_uop.helpers import Context
-    >>> with Context(ALLOW_TF32=1):
-    ...     print([wants_k_major(CUDARenderer(arch), dtypes.float32) for arch in ("sm_90", "sm_80")])
-    [True, False]
-    >>> wants_k_major(CUDARenderer("sm_90"), dtypes.float32)  # (TF32 not allowed: fp32 stays off the tensor cores)
-    False
-    """
-    if dtype != dtypes.float32 or not ALLOW_TF32.value or not getenv("TC", 1):
-        return False
-    tcs = getattr(renderer, "tensor_cores", ())
-    return any(isinstance(tc, TensorCore) and tc.wgmma and tc.dtype_in == dtype for tc in tcs)
