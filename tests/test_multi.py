@@ -11,11 +11,12 @@ count.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import numpy as np
 import pytest
 
-from tg import Tensor, TinyJit, nn
+from tg import GlobalCounters, Tensor, TinyJit, nn
 from tg.nn.state import get_parameters
 from tg_runtime.device import Buffer, Device, DeviceSet
 from tg_runtime.runner import run_copy
@@ -148,6 +149,27 @@ def test_movement_ops(n: int) -> None:
 
 
 @pytest.mark.parametrize("n", [1, 2])
+def test_assign_through_a_view_of_a_sharded_tensor(n: int) -> None:
+    """A KV cache split by heads: writing a slice of it (each device its shard's slice) is seen by the whole
+    tensor and by later reads, also at a position given by a bound Variable."""
+    from tg_uop import UOp
+
+    D = devs(n)
+    cache = Tensor.zeros(1, 2 * n, 8, 2).shard(D, axis=1).contiguous().realize()
+    ref = np.zeros((1, 2 * n, 8, 2), np.float32)
+    for pos in range(3):
+        v = rand(1, 2 * n, 1, 2)
+        start = UOp.variable("start", 0, 7).bind(pos)
+        cache[:, :, start : start + 1].assign(Tensor(v).shard(D, axis=1))
+        ref[:, :, pos : pos + 1] = v
+        seen = cache[:, :, : start + 1].reshape(2 * n, start + 1, 2)  # a symbolic reshape keeps the heads split
+        np.testing.assert_array_equal(seen.sum(axis=1).numpy(), ref[0, :, : pos + 1].sum(axis=1))
+        positions = Tensor.arange(2, device=cache.device) + start  # a bound Variable made on every device
+        assert positions.device == cache.device and positions.tolist() == [pos, pos + 1]
+    np.testing.assert_array_equal(cache.numpy(), ref)
+
+
+@pytest.mark.parametrize("n", [1, 2])
 def test_gradients_equal_single_device(n: int) -> None:
     D = devs(n)
     a, w, b = rand(8, 6), rand(6, 4), rand(4)
@@ -265,7 +287,9 @@ class _Net:
         return self.l1(self.c1(x).relu().max_pool2d((2, 2)).flatten(1))
 
 
-def _train(ds: tuple[str, ...] | None, X: np.ndarray, Y: np.ndarray, steps: int, bs: int) -> list[float]:
+def _train(
+    ds: tuple[str, ...] | None, X: np.ndarray, Y: np.ndarray, steps: int, bs: int, jits: list[Any] | None = None
+) -> list[float]:
     Tensor.manual_seed(7)
     model = _Net()
     if ds is not None:
@@ -283,6 +307,8 @@ def _train(ds: tuple[str, ...] | None, X: np.ndarray, Y: np.ndarray, steps: int,
             opt.step()
             return (loss.to(ds[0]) if ds is not None else loss).contiguous()
 
+    if jits is not None:
+        jits.append(step)
     return [step(Tensor(X[i * bs : (i + 1) * bs]), Tensor(Y[i * bs : (i + 1) * bs])).item() for i in range(steps)]
 
 
@@ -294,6 +320,21 @@ def test_data_parallel_mnist_matches_one_device(n: int) -> None:
     many = _train(D, X, Y, steps=5, bs=16)  # steps 3.. replay the TinyJit recording (collectives included)
     np.testing.assert_allclose(many, one, rtol=1e-5, atol=1e-6)
     assert one[-1] < one[0]
+
+
+def test_data_parallel_step_replays_as_one_cuda_graph_per_gpu() -> None:
+    """On CUDA the data-parallel step (its kernels on both GPUs, the batch's copies, the NCCL all-reduces) replays
+    as one CUDA graph per GPU, and trains as one device does."""
+    if KIND != "CUDA":
+        pytest.skip("CUDA graphs with NCCL inside: TG_MULTI_KIND=CUDA on a host with 2 GPUs")
+    D = devs(2)
+    X, Y = _mnist_subset(96)
+    one = _train(None, X, Y, steps=6, bs=16)
+    jits: list[Any] = []
+    many = _train(D, X, Y, steps=6, bs=16, jits=jits)
+    graph = jits[0].recording.graph
+    assert type(graph).__name__ == "CUDAMultiGraph", graph
+    np.testing.assert_allclose(many, one, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("n", [1, 2])
@@ -394,3 +435,21 @@ def test_nccl_missing_names_the_wheel(monkeypatch: pytest.MonkeyPatch) -> None:
     # CPU collectives need no library
     x = Tensor([1.0, 2.0, 3.0, 4.0], device="CPU").shard(("CPU:0", "CPU:1"), axis=0)
     assert x.sum().item() == 10.0
+
+
+def test_a_later_schedule_reads_what_an_earlier_one_computed_per_device() -> None:
+    """A product of a sharded tensor realized per device by one schedule is read, not computed again, by the next
+    schedule that needs it (the global node is recorded as the MULTI of its shards' buffers); a tensor-parallel
+    decode step writes each layer's cache in a schedule of its own, and a data-parallel step realizes its loss
+    after the update: both computed their graphs again."""
+    D = devs(2)
+    x_np, w_np = rand(8, 64), rand(64, 32)
+    x, w = Tensor(x_np).shard(D, axis=0).realize(), Tensor(w_np).to(D).realize()
+    h = x @ w
+    total, first = h.sum(1), h + 1
+    total.realize(first)  # two kernels read h: each device stores its shard of h
+    GlobalCounters.reset()
+    second = (h * 2).realize()
+    assert GlobalCounters.global_ops < 8 * 32 * 64, GlobalCounters.global_ops  # no product again: 256 multiplies
+    np.testing.assert_allclose(second.numpy(), (x_np @ w_np) * 2, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(first.numpy(), x_np @ w_np + 1, rtol=1e-5, atol=1e-5)

@@ -13,6 +13,8 @@ MODULES = [
     "tg_llm.weights",
     "tg_llm.tokenizer",
     "tg_llm.generate",
+    "tg_llm.tensor_parallel",
+    "tg_llm.big_model",
     "tg_nn.gguf",
     "tg_nn.gguf_format",
     "tg_nn.quant",

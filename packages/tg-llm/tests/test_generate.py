@@ -86,7 +86,7 @@ def test_cli_prompt_and_benchmark(path: pathlib.Path) -> None:
     out = io.StringIO()
     assert main(["--model", str(path), "--device", "CPU", "--benchmark", "3"], stdout=out) == 0
     lines = [json.loads(x) for x in out.getvalue().splitlines()]
-    assert [x["bench"] for x in lines] == ["llm_prefill", "llm_decode", "llm_decode_bandwidth"]
+    assert [x["bench"] for x in lines] == ["llm_load", "llm_prefill", "llm_decode", "llm_decode_bandwidth"]
     assert all(x["value"] > 0 for x in lines)
     chat_in = io.StringIO("hello\n/exit\n")
     out = io.StringIO()

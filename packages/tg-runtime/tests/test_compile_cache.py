@@ -211,7 +211,7 @@ def test_assembler_rejecting_native_code_falls_back_to_the_generic_target(cache:
     wrapper.write_text(
         "#!/bin/sh\n"
         'for a in "$@"; do if [ "$a" = -march=native ]; then\n'
-        "  echo \"/tmp/cc.s: Assembler messages:\" >&2; echo \"/tmp/cc.s:17: Error: unsupported masking for "
+        '  echo "/tmp/cc.s: Assembler messages:" >&2; echo "/tmp/cc.s:17: Error: unsupported masking for '
         "\\`vmovsh'\" >&2; exit 1\nfi; done\n"
         f'exec {CC} "$@"\n'
     )

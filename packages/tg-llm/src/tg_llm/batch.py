@@ -41,6 +41,8 @@ class BatchDecoder:
     def __init__(self, model: Llama, slots: int) -> None:
         if not isinstance(slots, int) or isinstance(slots, bool) or slots < 1:
             raise ValueError(f"BatchDecoder: slots={slots!r} must be a positive int")
+        if model.devices:
+            raise ValueError("BatchDecoder: a model split over devices decodes one sequence at a time")
         cfg = model.cfg
         self.model, self.slots, self.context = model, slots, cfg.context_length
         self.caches = [

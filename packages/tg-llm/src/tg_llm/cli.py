@@ -17,6 +17,7 @@ from typing import Any, TextIO
 
 from tg_llm import load_model
 from tg_llm.generate import Completion, Session
+from tg_llm.tensor_parallel import plan_devices
 from tg_nn.gguf import GGUFError
 from tg_uop import dtypes
 
@@ -47,6 +48,19 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt-tokens", type=int, default=128, help="--benchmark's prompt length (default 128)")
     p.add_argument("--prompt", default=None, help="answer this one message and exit")
     p.add_argument("--device", default=None, help="tg device (default: Device.DEFAULT)")
+    p.add_argument(
+        "--devices",
+        default=None,
+        metavar="D0,D1,...",
+        help="split the model over these devices (tensor parallel; e.g. CUDA:0,CUDA:1; an F32/F16/BF16 file)",
+    )
+    p.add_argument(
+        "--tp",
+        type=int,
+        default=None,
+        metavar="N",
+        help="split the model over N devices of --device's kind (default: Device.DEFAULT's), numbered from 0",
+    )
     p.add_argument("--dtype", choices=["float32", "float16"], default=None, help="weight dtype (default: per device)")
     p.add_argument("--context", type=int, default=None, help="cap the context (KV cache) at this many tokens")
     p.add_argument(
@@ -76,6 +90,12 @@ def main(argv: list[str] | None = None, stdin: TextIO | None = None, stdout: Tex
     args = parser.parse_args(argv)
     if args.parallel < 1:
         parser.error(f"--parallel {args.parallel}: expected a number of requests >= 1")
+    if args.devices is not None and args.tp is not None:
+        parser.error("--devices and --tp both name the devices: give one of them")
+    if args.devices is not None and args.device is not None:
+        parser.error("--device and --devices: give --devices alone (the first one receives the tokens)")
+    if (args.devices is not None or args.tp is not None) and args.parallel > 1:
+        parser.error("--parallel > 1 decodes on one device; a split model (--devices/--tp) serves one at a time")
     try:
         return _run(args, stdin or sys.stdin, stdout or sys.stdout)
     except KeyboardInterrupt:  # while loading or benchmarking: no traceback
@@ -86,13 +106,19 @@ def main(argv: list[str] | None = None, stdin: TextIO | None = None, stdout: Tex
 def _run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
     try:
         dtype = {"float32": dtypes.float32, "float16": dtypes.float16, None: None}[args.dtype]
+        devices = None
+        if args.devices is not None or args.tp is not None:
+            kind = args.device.split(":")[0] if args.device else None
+            devices = plan_devices(args.devices, args.tp, kind)
         t0 = time.perf_counter()
         model, tok = load_model(
-            args.model, args.device, dtype, args.context, args.keep_quantized, args.int8_activations
+            args.model, args.device, dtype, args.context, args.keep_quantized, args.int8_activations, devices
         )
+        load_s = time.perf_counter() - t0
+        where = ",".join(model.devices) if model.devices else model.device
         print(
             f"loaded {os.path.basename(args.model)} ({model.cfg.architecture}, {model.cfg.n_layers} layers, "
-            f"context {model.cfg.context_length}) on {model.device} in {time.perf_counter() - t0:.1f} s",
+            f"context {model.cfg.context_length}) on {where} in {load_s:.1f} s",
             file=sys.stderr,
         )
     except (GGUFError, ValueError, OSError) as e:
@@ -100,7 +126,7 @@ def _run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
         return 1
     session = Session(model, tok)
     if args.benchmark is not None:
-        for line in benchmark(session, args.benchmark, args.prompt_tokens):
+        for line in benchmark(session, args.benchmark, args.prompt_tokens, load_s):
             print(json.dumps(line), file=stdout)
         return 0
     if args.serve is not None:
@@ -222,9 +248,9 @@ def _chat(session: Session, args: Any, stdin: TextIO, stdout: TextIO) -> int:
             return 0
 
 
-def benchmark(session: Session, n: int, prompt_len: int = 128) -> list[dict[str, Any]]:
+def benchmark(session: Session, n: int, prompt_len: int = 128, load_s: float | None = None) -> list[dict[str, Any]]:
     """Prefill of a `prompt_len`-token prompt and `n` decode steps (after two warm-up steps that compile
-    and capture the jitted step), as JSON-able figures."""
+    and capture the jitted step), as JSON-able figures; with `load_s`, the load time (seconds) first."""
     model = session.model
     ctx = model.cfg.context_length
     prompt_len = max(2, min(prompt_len, ctx // 2))
@@ -242,13 +268,16 @@ def benchmark(session: Session, n: int, prompt_len: int = 128) -> list[dict[str,
     decode = time.perf_counter() - t0
     gb = model.weight_bytes / 1e9
     params = {
-        "device": model.device,
+        "device": ",".join(model.devices) if model.devices else model.device,
         "dtype": str(model.dtype),
         "prompt_tokens": prompt_len,
         "decode_tokens": n,
         "weights_GB": round(gb, 4),
     }
-    return [
+    load = (
+        [] if load_s is None else [{"bench": "llm_load", "impl": "tg", "value": load_s, "unit": "s", "params": params}]
+    )
+    return load + [
         {"bench": "llm_prefill", "impl": "tg", "value": prompt_len / prefill, "unit": "tok/s", "params": params},
         {"bench": "llm_decode", "impl": "tg", "value": n / decode, "unit": "tok/s", "params": params},
         {"bench": "llm_decode_bandwidth", "impl": "tg", "value": gb * n / decode, "unit": "GB/s", "params": params},

@@ -20,12 +20,13 @@ device (a decode step never reads the whole table, except through a tied output 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
 from tg_llm.config import ARCHITECTURES, LlamaConfig, with_context
+from tg_llm.tensor_parallel import HOME, check_split, fuse_split_projections, shard_axis
 from tg_llm.weights import (
     Weight,
     _fuse_projections,
@@ -42,6 +43,7 @@ from tg_nn.models.decode_attention import decode_attention
 from tg_nn.models.kv_cache import KVCache, causal_mask
 from tg_nn.quant import QuantizedWeight
 from tg_runtime import Device
+from tg_runtime.device import DeviceSet
 from tg_tensor import Tensor, TinyJit
 from tg_tensor.schedule import buffer_of
 from tg_uop import DType, Ops, UOp, dtypes
@@ -50,6 +52,15 @@ from tg_uop.uop import sint
 __all__ = ["ARCHITECTURES", "Llama", "LlamaConfig", "Weight", "linear", "with_context"]
 
 ARGMAX_CHUNK = 256
+
+
+def is_split(t: Tensor) -> bool:
+    """Is `t` a tensor on several devices (sharded or replicated)?"""
+    return isinstance(t.device, DeviceSet)
+
+
+def _is_realized_split(t: Tensor) -> bool:
+    return t.uop.op is Ops.MULTI and all(s.base.op is Ops.BUFFER for s in t.uop.src[:-1])
 
 
 def argmax_rows(x: Tensor) -> Tensor:
@@ -98,9 +109,11 @@ class Block:
         i: int,
         fused: dict[str, Weight] | None = None,
         int8: bool = False,
+        split: int = 0,
     ) -> None:
         p = f"blk.{i}."
         self.cfg, self.int8 = cfg, int8
+        self.split = split  # devices the layer is split over (0: one device)
         self.attn_norm, self.ffn_norm = _tensor(params[p + "attn_norm.weight"]), _tensor(params[p + "ffn_norm.weight"])
         self.wq, self.wk, self.wv = (params[p + f"attn_{n}.weight"] for n in "qkv")
         self.bq, self.bk, self.bv = (_opt_tensor(params.get(p + f"attn_{n}.bias")) for n in "qkv")
@@ -111,11 +124,21 @@ class Block:
         # q, k, v (and gate, up) as row ranges of one matrix when _fuse_projections joined them: one matmul each
         self.wqkv, self.w_gate_up = (fused or {}).get(p + "qkv"), (fused or {}).get(p + "gate_up")
 
-    def project(self, x: Tensor, fused: Weight | None, *ws: Weight) -> tuple[Tensor, ...]:
-        """x @ w.T for each of `ws`: one matmul, split by columns, when `fused` holds their rows in order."""
+    def project(self, x: Tensor, fused: Weight | None, *ws: Weight, realize: bool = False) -> tuple[Tensor, ...]:
+        """x @ w.T for each of `ws`: one matmul, split by columns, when `fused` holds their rows in order (on a split
+        layer, `realize`: the product is realized first, for readers scheduled apart)."""
         if fused is None:
             return tuple(linear(x, w, self.int8) for w in ws)
         out, ret, at = linear(x, fused, self.int8), [], 0
+        if self.split:  # the columns of each device's product are its rows of q, k, v side by side
+            out = out.realize() if realize else out
+            t, k = int(out.shape[0]), self.split
+            per_device = out.reshape(t, k, int(out.shape[1]) // k)
+            for w in ws:
+                m = int(w.shape[0]) // k
+                ret.append(per_device[:, :, at : at + m].reshape(t, k * m))
+                at += m
+            return tuple(ret)
         for w in ws:
             n = int(w.shape[0])
             ret.append(out[:, at : at + n])
@@ -126,7 +149,9 @@ class Block:
         """The rotated queries (heads, t, hd), realized, and the keys and values (kv_heads, t, hd) of x (t, dim)."""
         cfg = self.cfg
         t, hd, kv = int(x.shape[0]), cfg.head_dim, cfg.n_kv_heads
-        q, k, v = self.project(x, self.wqkv, self.wq, self.wk, self.wv)
+        # (split over devices: realized, as the sharded KV cache's writes are scheduled apart and would each compute
+        # the product again)
+        q, k, v = self.project(x, self.wqkv, self.wq, self.wk, self.wv, realize=bool(self.split))
         if self.bq is not None and self.bk is not None and self.bv is not None:
             q, k, v = q + self.bq, k + self.bk, v + self.bv
         q = q.reshape(t, cfg.n_heads, hd).permute(1, 0, 2)  # (heads, t, hd)
@@ -142,7 +167,8 @@ class Block:
         t, hd, kv, group = int(x.shape[0]), cfg.head_dim, cfg.n_kv_heads, cfg.n_heads // cfg.n_kv_heads
         q, k, v = self.qkv(x, cos, sin)
         keys, values = cache.update(k.reshape(1, kv, t, hd), v.reshape(1, kv, t, hd), start)
-        if t == 1 and x.device.split(":")[0] == "CPU" and cache.keys.dtype == dtypes.float32:  # one fused kernel
+        one_cpu = "," not in x.device and x.device.split(":")[0] == "CPU"  # (a device set's name has commas)
+        if t == 1 and one_cpu and cache.keys.dtype == dtypes.float32:  # one fused kernel
             position = (Tensor.zeros(1, dtype=dtypes.int32, device=x.device) + start).cast(dtypes.int32)
             out = decode_attention(q.reshape(1, cfg.n_heads, hd), cache.keys, cache.values, position, hd**-0.5)
             return linear(out.reshape(1, cfg.n_heads * hd), self.wo, self.int8)
@@ -213,8 +239,14 @@ class Llama:
         quantized: frozenset[str] = frozenset(),
         consume: bool = False,
         int8_activations: bool = False,
+        devices: Sequence[str] | None = None,
     ) -> None:
         self.cfg = cfg
+        # tensor parallel: the devices the layers are split over (tg_llm.tensor_parallel); () for one device
+        self.devices: tuple[str, ...] = tuple(Device.canonicalize(d) for d in devices) if devices else ()
+        if self.devices:
+            check_split(cfg, len(self.devices))
+            device = self.devices[0]  # where the tokens go in and the logits come out
         given = params
         params = dict(params) if params is not None else dict(_random_params(cfg))
         if consume and given is not None:  # the caller's dict would keep each loaded piece alive until it returns
@@ -227,9 +259,15 @@ class Llama:
         if self.device.startswith("DISK"):
             raise ValueError("Llama: pass a compute device (DISK holds files only)")
         self.dtype = dtype
+        # where the layers compute: the device, or the set of devices they are split over
+        self.compute: str = DeviceSet(self.devices) if self.devices else self.device
         loaded = self._load(params, quantized)
         del params  # (the caller's dict may still hold the lazy copies; they hold no memory)
-        fused = _fuse_projections(cfg, loaded, quantized, self._release)
+        fused: dict[str, Weight] = {}
+        if self.devices:  # joined per device (each device's rows of q, k and v side by side; the parts freed)
+            fused.update(fuse_split_projections(cfg.n_layers, loaded, len(self.devices), self._release))
+        else:
+            fused = _fuse_projections(cfg, loaded, quantized, self._release)
         self._realize_weights(loaded, quantized)
         self.params = loaded
         for k, shape in _param_shapes(cfg, "output.weight" in loaded).items():
@@ -239,11 +277,12 @@ class Llama:
         self.output = loaded.get("output.weight", self.embedding)  # tied when the file has no head
         self.output_norm = _tensor(loaded["output_norm.weight"])
         self.int8_activations = int8_activations
-        self.blocks = [Block(cfg, loaded, i, fused, int8_activations) for i in range(cfg.n_layers)]
-        self.inv_freq = Tensor(_inv_freq(cfg, _opt_tensor(loaded.get("rope_freqs.weight"))), device=self.device)
-        self.inv_freq.realize()
+        self.blocks = [Block(cfg, loaded, i, fused, int8_activations, len(self.devices)) for i in range(cfg.n_layers)]
+        inv_freq = _inv_freq(cfg, _opt_tensor(loaded.get("rope_freqs.weight")))
+        self.inv_freq = Tensor(inv_freq, device=self.compute).realize()
         self.caches = [
-            KVCache(1, cfg.n_kv_heads, cfg.context_length, cfg.head_dim, self.device, dtype) for _ in self.blocks
+            KVCache(1, cfg.n_kv_heads, cfg.context_length, cfg.head_dim, self.device, dtype, self.devices)
+            for _ in self.blocks
         ]
         self._decode = TinyJit(self._step)
         # the decode step's token, refilled in place each step: the same buffer every replay, so the jitted step
@@ -267,6 +306,8 @@ class Llama:
         model's dtype."""
         norms = ("norm.weight", "bias")  # small vectors: kept in float32 whatever the weights' dtype
         out: dict[str, Weight] = {}
+        if self.devices:
+            return self._load_split(params)
         for k, v in params.items():
             if isinstance(v, QuantizedWeight):
                 out[k] = QuantizedWeight(v.blocks.to(self.device), v.qtype, v.shape)
@@ -280,11 +321,31 @@ class Llama:
                 )
         return out
 
+    def _load_split(self, params: dict[str, Weight]) -> dict[str, Weight]:
+        """The weights placed over `devices` as tg_llm.tensor_parallel.shard_axis says (tensors on one device are
+        split here; ones load_shards placed already are kept), cast to the model's dtype (vectors to float32)."""
+        n, out = len(self.devices), dict[str, Weight]()
+        if "output.weight" not in params:  # a tied head: a split copy of the table (which stays on device 0)
+            params = {**params, "output.weight": params["token_embd.weight"]}
+        for k, v in params.items():
+            if isinstance(v, QuantizedWeight):
+                raise ValueError(f"Llama: {k!r} is quantized ({v.qtype}); a split model needs float weights")
+            want = dtypes.float32 if v.ndim == 1 else self.dtype
+            where = shard_axis(k, self.cfg.vocab_size, n)
+            if is_split(v):
+                placed = v
+            elif where == HOME:
+                placed = v.to(self.device)
+            else:
+                placed = v.shard(self.devices, where if isinstance(where, int) else None)
+            out[k] = placed if placed.dtype == want else placed.cast(want)
+        return out
+
     def _realize_weights(self, loaded: dict[str, Weight], quantized: frozenset[str]) -> None:
         """Realize every weight that is still a lazy copy or cast, one at a time (each its final buffer)."""
         for k, w in loaded.items():
             t = _storage(w)
-            if k in quantized and k != "token_embd.weight" or t.uop.base.op is Ops.BUFFER:
+            if k in quantized and k != "token_embd.weight" or t.uop.base.op is Ops.BUFFER or _is_realized_split(t):
                 continue
             t = t.realize() if t.uop.op is Ops.COPY else t.contiguous().realize()  # (a copy writes its own buffer)
             loaded[k] = QuantizedWeight(t, w.qtype, w.shape) if isinstance(w, QuantizedWeight) else t
@@ -292,7 +353,8 @@ class Llama:
     def _release(self) -> None:
         """Return the buffers freed so far (the unjoined weights of a load, a step's eager and capture runs) to the
         system instead of keeping them for reuse: the model allocates little once its steps are captured."""
-        Device[self.device].allocator.release()
+        for d in self.devices or (self.device,):
+            Device[d].allocator.release()
 
     def _run(self, jit: TinyJit[Any], *args: Any) -> Any:
         """Call a jitted step; after its first two calls (eager, then captured), release the freed buffers."""
@@ -308,7 +370,8 @@ class Llama:
         if isinstance(table, QuantizedWeight):
             rows = table.blocks.reshape(self.cfg.vocab_size, -1)[tokens]
             return dequantize(rows, table.qtype, (int(tokens.shape[0]), self.cfg.dim))
-        return table[tokens].cast(dtypes.float32)
+        rows = table[tokens].cast(dtypes.float32)
+        return rows.shard(self.devices) if self.devices else rows  # (split: the rows copied to every device)
 
     def logits(self, x: Tensor, start: sint, last: sint | None = None, each_layer: bool = False) -> Tensor:
         """Lazy logits (t, vocab) of the embedded tokens x (t, dim) at positions start..start+t-1 (`start`: an int
@@ -316,17 +379,20 @@ class Llama:
         output head, the biggest matrix, then multiplies one row). `each_layer` realizes each block's output as it
         comes (the same kernels; a prompt's intermediate buffers then live for one layer, not for all of them)."""
         t = int(x.shape[0])
-        positions = (Tensor.arange(t, device=self.device) + start).cast(dtypes.float32)
+        positions = (Tensor.arange(t, device=self.compute) + start).cast(dtypes.float32)
         angles = positions.reshape(-1, 1) * self.inv_freq.reshape(1, -1)
         cos, sin = angles.cos(), angles.sin()
         for block, cache in zip(self.blocks, self.caches):
             x = block(x, cache, start, cos, sin)
-            if each_layer:
+            # (split over devices, each layer's output is realized too: the KV-cache writes of a sharded cache are
+            # scheduled on their own, and a lazy residual stream would be computed again for each of them)
+            if each_layer or self.devices:
                 x = x.realize()
         if last is not None:
             x = x[last : last + 1]
         x = rms_norm(x, self.output_norm, self.cfg.norm_eps)
-        return linear(x, self.output, self.int8_activations).cast(dtypes.float32)
+        out = linear(x, self.output, self.int8_activations).cast(dtypes.float32)
+        return out.to(self.device) if self.devices else out  # (split: each device's vocabulary rows gathered)
 
     def _cache_tensors(self) -> list[Tensor]:
         return [c.keys for c in self.caches] + [c.values for c in self.caches]

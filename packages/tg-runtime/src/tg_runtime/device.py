@@ -14,6 +14,7 @@ import importlib
 import os
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 from tg_codegen.renderer import ProgramSpec, Renderer
@@ -231,9 +232,44 @@ class Compiled:
         has no such thing, and callers launch one by one). TinyJit uses it for its replays."""
         return None
 
+    def multi_graph(self, items: list[GraphItem]) -> DeviceGraph | None:
+        """A replay of work on several devices of this kind (`items` in order: kernels, copies between them,
+        collectives over them) as one graph, or None (the default: launched one by one).
+        `update(i, ...)` then takes item i's new launch arguments (a kernel) or Buffers (a copy, a collective)."""
+        return None
+
 
 # one kernel launch of a graph: (program, buffer handles, global size, local size, int variable values)
 GraphLaunch = tuple[Any, list[Any], "tuple[int, ...] | None", "tuple[int, ...] | None", "tuple[int, ...]"]
+
+
+@dataclass
+class GraphKernel:
+    """A kernel launch on `device`, an item of a multi-device graph."""
+
+    device: str
+    launch: GraphLaunch
+
+
+@dataclass
+class GraphCopy:
+    """A copy of Buffer `src` into `dest` (another device of the same kind), an item of a multi-device graph."""
+
+    dest: Buffer
+    src: Buffer
+
+
+@dataclass
+class GraphCollective:
+    """A collective over the devices of `outs` (kind, op and buffers as tg_runtime.nccl.run_buffers takes them)."""
+
+    kind: str
+    op: str
+    outs: list[Buffer]
+    ins: list[Buffer]
+
+
+GraphItem = GraphKernel | GraphCopy | GraphCollective
 
 
 class DeviceGraph(Protocol):

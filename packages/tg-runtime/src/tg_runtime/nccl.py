@@ -20,7 +20,7 @@ import os
 import sys
 from typing import Any
 
-from tg_runtime.device import DeviceUnavailableError
+from tg_runtime.device import Buffer, DeviceUnavailableError
 from tg_uop import DType, dtypes
 
 NCCL_OPS = {"SUM": 0, "PROD": 1, "MAX": 2}  # ncclRedOp_t
@@ -103,13 +103,31 @@ def nccl_type(dtype: DType) -> int:
     return _NCCL_TYPES[dtype]
 
 
+def run_buffers(kind: str, op: str, outs: list[Buffer], ins: list[Buffer], streams: list[Any] | None = None) -> None:
+    """`run` on Buffers of CUDA devices, one output and one input per device in set order (a broadcast reads the
+    first input)."""
+    ordinals = tuple(int(b.device.split(":")[1]) if ":" in b.device else 0 for b in outs)
+    count = {"allgather": ins[0].size, "reducescatter": outs[0].size}.get(kind, outs[0].size)
+    srcs = ins if kind != "broadcast" else [ins[0]] * len(outs)
+    run(kind, op, ordinals, [b.opaque for b in outs], [b.opaque for b in srcs], count, outs[0].dtype, streams)
+
+
 def run(
-    kind: str, op: str, ordinals: tuple[int, ...], outs: list[Any], ins: list[Any], count: int, dtype: DType
+    kind: str,
+    op: str,
+    ordinals: tuple[int, ...],
+    outs: list[Any],
+    ins: list[Any],
+    count: int,
+    dtype: DType,
+    streams: list[Any] | None = None,
 ) -> None:
     """One collective over every device of the set, as one NCCL group call.
 
     kind: allreduce (count elements each), allgather (count = each input's size), reducescatter (count = each
     output's size), broadcast (from the first device; count elements). outs/ins: device pointers, in set order.
+    streams: a CUDA stream per device (default: each device's default stream), e.g. streams being captured into a
+    CUDA graph.
     """
     lib, comms, dt = load_nccl(), communicator(ordinals), nccl_type(dtype)
     red = NCCL_OPS.get(op, 0)
@@ -118,14 +136,15 @@ def run(
     try:
         for i, comm in enumerate(comms):
             src, dst = _ptr(ins[i]), _ptr(outs[i])
+            stream = None if streams is None else streams[i]
             if kind == "allreduce":
-                status = lib.ncclAllReduce(src, dst, n, dt, red, ctypes.c_void_p(comm), None)
+                status = lib.ncclAllReduce(src, dst, n, dt, red, ctypes.c_void_p(comm), stream)
             elif kind == "allgather":
-                status = lib.ncclAllGather(src, dst, n, dt, ctypes.c_void_p(comm), None)
+                status = lib.ncclAllGather(src, dst, n, dt, ctypes.c_void_p(comm), stream)
             elif kind == "reducescatter":
-                status = lib.ncclReduceScatter(src, dst, n, dt, red, ctypes.c_void_p(comm), None)
+                status = lib.ncclReduceScatter(src, dst, n, dt, red, ctypes.c_void_p(comm), stream)
             elif kind == "broadcast":
-                status = lib.ncclBroadcast(src, dst, n, dt, 0, ctypes.c_void_p(comm), None)
+                status = lib.ncclBroadcast(src, dst, n, dt, 0, ctypes.c_void_p(comm), stream)
             else:
                 raise NCCLError(f"unknown collective {kind!r}")
             _check(status, f"nccl {kind} on device {ordinals[i]}")

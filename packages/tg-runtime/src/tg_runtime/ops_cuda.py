@@ -15,13 +15,25 @@ import glob
 import hashlib
 import os
 import sys
+import threading
 import time
-from typing import Any, ClassVar
+from typing import Any
 
 from tg_codegen.diskcache import diskcache_get, diskcache_put
 from tg_codegen.limits import LaunchLimits
 from tg_codegen.renderer.cuda import CUDARenderer
-from tg_runtime.device import Allocator, Compiled, Compiler, DeviceUnavailableError
+from tg_runtime.device import (
+    Allocator,
+    Buffer,
+    Compiled,
+    Compiler,
+    Device,
+    DeviceUnavailableError,
+    GraphCollective,
+    GraphCopy,
+    GraphItem,
+    GraphKernel,
+)
 
 CUDA_ERROR_OUT_OF_MEMORY = 2
 CUDA_ERROR_NO_DEVICE = 100
@@ -194,7 +206,9 @@ class Driver:
     its device's context current first (`use`, a no-op when it already is).
     """
 
-    _current: ClassVar[int | None] = None  # the context tg made current last (None: unknown, e.g. after NCCL)
+    # the context tg made current last, per thread as CUDA's current context is (None: unknown, e.g. after NCCL):
+    # a thread that copies to one GPU while another thread drives a second one sets its own
+    _current = threading.local()
 
     def __init__(self, ordinal: int = 0) -> None:
         self.lib = load_libcuda()
@@ -234,17 +248,17 @@ class Driver:
 
     def make_current(self) -> None:
         self.check(self.lib.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
-        Driver._current = self.ctx.value
+        Driver._current.ctx = self.ctx.value
 
     def use(self) -> None:
         """Make this device's context current unless it already is."""
-        if Driver._current != self.ctx.value:
+        if getattr(Driver._current, "ctx", None) != self.ctx.value:
             self.make_current()
 
     @staticmethod
     def forget_current() -> None:
         """Another library (NCCL) may have changed the current context: set it again before the next call."""
-        Driver._current = None
+        Driver._current.ctx = None
 
     def check(self, status: int, what: str) -> None:
         if status != 0:
@@ -298,8 +312,14 @@ class CUDAAllocator(Allocator):
 
     def _copyin(self, dest: Any, src: memoryview) -> None:
         # the async form copies pageable host memory to a staging buffer before it returns (so `src` may go), and
-        # unlike cuMemcpyHtoD it does not wait for the GPU to finish earlier work
-        host = (ctypes.c_char * src.nbytes).from_buffer_copy(src)
+        # unlike cuMemcpyHtoD it does not wait for the GPU to finish earlier work. A writable `src` is read where it
+        # is (a model's weights from a private mapping of the file: no host copy first); ctypes can only point at
+        # writable memory, so a read-only one is copied once
+        host = (
+            (ctypes.c_char * src.nbytes).from_buffer_copy(src)
+            if src.readonly
+            else ((ctypes.c_char * src.nbytes).from_buffer(src))
+        )
         self.drv.use()
         self.drv.check(
             self.drv.lib.cuMemcpyHtoDAsync_v2(dest, host, ctypes.c_size_t(src.nbytes), None), "cuMemcpyHtoDAsync"
@@ -389,7 +409,10 @@ class CUDADevice(Compiled):
         self.drv.synchronize()
 
     def graph(self, launches: list[Launch]) -> CUDAGraph:
-        return CUDAGraph(self.drv, launches)
+        return CUDAGraph(self.drv, list(launches))
+
+    def multi_graph(self, items: list[GraphItem]) -> CUDAMultiGraph:
+        return CUDAMultiGraph(items)
 
 
 def open_device(name: str) -> Compiled:
@@ -424,7 +447,13 @@ class CUDAGraph:
     launches: (program, device buffers, global size, local size, int variable values) per kernel.
     """
 
-    def __init__(self, drv: Driver, launches: list[Launch]) -> None:
+    def __init__(
+        self, drv: Driver, launches: list[Launch | ctypes.c_void_p], after: list[list[int]] | None = None
+    ) -> None:
+        """An entry that is a graph handle (work captured from a stream: a copy, an NCCL call) becomes a child
+        graph node in its place (`set_child` swaps it for another capture). `after`: per entry, the earlier
+        entries it waits for (default: the one before it); a kernel runs in its program's context, so one graph
+        may hold the work of several devices."""
         if not launches:
             raise ValueError("CUDAGraph needs at least one launch")
         self.drv = drv
@@ -434,16 +463,25 @@ class CUDAGraph:
         self.launches = list(launches)
         self.nodes: list[ctypes.c_void_p] = []
         self._args: list[Any] = []  # per node, the argument storage its parameters point into
-        prev: ctypes.c_void_p | None = None
-        for prog, bufs, gsz, lsz, vals in launches:
+        for i, entry in enumerate(launches):
             node = ctypes.c_void_p()
-            params, keep = self._params(prog, bufs, gsz, lsz, vals)
-            deps, ndeps = (ctypes.byref(prev), 1) if prev is not None else (None, 0)
-            drv.check(
-                drv.lib.cuGraphAddKernelNode_v2(ctypes.byref(node), self.graph, deps, ndeps, ctypes.byref(params)),
-                f"cuGraphAddKernelNode({prog.name})",
-            )
-            prev = node
+            waits = ([i - 1] if i else []) if after is None else after[i]
+            deps = (ctypes.c_void_p * max(1, len(waits)))(*(self.nodes[w] for w in waits))
+            if isinstance(entry, ctypes.c_void_p):
+                drv.check(
+                    drv.lib.cuGraphAddChildGraphNode(ctypes.byref(node), self.graph, deps, len(waits), entry),
+                    "cuGraphAddChildGraphNode",
+                )
+                keep: Any = None
+            else:
+                prog, bufs, gsz, lsz, vals = entry
+                params, keep = self._params(prog, bufs, gsz, lsz, vals)
+                drv.check(
+                    drv.lib.cuGraphAddKernelNode_v2(
+                        ctypes.byref(node), self.graph, deps, len(waits), ctypes.byref(params)
+                    ),
+                    f"cuGraphAddKernelNode({prog.name})",
+                )
             self.nodes.append(node)
             self._args.append(keep)
         drv.check(
@@ -476,14 +514,16 @@ class CUDAGraph:
             ctypes.cast(ptrs, ctypes.POINTER(ctypes.c_void_p)),
             None,
             None,
-            self.drv.ctx.value,
+            prog.drv.ctx.value,
         )
         return p, (args, ptrs, p)
 
     def update(self, i: int, bufs: list[Any], vals: tuple[int, ...] | None = None) -> None:
         """Point launch `i` of the instantiated graph at other device buffers (same sizes and kinds) and, given
         `vals`, other values of its int variables."""
-        prog, _, gsz, lsz, old_vals = self.launches[i]
+        entry = self.launches[i]
+        assert not isinstance(entry, ctypes.c_void_p), "a child graph node is changed by set_child"
+        prog, _, gsz, lsz, old_vals = entry
         vals = old_vals if vals is None else vals
         # the node's argument storage is written in place: the driver copies the values when it sets them (a
         # replay that changes an input and its output updates two nodes; building new storage cost ~13 us each)
@@ -496,6 +536,15 @@ class CUDAGraph:
         if status:
             self.drv.check(status, f"cuGraphExecKernelNodeSetParams({prog.name})")
         self.launches[i] = (prog, bufs, gsz, lsz, vals)
+
+    def set_child(self, i: int, graph: ctypes.c_void_p) -> None:
+        """Replace the work of child graph node `i` by that of `graph` (a capture of the same kind of work)."""
+        self.drv.use()
+        self.drv.check(
+            self.drv.lib.cuGraphExecChildGraphNodeSetParams(self.exec, self.nodes[i], graph),
+            "cuGraphExecChildGraphNodeSetParams",
+        )
+        self.launches[i] = graph
 
     def __call__(self, wait: bool = False) -> float | None:
         st = time.perf_counter()
@@ -512,5 +561,151 @@ class CUDAGraph:
                 self.drv.lib.cuGraphExecDestroy(self.exec)
             if self.graph.value:
                 self.drv.lib.cuGraphDestroy(self.graph)
+        except Exception:  # interpreter shutdown
+            pass
+
+
+CU_STREAM_NON_BLOCKING, CU_STREAM_CAPTURE_MODE_RELAXED, CU_EVENT_DISABLE_TIMING = 1, 2, 2
+
+
+class CUDAMultiGraph:
+    """Work on several CUDA devices replayed as one CUDA graph: each device's kernels in order, the copies between
+    devices and the NCCL collectives over them captured from streams into child graph nodes in their places. A
+    copy waits for the last work of both its devices (and both wait for it); a collective's node on each device
+    waits for that device's last work (NCCL's kernels meet across the devices inside the graph).
+
+    The graph is launched on the first device's default stream, after the work queued on the others' (events),
+    and the others' later work waits for it.
+    """
+
+    def __init__(self, items: list[GraphItem]) -> None:
+        self.items = list(items)
+        self.drvs: dict[str, Driver] = {}
+        for item in items:
+            names = [item.device] if isinstance(item, GraphKernel) else [b.device for b in self._buffers(item)]
+            for name in names:
+                dev = Device[name]
+                if not isinstance(dev, CUDADevice):
+                    raise ValueError(f"CUDAMultiGraph: {name} is not a CUDA device")
+                self.drvs.setdefault(dev.device, dev.drv)
+        self.streams: dict[str, ctypes.c_void_p] = {}
+        self.events: dict[str, ctypes.c_void_p] = {}
+        for name, drv in self.drvs.items():
+            drv.use()
+            stream, event = ctypes.c_void_p(), ctypes.c_void_p()
+            drv.check(drv.lib.cuStreamCreate(ctypes.byref(stream), CU_STREAM_NON_BLOCKING), "cuStreamCreate")
+            drv.check(drv.lib.cuEventCreate(ctypes.byref(event), CU_EVENT_DISABLE_TIMING), "cuEventCreate")
+            self.streams[name], self.events[name] = stream, event
+        entries: list[Launch | ctypes.c_void_p] = []
+        after: list[list[int]] = []
+        last: dict[str, int] = {}  # device -> its last entry so far
+        self.where: list[list[int]] = []  # per item: its entries
+        for item in items:
+            if isinstance(item, GraphKernel):
+                name = Device[item.device].device
+                placed: list[tuple[Launch | ctypes.c_void_p, list[str]]] = [(item.launch, [name])]
+            elif isinstance(item, GraphCopy):
+                ((name, graph),) = self._capture(item)
+                placed = [(graph, [name, Device[item.src.device].device])]
+            else:
+                placed = [(graph, [name]) for name, graph in self._capture(item)]
+            self.where.append([])
+            for entry, waits_on in placed:
+                after.append(sorted({last[d] for d in waits_on if d in last}))
+                self.where[-1].append(len(entries))
+                for d in waits_on:
+                    last[d] = len(entries)
+                entries.append(entry)
+        self.first = next(iter(self.drvs))
+        self.graph = CUDAGraph(self.drvs[self.first], entries, after)
+
+    @staticmethod
+    def _buffers(item: GraphCopy | GraphCollective) -> list[Buffer]:
+        return [item.dest, item.src] if isinstance(item, GraphCopy) else item.outs + item.ins
+
+    def _capture(self, item: GraphCopy | GraphCollective) -> list[tuple[str, ctypes.c_void_p]]:
+        """The copy or collective captured on its devices' streams: one graph per device it runs on."""
+        from tg_runtime import nccl
+
+        if isinstance(item, GraphCopy):
+            names = [Device[item.dest.device].device]
+        else:
+            names = [Device[b.device].device for b in item.outs]
+        for name in names:
+            self.drvs[name].use()
+            self.drvs[name].check(
+                self.drvs[name].lib.cuStreamBeginCapture_v2(self.streams[name], CU_STREAM_CAPTURE_MODE_RELAXED),
+                "cuStreamBeginCapture",
+            )
+        try:
+            if isinstance(item, GraphCopy):
+                drv = self.drvs[names[0]]  # (unified addressing: the pointers name their devices)
+                drv.use()
+                drv.check(
+                    drv.lib.cuMemcpyAsync(
+                        item.dest.opaque, item.src.opaque, ctypes.c_size_t(item.src.nbytes), self.streams[names[0]]
+                    ),
+                    "cuMemcpyAsync",
+                )
+            else:
+                nccl.run_buffers(item.kind, item.op, item.outs, item.ins, [self.streams[n] for n in names])
+        finally:
+            Driver.forget_current()
+            graphs = []
+            for name in names:
+                drv, graph = self.drvs[name], ctypes.c_void_p()
+                drv.use()
+                drv.check(drv.lib.cuStreamEndCapture(self.streams[name], ctypes.byref(graph)), "cuStreamEndCapture")
+                graphs.append(graph)
+        return list(zip(names, graphs))
+
+    def update(self, i: int, bufs: list[Any], vals: tuple[int, ...] | None = None) -> None:
+        """Item `i` with other buffers: a kernel's launch arguments (and variable values), or the Buffers of a copy
+        (dest, src) or a collective (outs then ins, as before), captured again."""
+        item = self.items[i]
+        if isinstance(item, GraphKernel):
+            self.graph.update(self.where[i][0], bufs, vals)
+            return
+        if isinstance(item, GraphCopy):
+            self.items[i] = item = GraphCopy(bufs[0], bufs[1])
+        else:
+            n = len(item.outs)
+            item.outs, item.ins = list(bufs[:n]), list(bufs[n:])
+        for idx, (name, graph) in zip(self.where[i], self._capture(item)):
+            old = self.graph.launches[idx]
+            self.graph.set_child(idx, graph)
+            if isinstance(old, ctypes.c_void_p):  # (the instantiated graph holds its own copy of the work)
+                self.drvs[name].lib.cuGraphDestroy(old)
+
+    def _wait(self, waiting: list[str], on: list[str]) -> None:
+        """The default streams of `waiting` wait for the work queued so far on those of `on`."""
+        for name in on:
+            self.drvs[name].use()
+            self.drvs[name].check(self.drvs[name].lib.cuEventRecord(self.events[name], None), "cuEventRecord")
+        for name in waiting:
+            drv = self.drvs[name]
+            drv.use()
+            for other in on:
+                drv.check(drv.lib.cuStreamWaitEvent(None, self.events[other], 0), "cuStreamWaitEvent")
+
+    def __call__(self, wait: bool = False) -> float | None:
+        st = time.perf_counter()
+        others = [name for name in self.drvs if name != self.first]
+        self._wait([self.first], others)
+        self.graph()
+        self._wait(others, [self.first])
+        if not wait:
+            return None
+        self.drvs[self.first].synchronize()
+        return time.perf_counter() - st
+
+    def __del__(self) -> None:
+        try:
+            for name, drv in self.drvs.items():
+                drv.lib.cuStreamDestroy_v2(self.streams[name])
+                drv.lib.cuEventDestroy_v2(self.events[name])
+            for entry in self.graph.launches:
+                if isinstance(entry, ctypes.c_void_p):
+                    self.graph.drv.lib.cuGraphDestroy(entry)
         except Exception:  # interpreter shutdown
             pass

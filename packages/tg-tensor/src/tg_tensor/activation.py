@@ -153,6 +153,7 @@ class ActivationMixin:
         >>> Tensor([0.0]).erf().tolist()
         [0.0]
         """
+
         def erf_pos(a: Tensor) -> Tensor:
             t = 1.0 / (1.0 + ERF_P * a)
             return 1.0 - _horner(t, ERF_COEFFS[:-1], ERF_COEFFS[-1]) * t * (-(a * a)).exp()

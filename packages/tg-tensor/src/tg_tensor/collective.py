@@ -90,7 +90,4 @@ def _run_host(kind: str, op: str, outs: list[Buffer], ins: list[Buffer]) -> None
 def _run_nccl(kind: str, op: str, outs: list[Buffer], ins: list[Buffer]) -> None:
     from tg_runtime import nccl
 
-    ordinals = tuple(int(b.device.split(":")[1]) if ":" in b.device else 0 for b in outs)
-    count = {"allgather": ins[0].size, "reducescatter": outs[0].size}.get(kind, outs[0].size)
-    srcs = ins if kind != "broadcast" else [ins[0]] * len(outs)
-    nccl.run(kind, op, ordinals, [b.opaque for b in outs], [b.opaque for b in srcs], count, outs[0].dtype)
+    nccl.run_buffers(kind, op, outs, ins)

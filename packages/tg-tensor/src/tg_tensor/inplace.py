@@ -51,9 +51,7 @@ def _newest(written: list[UOp]) -> dict[int, UOp]:
     return out
 
 
-def view_chain(
-    u: UOp, resolve: bool = True, through_assigns: bool = False
-) -> tuple[UOp, list[tuple[Ops, Any]]] | None:
+def view_chain(u: UOp, resolve: bool = True, through_assigns: bool = False) -> tuple[UOp, list[tuple[Ops, Any]]] | None:
     """(BUFFER, movement ops from the top down) when `u` is only a view of a buffer, else None.
 
     With `resolve`, lazy nodes that were realized count as their buffers; with `through_assigns`, assigns that ran
@@ -98,7 +96,28 @@ class _Scan:
             if (new := self.newer(base)) is not None:
                 t.uop = rebuild_view(new, ops)  # a view shares the memory: it sees the write
             return
+        node, moves = t.uop, []
+        while node.op in GroupOp.Movement:  # (a view of a tensor on several devices: `cache[:, :, 3:4]`)
+            moves.append((node.op, node.arg))
+            node = node.src[0]
+        if node.op is Ops.MULTI and (shards := self.views_of_shards(node)) is not None:
+            if shards != node.src:  # a tensor on several devices whose shards are views: each sees its write
+                t.uop = rebuild_view(UOp(Ops.MULTI, node.dtype, shards, node.arg), moves)
+            return
         self.walk(t.uop)
+
+    def views_of_shards(self, multi: UOp) -> tuple[UOp, ...] | None:
+        """A MULTI node's sources with each shard that views an overwritten version re-pointed at the new one
+        (`cache[:, :, i].assign(x)` on a sharded cache writes each device's shard through a view); None when a
+        shard is not a view of a buffer."""
+        out = []
+        for s in multi.src[:-1]:
+            if (chain := view_chain(s)) is None:
+                return None
+            base, ops = chain
+            new = self.newer(base)
+            out.append(s if new is None else rebuild_view(new, ops))
+        return (*out, multi.src[-1])
 
     def walk(self, root: UOp) -> None:
         stack = [root]

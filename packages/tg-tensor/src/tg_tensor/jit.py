@@ -44,7 +44,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from tg_runtime.device import Buffer, Device, DeviceGraph, GraphLaunch, bind_program
+from tg_runtime.device import (
+    Buffer,
+    Device,
+    DeviceGraph,
+    GraphCollective,
+    GraphCopy,
+    GraphItem,
+    GraphKernel,
+    GraphLaunch,
+    bind_program,
+)
 from tg_runtime.runner import CompiledRunner, get_runner, run_copy
 from tg_tensor import jit_file, multi
 from tg_tensor.collective import run_collective
@@ -445,9 +455,11 @@ class TinyJit(Generic[ReturnType]):
                 changed.add(li)
         if rec.graph is not None:  # rebound here, before the slow path too, so that a later replay finds them so
             for li in sorted(changed):
-                runner = rec.launches[li].runner
-                if runner is not None:  # a device graph holds kernels only
-                    rec.graph.update(li, runner.launch_args(rec.launches[li].bufs), rec.launches[li].vals())
+                launch = rec.launches[li]
+                if launch.runner is not None:
+                    rec.graph.update(li, launch.runner.launch_args(launch.bufs), launch.vals())
+                else:  # a copy or a collective (only graphs of several devices hold those)
+                    rec.graph.update(li, list(launch.bufs))
         else:
             for li in sorted(changed):
                 rec.calls[li] = _bind(rec.launches[li])
@@ -567,10 +579,11 @@ def _bind(launch: _Launch) -> Callable[[], Any]:
 
 
 def _device_graph(launches: list[_Launch]) -> DeviceGraph | None:
-    """One graph of every launch when they are all kernels of one device that makes graphs (CUDA)."""
+    """One graph of every launch when they are all kernels of one device that makes graphs (CUDA), else one graph
+    per device where the devices' kind makes those (`_multi_device_graph`)."""
     devices = {launch.runner.device if launch.runner is not None else None for launch in launches}
     if len(devices) != 1 or None in devices:
-        return None
+        return _multi_device_graph(launches)
     (device,) = devices
     graph_launches: list[GraphLaunch] = [
         (
@@ -584,6 +597,26 @@ def _device_graph(launches: list[_Launch]) -> DeviceGraph | None:
         if launch.runner is not None
     ]
     return Device[str(device)].graph(graph_launches) if graph_launches else None
+
+
+def _multi_device_graph(launches: list[_Launch]) -> DeviceGraph | None:
+    """The launches of several devices of one kind, with the copies and collectives between them, as a graph the
+    kind makes (CUDA: a data-parallel step with its NCCL all-reduces, one CUDA graph), or None where it has none."""
+    items: list[GraphItem] = []
+    for launch in launches:
+        if launch.collective is not None:
+            kind, op, n = launch.collective
+            items.append(GraphCollective(kind, op, launch.bufs[:n], launch.bufs[n:]))
+        elif launch.runner is None:
+            items.append(GraphCopy(launch.bufs[0], launch.bufs[1]))
+        else:
+            runner, spec = launch.runner, launch.runner.spec
+            launch_args = (runner.program, runner.launch_args(launch.bufs), spec.global_size, spec.local_size)
+            items.append(GraphKernel(str(runner.device), (*launch_args, launch.vals())))
+    devices = {b.device for launch in launches for b in launch.bufs}
+    if not items or len({d.split(":")[0] for d in devices}) != 1:
+        return None
+    return Device[next(iter(devices))].multi_graph(items)
 
 
 def _record(launches: list[_Launch], input_bufs: list[Buffer], ret: Any, made: list[Buffer]) -> _Recording:

@@ -150,8 +150,14 @@ def lower(root: UOp, memo: dict[UOp, UOp | Shards], users: Counter[UOp] | None =
     an all-reduced value with a single user keeps its inputs, so that a later split of it becomes a
     reduce-scatter (without `users`, every split slices the all-reduced value).
     """
+    from tg_tensor.realizer import current
+
+    realized = current().realized
     for node in root.toposort:  # sources come first
         if node in memo:
+            continue
+        if (done := realized.get(node)) is not None and done is not node:  # computed by an earlier schedule
+            memo[node] = lower(done, memo, users)
             continue
         if node.op is Ops.DEVICE:
             memo[node] = node
@@ -352,13 +358,21 @@ def _leaves_axis(op: Ops, arg: Any, a: int, shape: tuple[sint, ...]) -> bool:
 
 
 def _reshape_axis(old: tuple[sint, ...], a: int, new: tuple[sint, ...], n: int) -> int | None:
-    """The axis of `new` that keeps each device's elements together (prefix sizes agree, splits evenly), or None."""
+    """The axis of `new` that keeps each device's elements together (prefix sizes agree, splits evenly), or None.
+
+    (A reshape keeps the element count, so with equal prefixes the suffixes hold as many elements too, and each
+    device's contiguous run of prod(old[a:]) / n elements per prefix index is the same run in `new`. Sizes may be
+    symbolic: equal prefixes are then the same expression.)"""
     before = prod(old[:a])
     for i in range(len(new)):
-        if prod(new[:i]) == before and isinstance(new[i], int) and new[i] > 1 and new[i] % n == 0:
-            if prod(new[i:]) == prod(old[a:]):
-                return i
+        if _same(prod(new[:i]), before) and isinstance(new[i], int) and new[i] > 1 and new[i] % n == 0:
+            return i
     return None
+
+
+def _same(x: sint, y: sint) -> bool:
+    """Equal sizes: equal ints, or one symbolic expression (UOps are hash-consed)."""
+    return x == y if isinstance(x, int) and isinstance(y, int) else x is y
 
 
 def _lower_copy(node: UOp, src: UOp | Shards, ds: DeviceSet | None) -> UOp | Shards:
@@ -404,6 +418,7 @@ def schedule_multi(tensors: list[Tensor]) -> list[Any]:
         plans.append((t, low if isinstance(low, Shards) else None, len(temps)))
         temps.extend(Tensor(u) for u in (low.uops if isinstance(low, Shards) else (low,)))
     items = temps[0].schedule(*temps[1:])
+    _remember_lowered(memo)
     grad_nodes = _grad_nodes()
     for t, sh, start in plans:
         lazy = t.uop
@@ -414,6 +429,24 @@ def schedule_multi(tensors: list[Tensor]) -> list[Any]:
         if lazy.op is not Ops.MULTI and grad_nodes and any(n in grad_nodes for n in lazy.toposort):
             t._lazy = lazy  # autograd may still differentiate the global graph (kept only then: it holds buffers)
     return items
+
+
+def _remember_lowered(memo: dict[UOp, UOp | Shards]) -> None:
+    """Record each global node whose per-device form this schedule realized as realized itself (the MULTI of its
+    shards' buffers): the per-device nodes are dropped with the schedule, and a later schedule reading the global
+    node (a tensor-parallel decode step writes each layer's cache in a schedule of its own) would lower and compute
+    everything under it again."""
+    from tg_tensor.realizer import current
+
+    realized = current().realized
+    for node, low in memo.items():
+        if node in realized or node.op in (Ops.DEVICE, Ops.MULTI, Ops.BUFFER):
+            continue
+        if isinstance(low, Shards):
+            if low.partial is None and low.resplit is None and all(u in realized for u in low.uops):
+                realized[node] = multi_node([realized[u] for u in low.uops], low.axis, low.devices)
+        elif low is not node and low in realized:
+            realized[node] = realized[low]
 
 
 def _grad_nodes() -> set[UOp]:

@@ -23,7 +23,6 @@ OURS = ("tg", "tg_uop", "tg_shape", "tg_codegen", "tg_runtime", "tg_tensor", "tg
 LIBRARY = ("contextlib", "threading", "functools", "runpy", "importlib", "unittest", "_pytest", "pluggy", "pytest")
 
 
-
 def note_origin(u: UOp) -> None:
     """Remember the outermost tg function on the stack (the operation the user called: `Tensor.conv2d`,
     `Conv2d.__call__`, `Tensor.backward`) and the user's line that called it, as the maker of `u`."""

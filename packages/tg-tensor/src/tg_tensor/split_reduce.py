@@ -189,9 +189,7 @@ def _split_in_parts(node: UOp, parts: Iterable[int], largest_first: bool = False
     return partials.r(node.arg[0], (len(shape) if SPLIT_AXIS_LAST else 0,)).reshape(out)
 
 
-def split_reduces(
-    root: UOp, realized: Mapping[UOp, UOp], done: dict[UOp, UOp] | None = None, units: int = 0
-) -> UOp:
+def split_reduces(root: UOp, realized: Mapping[UOp, UOp], done: dict[UOp, UOp] | None = None, units: int = 0) -> UOp:
     """`root` with every long reduction (not yet realized) replaced by its two-stage form; `units`: the compute
     units of the device (0: none to fill, no split-K).
 

@@ -172,7 +172,9 @@ class Tensor(
 
     @staticmethod
     def _make_uop(data: TensorLike, dtype: DType | None, dev: str) -> UOp:
-        if isinstance(data, UOp) and data.device is None and not isinstance(dev, DeviceSet):
+        if isinstance(data, UOp) and data.device is None and isinstance(dev, DeviceSet):  # made on every device
+            return multi.replicate(Tensor._make_uop(data, dtype, dev.devices[0]), dev)
+        if isinstance(data, UOp) and data.device is None:
             u = _symbolic_value(data, dev)  # a bound Variable or an expression of them: its value at the binding
             return u if dtype is None or u.dtype == dtype else u.cast(dtype)
         if isinstance(data, UOp):

@@ -42,15 +42,22 @@ class KVCache:
         head_dim: int,
         device: str | None = None,
         dtype: DType = dtypes.float32,
+        split_over: Sequence[str] = (),
     ) -> None:
+        """`split_over`: devices the kv heads are split over (a tensor-parallel model's), each holding its heads'
+        keys and values (`device` is then unused)."""
         for name, v in (("batch", batch), ("n_kv_heads", n_kv_heads), ("context", context), ("head_dim", head_dim)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"KVCache: {name}={v!r} must be a positive int")
-        self.keys = (
-            Tensor.zeros(batch, n_kv_heads, context, head_dim, dtype=dtype, device=device).contiguous().realize()
-        )
-        self.values = Tensor.zeros(batch, n_kv_heads, head_dim, context, dtype=dtype, device=device).contiguous()
-        self.values.realize()
+        if split_over and n_kv_heads % len(split_over):
+            raise ValueError(f"KVCache: {n_kv_heads} kv heads do not split over {len(split_over)} devices")
+
+        def zeros(*shape: int) -> Tensor:
+            z = Tensor.zeros(*shape, dtype=dtype, device=device)
+            return (z.shard(tuple(split_over), axis=1) if split_over else z).contiguous().realize()
+
+        self.keys = zeros(batch, n_kv_heads, context, head_dim)
+        self.values = zeros(batch, n_kv_heads, head_dim, context)
         self.context = context
 
     @property
