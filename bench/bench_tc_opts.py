@@ -44,7 +44,7 @@ CANDIDATES = [
     [(L, 0, 4), (L, 1, 2), (U, 0, 2), (U, 1, 8), (R, 0, 2), (S, None, 0)],
     [(L, 0, 2), (L, 1, 2), (U, 0, 2), (U, 1, 8), (R, 0, 4), (S, None, 0)],
     [(L, 0, 4), (L, 1, 4), (U, 0, 2), (U, 1, 4), (R, 0, 4), (S, None, 0)],
-    # pipelined: 2-4 slots per tile, cp.async copies, ldmatrix fragments from swizzled tiles (stage.py)
+    # pipelined: 2-4 slots per tile, cp.async copies, ldmatrix fragments from swizzled tiles (tc/stage.py)
     [(L, 0, 2), (L, 1, 2), (U, 0, 4), (U, 1, 8), (R, 0, 2), (S, None, 2)],
     [(L, 0, 2), (L, 1, 2), (U, 0, 4), (U, 1, 8), (R, 0, 2), (S, None, 3)],
     [(L, 0, 2), (L, 1, 4), (U, 0, 4), (U, 1, 8), (R, 0, 2), (S, None, 2)],

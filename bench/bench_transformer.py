@@ -46,7 +46,7 @@ def bench_tg() -> None:
     from tg import Device, Tensor, TinyJit, dtypes
     from tg.nn.optim import AdamW
     from tg.nn.state import get_parameters
-    from tg_nn.gpt import GPT, GPTConfig
+    from tg_nn.models.gpt import GPT, GPTConfig
 
     cfg = GPTConfig(CFG["vocab"], CFG["block"], CFG["layers"], CFG["heads"], CFG["embd"])
     Tensor.manual_seed(0)

@@ -4,7 +4,7 @@ bench_gpu.py runs it on CUDA (`--only transformer`); on the CPU, for checking th
 
     PYTHONPATH=$(ls -d packages/*/src | tr '\\n' ':') python3 bench/transformer_block.py
 
-The block is tg_nn.gpt.Block (pre-norm LayerNorm, causal multi-head attention with GPT-2's fused q/k/v
+The block is tg_nn.models.gpt.Block (pre-norm LayerNorm, causal multi-head attention with GPT-2's fused q/k/v
 projection, LayerNorm, a tanh-GELU MLP), fp32; torch gets the same weights and input, and the first step's
 losses are compared (`loss_rel_err` in the row), so a fast wrong step shows at once. The loss is the mean
 square of the block's output; the figure is steps/s over `steps` steps (inputs alternate between two
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from tg import Device, Tensor, TinyJit, nn
-from tg_nn.gpt import Block, GPTConfig
+from tg_nn.models.gpt import Block, GPTConfig
 
 
 def _time_steps(step: Callable[[Any], Any], xs: list[Any], read: Callable[[Any], float], steps: int) -> float:
@@ -88,7 +88,7 @@ def run(emit: Callable[..., None], batch: int, seq: int, embd: int, heads: int, 
 
 
 def _torch_block(torch: Any, w: dict[str, np.ndarray], heads: int, device: str) -> tuple[Any, Any]:
-    """torch's form of tg_nn.gpt.Block with the weights `w` (GPT-2 names and (in, out) layouts), and its SGD."""
+    """torch's form of tg_nn.models.gpt.Block with the weights `w` (GPT-2 names and (in, out) layouts), and its SGD."""
     F = torch.nn.functional
 
     class TorchBlock(torch.nn.Module):  # type: ignore[misc]

@@ -3,7 +3,7 @@
     uv run examples/gpt_shakespeare.py                 # CPU defaults: 4 layers, 4 heads, 128 dims, block 64
     DEV=CUDA BIG=1 uv run examples/gpt_shakespeare.py  # GPU: 6 layers, 6 heads, 384 dims, block 256
 
-The model is tg_nn.gpt.GPT (GPT-2's layout: token + position embeddings, pre-norm blocks with causal
+The model is tg_nn.models.gpt.GPT (GPT-2's layout: token + position embeddings, pre-norm blocks with causal
 multi-head attention and a GELU MLP, the output tied to the token embedding). Training: AdamW with a
 linear warm-up and cosine decay, global gradient-norm clipping, dropout, one jitted step (forward,
 backward and update), a progress line with train/val loss and tokens/s, a safetensors checkpoint at
@@ -35,7 +35,7 @@ from tg import Device, Tensor, TinyJit, dtypes
 from tg.nn.datasets import shakespeare
 from tg.nn.optim import AdamW
 from tg.nn.state import get_parameters, get_state_dict, safe_save
-from tg_nn.gpt import GPT, GPTConfig
+from tg_nn.models.gpt import GPT, GPTConfig
 from tg_uop.helpers import cache_dir
 
 

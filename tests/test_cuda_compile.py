@@ -142,7 +142,7 @@ def _last_ast(t: Tensor) -> UOp:
 
 
 STAGE_CASES = {
-    # the heuristic's staged tile for a big fp32 matmul (stage.py)
+    # the heuristic's staged tile for a big fp32 matmul (tc/stage.py)
     "matmul_heuristic": (lambda: _matmul_ast(dtypes.float32, 2048, 256, 2048), None),
     # its 128x64 tile: too few 128x128 tiles at 1024, and a batch of attention heads 64 wide (the batch in the grid)
     "matmul_narrow_heuristic": (lambda: _matmul_ast(dtypes.float32, 1024, 1024, 1024), None),

@@ -1,4 +1,4 @@
-"""tg_nn.decode_attention (one query per sequence over a KV cache, each sequence at its own position) against numpy:
+"""tg_nn.models.decode_attention (one query per sequence over a KV cache, each at its own position) against numpy:
 the CPU's fused kernel and the graph the other devices run."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tg import Tensor, TinyJit
-from tg_nn.decode_attention import decode_attention
+from tg_nn.models.decode_attention import decode_attention
 from tg_uop import dtypes
 
 

@@ -15,7 +15,7 @@ from tg.nn.state import get_parameters
 from tg_codegen import get_program
 from tg_codegen.renderer.cstyle import ClangRenderer
 from tg_codegen.renderer.cuda import CUDARenderer
-from tg_nn.gpt import GPT, GPTConfig
+from tg_nn.models.gpt import GPT, GPTConfig
 from tg_runtime.device import Compiled
 from tg_tensor.realizer import ScheduleItem, current
 from tg_uop import Ops

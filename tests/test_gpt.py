@@ -1,4 +1,4 @@
-"""The GPT of tg_nn.gpt against a numpy reference: GPT-2 checkpoint loading, logits, gradients,
+"""The GPT of tg_nn.models.gpt against a numpy reference: GPT-2 checkpoint loading, logits, gradients,
 sampling, bad input, and a small model that learns Shakespeare."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import pytest
 
 from tg import Tensor, TinyJit, dtypes
 from tg.nn.state import get_parameters, get_state_dict, safe_load
-from tg_nn.gpt import GPT, GPTConfig, config_from_gpt2, load_gpt2, sample_logits
+from tg_nn.models.gpt import GPT, GPTConfig, config_from_gpt2, load_gpt2
+from tg_nn.models.sampling import sample
 from tg_nn.optim import AdamW
 
 CFG = GPTConfig(vocab_size=13, block_size=8, n_layer=2, n_head=2, n_embd=8)
@@ -148,8 +149,16 @@ def test_gradients_against_numpy_finite_differences():
         loss = model.loss(Tensor(idx.astype(np.int32)), Tensor(tgt.astype(np.int32)))
         loss.backward()
         assert abs(loss.item() - np_loss(state, idx, tgt, CFG)) < 1e-4
-        checks = ["wte.weight", "wpe.weight", "h.0.attn.c_attn.weight", "h.1.attn.c_proj.bias", "h.0.ln_1.weight",
-                  "h.1.ln_2.bias", "h.1.mlp.c_fc.weight", "ln_f.weight"]
+        checks = [
+            "wte.weight",
+            "wpe.weight",
+            "h.0.attn.c_attn.weight",
+            "h.1.attn.c_proj.bias",
+            "h.0.ln_1.weight",
+            "h.1.ln_2.bias",
+            "h.1.mlp.c_fc.weight",
+            "ln_f.weight",
+        ]
         for name in checks:
             grad = params[name].grad
             assert grad is not None, name
@@ -170,11 +179,11 @@ def test_gradients_against_numpy_finite_differences():
 def test_sampling():
     rng = np.random.default_rng(0)
     logits = np.array([0.0, 5.0, 1.0, 4.9])
-    assert sample_logits(logits, 0.0, None, rng) == 1
-    draws = {sample_logits(logits, 1.0, 2, rng) for _ in range(200)}
+    assert sample(logits, 0.0, rng=rng) == 1
+    draws = {sample(logits, 1.0, top_k=2, rng=rng) for _ in range(200)}
     assert draws == {1, 3}  # top-k keeps the two best only
     with pytest.raises(ValueError, match="top_k=0"):
-        sample_logits(logits, 1.0, 0, rng)
+        GPT(CFG).generate([1], 1, top_k=0)
 
 
 def test_generate_greedy_matches_full_forward():

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from tg.nn.datasets import shakespeare, shakespeare_text
-from tg_nn import shakespeare as shk
 from tg_nn.datasets import DatasetError
+from tg_nn.models import shakespeare as shk
 from tg_uop import dtypes
 
 

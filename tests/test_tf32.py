@@ -41,7 +41,7 @@ def test_off_by_default_and_refused_when_asked() -> None:
 
 
 def test_environment_variable_allows_it() -> None:
-    code = "from tg_codegen.tensorcore import ALLOW_TF32; print(ALLOW_TF32.value)"
+    code = "from tg_codegen.tc.cores import ALLOW_TF32; print(ALLOW_TF32.value)"
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "ALLOW_TF32": "1"}, capture_output=True)
     assert out.stdout.strip() == b"1", out.stderr
 

@@ -1,4 +1,4 @@
-"""STAGE (stage.py): operand tiles in shared memory. Rendering and refusals here; numbers on CL in tg-runtime's
+"""STAGE (tc/stage.py): operand tiles in shared memory. Rendering and refusals here; numbers on CL in tg-runtime's
 test_opts.py, NVRTC compiles in tests/test_cuda_compile.py."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 from tg_codegen import Kernel, KernelOptError, Opt, OptOps, get_program
 from tg_codegen.heuristic import hand_coded_optimizations
 from tg_codegen.renderer.cuda import CUDARenderer
-from tg_codegen.stage import stage_bytes, staged_loads, tile_of
+from tg_codegen.tc.stage import stage_bytes, staged_loads, tile_of
 from tg_shape import ShapeTracker, View
 from tg_uop import DType, Ops, UOp, dtypes
 
@@ -115,7 +115,7 @@ def test_warpgroup_mma_tile_layouts() -> None:
     """wgmma's canonical layouts (stage.WgmmaTile): A stored M x K is K-major, rows of 32 halfs (64 bytes, the 64-byte
     swizzle, 8 rows = 512 bytes apart); B stored K x N is N-major, its rows (a block's 128 columns) split into
     64-element atoms (the 128-byte swizzle; atoms 32 rows x 128 bytes = 4096 bytes apart, 8 rows of K 1024 apart)."""
-    from tg_codegen.tc_lower import TCLowerer
+    from tg_codegen.tc.lower import TCLowerer
 
     opts = [Opt(OptOps.TC, 0, 1), Opt(OptOps.LOCAL, 0, 2), Opt(OptOps.UNROLL, 0, 2), Opt(OptOps.STAGE, None, 2)]
     k = Kernel(matmul_ast(128, 64, 256, dtypes.float16), CUDARenderer("sm_90")).apply_opts(opts)

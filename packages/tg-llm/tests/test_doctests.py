@@ -21,8 +21,8 @@ MODULES = [
     "tg_nn.quant_cpu",
     "tg_nn.quant_cpu_float",
     "tg_nn.quant_gpu",
-    "tg_nn.kv_cache",
-    "tg_nn.sampling",
+    "tg_nn.models.kv_cache",
+    "tg_nn.models.sampling",
 ]
 
 

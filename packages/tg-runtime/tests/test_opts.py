@@ -195,7 +195,7 @@ def test_stage_refusals() -> None:
     from tg_codegen.kernel import Kernel
     from tg_codegen.limits import LaunchLimits
     from tg_codegen.renderer.opencl import OpenCLRenderer
-    from tg_codegen.stage import stage_bytes
+    from tg_codegen.tc.stage import stage_bytes
 
     ast = matmul(16, 32, 16)[0]
     with pytest.raises(KernelOptError, match="LOCAL"):

@@ -5,9 +5,8 @@
 
 from tg_codegen.kernel import Kernel
 from tg_codegen.linearize import linearize, reduce_identity
-from tg_codegen.lowerer import lower
 from tg_codegen.opt import KernelOptError, Opt, OptOps
-from tg_codegen.program import get_program
+from tg_codegen.program import get_program, lower
 from tg_codegen.renderer import ProgramSpec, Renderer
 from tg_codegen.renderer.cstyle import ClangRenderer, CStyleLanguage
 

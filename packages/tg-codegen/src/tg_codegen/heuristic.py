@@ -18,8 +18,8 @@ from __future__ import annotations
 from tg_codegen.axes import AxisType
 from tg_codegen.kernel import Kernel
 from tg_codegen.opt import KernelOptError, Opt, OptOps
-from tg_codegen.stage import matmul_axes, staged_matmul
-from tg_codegen.tensorcore import tc_optimizations
+from tg_codegen.tc.choose import tc_optimizations
+from tg_codegen.tc.stage import matmul_axes, staged_matmul
 from tg_uop import Ops
 from tg_uop.helpers import ContextVar, prod
 
@@ -299,7 +299,7 @@ def _gpu(k: Kernel) -> None:
     if not (k.reduceops and not k.axes_of(AxisType.GROUP) and _broadcast_axes(k)):
         _gpu_locals(k, budget)
         return
-    if staged_matmul(k, _load_strides(k)):  # a big matmul: operand tiles in shared memory (stage.py)
+    if staged_matmul(k, _load_strides(k)):  # a big matmul: operand tiles in shared memory (tc/stage.py)
         return
     if _narrow_matmul(k):
         return

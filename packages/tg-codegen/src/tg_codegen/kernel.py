@@ -19,7 +19,8 @@ from tg_codegen.kblock import apply_kblock, carried
 from tg_codegen.limits import assign_dims, check_resources, check_threads
 from tg_codegen.opt import KernelOptError, Opt, OptOps
 from tg_codegen.renderer import Renderer
-from tg_codegen.stage import apply_stage, stage_bytes
+from tg_codegen.tc.opts import apply_tc
+from tg_codegen.tc.stage import apply_stage, stage_bytes
 from tg_shape import ShapeTracker
 from tg_uop import GroupOp, Ops, UOp, map_graph
 from tg_uop.helpers import prod, to_function_name
@@ -62,7 +63,7 @@ class Kernel:
         )
         self.applied_opts: list[Opt] = []
         self.dont_use_locals = False
-        self.staged = False  # STAGE applied: shared operand tiles go through shared memory (stage.py)
+        self.staged = False  # STAGE applied: shared operand tiles go through shared memory (tc/stage.py)
         self.stage_depth = 0  # STAGE's arg: tiles in flight (2 or more: pipelined copies)
         self.wgmma = False  # TC picked a warpgroup MMA (Hopper): operands read from the staged tiles by descriptor
 
@@ -317,9 +318,7 @@ _RANK = {
     AxisType.UPCAST: 5,
     AxisType.UNROLL: 6,
 }
-_RANK.update(
-    {AxisType.TCM: 7, AxisType.TCN: 8, AxisType.TCK: 9}
-)  # tensor-core tile axes (see tensorcore.py), kept last
+_RANK.update({AxisType.TCM: 7, AxisType.TCN: 8, AxisType.TCK: 9})  # tensor-core tile axes (see tc/opts.py), kept last
 MAX_UPCAST = 1024  # copies of the body that upcast x unroll may make
 
 
@@ -438,12 +437,6 @@ def _pad_safe_reduce(k: Kernel) -> bool:
     return True
 
 
-def _tc(k: Kernel, opt: Opt) -> None:
-    from tg_codegen.tensorcore import apply_tc
-
-    apply_tc(k, opt)
-
-
 _HANDLERS: dict[OptOps, Callable[[Kernel, Opt], None]] = {
     OptOps.UPCAST: _upcast,
     OptOps.UNROLL: _unroll,
@@ -454,7 +447,7 @@ _HANDLERS: dict[OptOps, Callable[[Kernel, Opt], None]] = {
     OptOps.NOLOCALS: _nolocals,
     OptOps.SWAP: _swap,
     OptOps.PADTO: _padto,
-    OptOps.TC: _tc,
+    OptOps.TC: apply_tc,
     OptOps.STAGE: apply_stage,
     OptOps.KBLOCK: apply_kblock,
 }

@@ -17,7 +17,7 @@ from tg_codegen.axes import AxisType, RangeKind
 from tg_codegen.gpudims import special_indexes
 from tg_codegen.kernel import Kernel
 from tg_codegen.linearize import acc_slot
-from tg_codegen.stage import Stager
+from tg_codegen.tc.stage import Stager
 from tg_codegen.vectorize import VECTOR_WIDTHS, pack_stores
 from tg_codegen.wide_index import index_dtype
 from tg_shape import ShapeTracker
@@ -378,17 +378,3 @@ keep_old = PatternMatcher(
 def drop_true_gates(sink: UOp) -> UOp:
     """Remove gates that simplified to true from LOADs and STOREs, and write-backs of loaded values (a rewrite pass)."""
     return graph_rewrite(sink, true_gates + keep_old, name="drop true gates")
-
-
-def lower(k: Kernel) -> UOp:
-    """The lowered SINK for a kernel."""
-    if k.axes_of(AxisType.TCK):
-        from tg_codegen.tc_lower import lower_tc
-
-        return lower_tc(k)
-    sink = Lowerer(k).lower()
-    if k.opts.supports_float4:  # (a named pass)
-        from tg_codegen.wideload import widen_loads
-
-        return widen_loads(sink)
-    return sink

@@ -7,7 +7,7 @@ Axis numbering (`Opt.axis`) depends on the op:
   PADTO                        -> the n-th loop axis, outputs first then reduces
   NOLOCALS, STAGE              -> no axis (None)
 `arg` is the split amount (0 means the whole axis for UPCAST/UNROLL; the block length for KBLOCK), the other axis
-for SWAP, and for STAGE the tiles in flight (0 or 1: one slot per tile; 2-4: pipelined copies, stage.py).
+for SWAP, and for STAGE the tiles in flight (0 or 1: one slot per tile; 2-4: pipelined copies, tc/stage.py).
 
 >>> Opt(OptOps.UPCAST, 0, 4)
 Opt(op=OptOps.UPCAST, axis=0, arg=4)
@@ -32,7 +32,7 @@ class OptOps(Enum):
     PADTO = auto()  # pad an axis up to a multiple of arg (loads and stores are masked)
     SWAP = auto()  # swap two output axes (loop order)
     THREAD = auto()  # split an output axis over CPU threads
-    STAGE = auto()  # stage the reduction's shared operand tiles in shared memory (stage.py)
+    STAGE = auto()  # stage the reduction's shared operand tiles in shared memory (tc/stage.py)
     KBLOCK = auto()  # cut a reduce axis into blocks looped outside the output loops (CPU cache blocking, kblock.py)
 
     def __repr__(self) -> str:

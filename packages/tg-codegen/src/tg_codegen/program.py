@@ -5,14 +5,17 @@
 
 from __future__ import annotations
 
+from tg_codegen.axes import AxisType
 from tg_codegen.bf16 import emulate_bf16
 from tg_codegen.gpudims import launch_dims
 from tg_codegen.heuristic import hand_coded_optimizations
 from tg_codegen.kernel import Kernel
 from tg_codegen.linearize import linearize
-from tg_codegen.lowerer import lower
+from tg_codegen.lowerer import Lowerer
 from tg_codegen.opt import Opt
 from tg_codegen.renderer import KernelParamError, ProgramSpec, Renderer, buffer_params, estimate
+from tg_codegen.tc.lower import lower_tc
+from tg_codegen.wideload import widen_loads
 from tg_uop import DType, Ops, PtrDType, UOp
 from tg_uop.helpers import DEBUG, NOOPT, ContextVar
 from tg_uop.trace import TRACE
@@ -75,6 +78,14 @@ def kernel_passes(ast: UOp, renderer: Renderer, opts: list[Opt] | tuple[Opt, ...
     with TRACE.collect_passes() as passes:
         get_program(ast, renderer, opts=opts)
     return passes
+
+
+def lower(k: Kernel) -> UOp:
+    """The lowered SINK for a kernel (tensor-core kernels by tc.lower, the others by the Lowerer)."""
+    if k.axes_of(AxisType.TCK):
+        return lower_tc(k)
+    sink = Lowerer(k).lower()
+    return widen_loads(sink) if k.opts.supports_float4 else sink  # (a named pass)
 
 
 def program_for_kernel(k: Kernel, name_override: str | None = None) -> ProgramSpec:

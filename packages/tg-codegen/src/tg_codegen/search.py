@@ -24,7 +24,7 @@ from tg_codegen.kernel import Kernel
 from tg_codegen.opt import KernelOptError, Opt, OptOps
 from tg_codegen.program import program_for_kernel
 from tg_codegen.renderer import ProgramSpec, Renderer
-from tg_codegen.tensorcore import ALLOW_TF32
+from tg_codegen.tc.cores import ALLOW_TF32
 from tg_uop import UOp
 from tg_uop.helpers import DEBUG, getenv
 

@@ -47,7 +47,7 @@ def _aligned(base: tuple[UOp, ...], width: int) -> bool:
 
 
 def _aligned_buffer(buf: UOp) -> bool:
-    """Device allocations are 256-byte aligned, STAGE's shared tiles (stage.py) 16-byte (the renderer declares
+    """Device allocations are 256-byte aligned, STAGE's shared tiles (tc/stage.py) 16-byte (the renderer declares
     them so); other shared arrays maybe not."""
     return buf.op is Ops.DEFINE_GLOBAL or (buf.op is Ops.DEFINE_LOCAL and str(buf.arg).startswith("stage"))
 

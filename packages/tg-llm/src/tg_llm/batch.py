@@ -1,12 +1,12 @@
 """Batched decode: several sequences advanced by one token each in one step, each at its own position.
 
-A `BatchDecoder` gives a model `slots` KV-cache rows of its own (tg_nn.kv_cache.KVCache with batch = slots, each
+A `BatchDecoder` gives a model `slots` KV-cache rows of its own (tg_nn.models.kv_cache.KVCache with batch = slots, each
 row the model's context long). A sequence is prefilled alone, through the model's own prefill and cache (a scratch
 cache: always from position 0, so a prompt's logits never depend on what ran before it), and its cache rows are
 then copied into its slot. `step(tokens, positions)` runs one decode step for every slot at once: the products
 with the weights take all the rows together (the weights, most of a step's memory traffic, are read once for the
 batch), each row's keys and values are written at its own position of its own slot, and its attention reads that
-slot up to that position (tg_nn.decode_attention). A slot no sequence holds runs too (token 0 at position 0: the
+slot up to that position (tg_nn.models.decode_attention). A slot no sequence holds runs too (token 0 at position 0: the
 step has one shape, one TinyJit capture) and its logits are ignored.
 
 Every row of a step is computed by the same kernels whatever the other rows hold, and each kernel computes a row
@@ -27,7 +27,7 @@ import numpy as np
 
 from tg_llm.model import Llama, rms_norm
 from tg_llm.weights import linear
-from tg_nn.kv_cache import KVCache
+from tg_nn.models.kv_cache import KVCache
 from tg_tensor import Tensor, TinyJit
 from tg_uop import UOp, dtypes
 

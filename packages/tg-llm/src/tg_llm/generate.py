@@ -1,4 +1,4 @@
-"""Text generation: sampling (temperature, top-k, top-p: tg_nn.sampling.sample, the sampler tg_nn.gpt uses too),
+"""Text generation: sampling (temperature, top-k, top-p: tg_nn.models.sampling.sample, which tg_nn.models.gpt uses too),
 stop strings, the chat template, and a session that keeps the KV cache of the previous turns (a new prompt only
 prefills what differs from the last one).
 
@@ -18,7 +18,7 @@ import numpy as np
 
 from tg_llm.model import Llama
 from tg_llm.tokenizer import Tokenizer
-from tg_nn.sampling import sample
+from tg_nn.models.sampling import sample
 
 __all__ = ["Completion", "Decoding", "Session", "apply_chat_template", "sample"]
 

@@ -4,7 +4,7 @@ RMSNorm, rotary position embeddings (the model's theta, linear scaling or llama3
 factors), grouped-query attention, a SwiGLU MLP, a tied or separate output head. Parameter names are
 the GGUF ones (`blk.0.attn_q.weight`, ...), weights (out, in) as in the file.
 
-The KV cache (tg_nn.kv_cache.KVCache) holds the whole context, and the position is a bound Variable: a step
+The KV cache (tg_nn.models.kv_cache.KVCache) holds the whole context, and the position is a bound Variable: a step
 writes its rows at `start` and its attention reads the first `start + t` rows only (a symbolic length), so one
 TinyJit-captured decode step serves every position with no recompiles, at a cost that grows with the position,
 not with the context. Weights may be tg_nn.quant.QuantizedWeight (GGUF blocks kept as they are): their products
@@ -38,9 +38,9 @@ from tg_llm.weights import (
     _tensor,
     linear,
 )
-from tg_nn.decode_attention import decode_attention
 from tg_nn.gguf import dequantize
-from tg_nn.kv_cache import KVCache, causal_mask
+from tg_nn.models.decode_attention import decode_attention
+from tg_nn.models.kv_cache import KVCache, causal_mask
 from tg_nn.quant import QuantizedWeight
 from tg_runtime import Device
 from tg_runtime.device import DeviceSet
@@ -187,7 +187,7 @@ class Block:
     ) -> Tensor:
         """Attention of x (B, dim), one token of each of B sequences: row b is cache row b's token at position
         starts[b] (a bound Variable; `positions` holds the same numbers, int32 (B,)): its keys and values are written
-        there and it attends to that row's slots 0..starts[b] (tg_nn.decode_attention)."""
+        there and it attends to that row's slots 0..starts[b] (tg_nn.models.decode_attention)."""
         cfg = self.cfg
         b, hd, kv = int(x.shape[0]), cfg.head_dim, cfg.n_kv_heads
         q, k, v = self.qkv(x, cos, sin)  # (heads, B, hd), (kv, B, hd): the B tokens side by side

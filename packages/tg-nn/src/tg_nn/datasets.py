@@ -223,5 +223,5 @@ def write_atomic(path: str, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-from tg_nn.shakespeare import shakespeare as shakespeare  # noqa: E402  (it uses the helpers above)
-from tg_nn.shakespeare import shakespeare_text as shakespeare_text  # noqa: E402
+from tg_nn.models.shakespeare import shakespeare as shakespeare  # noqa: E402  (it uses the helpers above)
+from tg_nn.models.shakespeare import shakespeare_text as shakespeare_text  # noqa: E402

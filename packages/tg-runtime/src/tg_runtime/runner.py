@@ -17,7 +17,7 @@ from tg_codegen.program import get_program
 from tg_codegen.program_cache import get_program_cached
 from tg_codegen.renderer import ProgramSpec
 from tg_codegen.search import beam_search
-from tg_codegen.tensorcore import ALLOW_TF32
+from tg_codegen.tc.cores import ALLOW_TF32
 from tg_runtime import build_pool
 from tg_runtime.device import Buffer, Device, Program, launcher_of, program_extra
 from tg_runtime.search import DeviceSearchTarget

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tg_codegen.tensorcore import wants_k_major
+from tg_codegen.renderer import OperandLayout
 from tg_runtime.device import Device
 from tg_tensor.util import ShapeError, broadcast_shape, is_contiguous_buffer, to_dtype
 from tg_uop import DType, Ops, UOp, dtypes
@@ -47,8 +47,8 @@ class LinalgMixin:
             return (self * w).sum(-1, dtype=dtype)
         if self.ndim == 1:
             return (self.reshape(-1, 1) * w).sum(-2, dtype=dtype)
-        if _packs(self, w):
-            return _packed_dot(self, w, dtype)
+        if panel := _packs(self, w):
+            return _packed_dot(self, w, dtype, panel)
         if _k_major_copy(self, w):  # (x @ w.T with w the K-major copy: the layout the tensor cores read directly)
             w = w.transpose(-1, -2).contiguous().transpose(-1, -2)
         elif (direct := _direct_dot(self, w, dtype)) is not None:
@@ -172,34 +172,38 @@ def _take_diagonals(letters: str, t: Tensor) -> tuple[str, Tensor]:
     return letters, t
 
 
-# CPU: the right operand of a big matmul is first copied into panels of PACK_PANEL columns, each panel contiguous
-# (shape (..., m/P, k, P)), so the kernel's inner loop over k reads one panel front to back: a row of w is m
-# floats apart, and a 16-column strip of a 2048-wide w touches a new 4 KB page every step and maps onto a few
-# cache sets (it never stays in L1/L2). The copy costs k*m reads and writes against n*k*m multiply-adds.
+# The right operand of a big matmul is first copied into the layout the device's renderer reads best
+# (Renderer.operand_layout). CPU: panels of P columns, each contiguous (shape (..., m/P, k, P)), so the kernel's inner
+# loop over k reads one panel front to back; the copy costs k*m reads and writes against n*k*m multiply-adds.
 # bench/bench_cpu.py, one core: matmul 2048 16 -> 99 GFLOPS (numpy 102), 1024 64 -> 102. CPU_PACK=0 turns it off.
 CPU_PACK = ContextVar("CPU_PACK", 1)
-PACK_PANEL = 16  # columns per panel: the register tile's vector width (16 floats, two AVX2 vectors)
 PACK_MIN_MACS = 1 << 25  # smaller products stay in cache unpacked, and the copy's launch would cost more
 PACK_MIN_ROWS = 32  # each panel is reused by every row of the left operand: the copy must be amortized
-# a strip of w (k x PACK_PANEL) up to this size stays in L1 unpacked: the copy (and the backward through the
+# a strip of w (k x panel) up to this size stays in L1 unpacked: the copy (and the backward through the
 # panels) would only cost. bench/bench_transformer.py's train step (k = 128 and 512) ran at 0.5-0.85x packed
 PACK_MIN_STRIP_BYTES = 32 << 10
 
 
 # a row-major right operand is copied K-major first where the device's tensor cores want that (Hopper's TF32
-# warpgroup MMA, tensorcore.wants_k_major) and the product is big enough to pay for the copy: fp32 4096 under
+# warpgroup MMA, OperandLayout.k_major) and the product is big enough to pay for the copy: fp32 4096 under
 # ALLOW_TF32 on an H100, 182 TFLOPS on mma.sync -> 204 with the copy, both kernels timed (docs/gpu.md)
 K_MAJOR_MIN_MACS = 1 << 30
 
 
 def _k_major_copy(x: Tensor, w: Tensor) -> bool:
-    """Whether `x @ w` (both at least 2-D) first copies w, a row-major (k, m) buffer, K-major (see wants_k_major)."""
+    """Whether `x @ w` (both at least 2-D) first copies w, a row-major (k, m) buffer, K-major (OperandLayout)."""
     if x.ndim != 2 or w.ndim != 2 or x.dtype != w.dtype or not (all_int(x.shape) and all_int(w.shape)):
         return False
     n, k, m = int(x.shape[0]), int(x.shape[1]), int(w.shape[1])
     if n % 128 or m % 128 or k % 32 or n * k * m < K_MAJOR_MIN_MACS or not is_contiguous_buffer(w.uop):
         return False
-    return isinstance(w.device, str) and wants_k_major(Device[w.device].renderer, w.dtype)
+    return _layout(w).k_major
+
+
+def _layout(t: Tensor) -> OperandLayout:
+    """The layout t's device reads a matmul's right operand best in (as stored on several devices: "CPU,CPU:1")."""
+    one = isinstance(t.device, str) and "," not in t.device
+    return Device[t.device].renderer.operand_layout(t.dtype) if one else OperandLayout()
 
 
 def _direct_dot(x: Tensor, w: Tensor, dtype: DType | None) -> Tensor | None:
@@ -225,32 +229,33 @@ def _direct_dot(x: Tensor, w: Tensor, dtype: DType | None) -> Tensor | None:
     return Tensor(UOp(Ops.MUL, dtypes.float32, (xs, ws)).r(Ops.ADD, (2,)).reshape((n, m)))
 
 
-def _packs(x: Tensor, w: Tensor) -> bool:
-    """Whether `x @ w` (both at least 2-D) is computed on panels of w packed contiguous (CPU, big enough)."""
-    if not CPU_PACK.value or not isinstance(x.device, str) or x.device.split(":")[0] != "CPU":
-        return False
+def _packs(x: Tensor, w: Tensor) -> int:
+    """The panel width `x @ w` (both at least 2-D) packs w in (its device's layout, if big enough), else 0."""
+    if not CPU_PACK.value or not (panel := _layout(x).panel):
+        return 0
     if not (all_int(x.shape) and all_int(w.shape)):
-        return False
+        return 0
     n, k, m = int(x.shape[-2]), int(x.shape[-1]), int(w.shape[-1])
     batch = prod(int(s) for s in broadcast_shape(x.shape[:-2], w.shape[:-2]))
-    if k * PACK_PANEL * w.dtype.itemsize <= PACK_MIN_STRIP_BYTES:
-        return False
-    return m % PACK_PANEL == 0 and m > PACK_PANEL and n >= PACK_MIN_ROWS and batch * n * k * m >= PACK_MIN_MACS
+    if k * panel * w.dtype.itemsize <= PACK_MIN_STRIP_BYTES:
+        return 0
+    big = m % panel == 0 and m > panel and n >= PACK_MIN_ROWS and batch * n * k * m >= PACK_MIN_MACS
+    return panel if big else 0
 
 
-def _packed_dot(x: Tensor, w: Tensor, dtype: DType | None) -> Tensor:
+def _packed_dot(x: Tensor, w: Tensor, dtype: DType | None, P: int) -> Tensor:
     """x @ w on w packed in panels (..., m/P, k, P) and, when its rows divide into them, x in panels (..., n/P, k, P).
 
     Both packed: (x (..., n/P, P, 1, 1, k) * w (..., 1, 1, m/P, P, k)).sum(k) is (..., n/P, P, m/P, P), which is
     (..., n, m) as it is stored. Only w packed: (x (..., n, 1, k, 1) * w (..., 1, m/P, k, P)).sum(k)."""
     b, k, m = w.ndim - 2, int(w.shape[-2]), int(w.shape[-1])
-    panels = w.reshape(*w.shape[:-2], k, m // PACK_PANEL, PACK_PANEL)
+    panels = w.reshape(*w.shape[:-2], k, m // P, P)
     panels = panels.permute(*range(b), b + 1, b, b + 2).contiguous()  # (..., m/P, k, P)
     n, lead = int(x.shape[-2]), x.shape[:-2]
-    if n % PACK_PANEL == 0:
-        rows = x.reshape(*lead, n // PACK_PANEL, PACK_PANEL, k).transpose(-1, -2).contiguous()  # (..., n/P, k, P)
-        rows = rows.transpose(-1, -2).reshape(*lead, n // PACK_PANEL, PACK_PANEL, 1, 1, k)
-        cols = panels.transpose(-1, -2).reshape(*w.shape[:-2], 1, 1, m // PACK_PANEL, PACK_PANEL, k)
+    if n % P == 0:
+        rows = x.reshape(*lead, n // P, P, k).transpose(-1, -2).contiguous()  # (..., n/P, k, P)
+        rows = rows.transpose(-1, -2).reshape(*lead, n // P, P, 1, 1, k)
+        cols = panels.transpose(-1, -2).reshape(*w.shape[:-2], 1, 1, m // P, P, k)
         out = (rows * cols).sum(-1, dtype=dtype)  # (..., n/P, P, m/P, P)
         return out.reshape(*out.shape[:-4], n, m)
     prod_ = x.reshape(*x.shape[:-1], 1, k, 1) * panels.unsqueeze(-4)  # (..., n, m/P, k, P)

@@ -78,6 +78,21 @@ class ProgramSpec:
             )
 
 
+@dataclass(frozen=True)
+class OperandLayout:
+    """The layout of a big matmul's right operand w (k, m) this renderer's kernels read best (tg_tensor's matmul
+    copies w so): panels of `panel` columns, each contiguous ((m/panel, k, panel), the CPU's register tile; 0: as
+    stored), or contiguous along K (`k_major`: Hopper's TF32 warpgroup MMA).
+
+    >>> from tg_codegen.renderer.cstyle import ClangRenderer
+    >>> ClangRenderer().operand_layout(dtypes.float32)
+    OperandLayout(panel=16, k_major=False)
+    """
+
+    panel: int = 0
+    k_major: bool = False
+
+
 class Renderer:
     """Turns a linear UOp program into source for one device family. Subclass per language."""
 
@@ -102,6 +117,10 @@ class Renderer:
     def dynamic_shared_bytes(self, uops: list[UOp]) -> int:
         """Shared memory the program's launch must ask for (0: none, or declared statically in the source)."""
         return 0
+
+    def operand_layout(self, dtype: DType) -> OperandLayout:
+        """The layout a big matmul's right operand of `dtype` is best copied into (default: as it is stored)."""
+        return OperandLayout()
 
     def supported_dtypes(self) -> set[DType]:
         """The dtypes this renderer's programs can compute in and store (tinygrad's name for the question).

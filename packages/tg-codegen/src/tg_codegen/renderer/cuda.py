@@ -8,9 +8,11 @@
 from __future__ import annotations
 
 from tg_codegen.limits import LaunchLimits
+from tg_codegen.renderer import OperandLayout
 from tg_codegen.renderer.cstyle import CStyleLanguage
-from tg_codegen.tensorcore import TENSOR_CORES_SM80, TENSOR_CORES_SM90, TensorCore
+from tg_codegen.tc.cores import ALLOW_TF32, TENSOR_CORES_SM80, TENSOR_CORES_SM90, TensorCore
 from tg_uop import DType, Ops, PtrDType, UOp, dtypes
+from tg_uop.helpers import getenv
 
 _SPECIAL_NAMES = {"g": "blockIdx", "l": "threadIdx"}
 
@@ -45,6 +47,19 @@ class CUDARenderer(CStyleLanguage):
         self.tensor_cores = TENSOR_CORES_SM90 if sm == 90 else TENSOR_CORES_SM80 if sm >= 80 else ()
         # cp.async (global -> shared without registers) and ldmatrix also came with sm_80
         self.has_async_copy = sm >= 80
+
+    def operand_layout(self, dtype: DType) -> OperandLayout:
+        """K-major for fp32 under ALLOW_TF32 where a warpgroup MMA takes TF32 (Hopper): it takes no transposed operand,
+        one stored M- or N-major is copied element by element (142 against 249 TFLOPS at 4096 on an H100).
+
+        >>> from tg_uop.helpers import Context
+        >>> with Context(ALLOW_TF32=1):
+        ...     print([CUDARenderer(arch).operand_layout(dtypes.float32).k_major for arch in ("sm_90", "sm_80")])
+        [True, False]
+        """
+        tf32 = dtype == dtypes.float32 and ALLOW_TF32.value and getenv("TC", 1)
+        wgmma = any(isinstance(tc, TensorCore) and tc.wgmma and tc.dtype_in == dtype for tc in self.tensor_cores)
+        return OperandLayout(k_major=bool(tf32) and wgmma)
 
     # ---- vectors: small structs (CUDA's own float4 etc. have no indexing), only tensor-core fragments use them
     def render_dtype(self, dt: DType) -> str:
@@ -120,7 +135,7 @@ class CUDARenderer(CStyleLanguage):
         return "\n".join(lines)
 
     def _wgmma_wait_function(self, acc: DType) -> str:
-        """Commit this step's warpgroup MMAs and wait for them, binding the accumulator's registers (tc_lower.py)."""
+        """Commit this step's warpgroup MMAs and wait for them, binding the accumulator's registers (tc/lower.py)."""
         t, binds = self.render_dtype(acc), ", ".join(f'"+f"(c.v[{i}])' for i in range(acc.count))
         return "\n".join(
             [
@@ -133,7 +148,7 @@ class CUDARenderer(CStyleLanguage):
         )
 
     def render_wmma(self, arg: str, r: list[str], src: tuple[UOp, ...]) -> str:
-        """mma.sync by fragments, or a warpgroup MMA by descriptors (arg: "<name><TA,TB>", tc_lower.py)."""
+        """mma.sync by fragments, or a warpgroup MMA by descriptors (arg: "<name><TA,TB>", tc/lower.py)."""
         name, _, flags = arg.partition("<")
         tc = next((t for t in self.tensor_cores if isinstance(t, TensorCore) and t.name == name), None)
         if tc is not None and tc.wgmma:
@@ -239,7 +254,7 @@ def _smem_align(u: UOp) -> int:
     return 1024 if (u.dtype.size * u.dtype.base.itemsize) % 1024 == 0 else 16
 
 
-# STAGE's pipelined tiles (stage.py): 16-byte copies global -> shared without registers, zero-filled when `on` is
+# STAGE's pipelined tiles (tc/stage.py): 16-byte copies global -> shared without registers, zero-filled when `on` is
 # false (src-size 0: nothing is read); commit / wait by group; ldmatrix reads of tensor-core fragments (4 or 2 8x8
 # matrices of 16-bit elements, each lane giving one row's address), optionally transposed.
 _SMEM = "(unsigned)__cvta_generic_to_shared"

@@ -1,7 +1,7 @@
 """Attention of one new token per sequence over a KV cache, on the CPU: one fused C kernel (scores, softmax, values).
 
 `decode_attention(q, keys, values, positions, scale)`: q (B, heads, head_dim) holds one query per sequence; keys
-(R, kv_heads, context, head_dim) and values (R, kv_heads, head_dim, context) are a tg_nn.kv_cache.KVCache's buffers
+(R, kv_heads, context, head_dim) and values (R, kv_heads, head_dim, context) are a KVCache's buffers (kv_cache.py)
 (values transposed; R >= B rows, the first B read, so a step of fewer sequences reads a bigger cache in place);
 `positions` (B,) int32 says where each sequence's query stands: row b attends to slots 0..positions[b] of its own
 cache row, whatever the others' positions (a batched decode of sequences at different positions). Heads share

@@ -6,7 +6,7 @@ attention, LayerNorm, a GELU MLP), a final LayerNorm, and the output projection 
 embedding. GPT-2's `Conv1D` layers keep their weight as (in, out), and so do these.
 
 >>> from tg import Tensor
->>> from tg_nn.gpt import GPT, GPTConfig
+>>> from tg_nn.models.gpt import GPT, GPTConfig
 >>> model = GPT(GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=2, n_embd=8))
 >>> model(Tensor([[1, 2, 3]])).shape
 (1, 3, 11)
@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from tg_nn.kv_cache import KVCache, causal_mask
 from tg_nn.layers import Embedding
+from tg_nn.models.kv_cache import KVCache, causal_mask
+from tg_nn.models.sampling import sample
 from tg_nn.norm import LayerNorm
-from tg_nn.sampling import sample
 from tg_nn.state import get_state_dict, load_state_dict  # noqa: F401  (get_state_dict: the doctest)
 from tg_nn.util import own_buffer
 from tg_tensor import Tensor, TinyJit
@@ -201,7 +201,7 @@ class GPT:
         return logits
 
     def reset_cache(self, batch: int = 1) -> None:
-        """Empty KV caches (tg_nn.kv_cache.KVCache, one per layer) for `batch` sequences of up to block_size tokens."""
+        """Empty KV caches (kv_cache.KVCache, one per layer) for `batch` sequences of up to block_size tokens."""
         cfg = self.config
         hd = cfg.n_embd // cfg.n_head
         if self.caches and int(self.caches[0].keys.shape[0]) == batch:
@@ -223,9 +223,7 @@ class GPT:
         """As `generate`, with a KV cache: the prompt in one pass, then one jitted step per token (the
         same kernels at every position, reading the cache up to that position only). The prompt plus the new
         tokens must fit in block_size."""
-        _check_prompt(prompt, self.config)
-        if temperature < 0:
-            raise ValueError(f"generate: temperature={temperature!r} must be >= 0")
+        _check_args(prompt, self.config, temperature, top_k)
         if len(prompt) + max_new_tokens > self.config.block_size:
             raise ValueError(
                 f"generate_cached: the prompt ({len(prompt)} tokens) plus {max_new_tokens} new tokens exceed the "
@@ -239,7 +237,7 @@ class GPT:
         logits = self.forward_cached(Tensor([prompt], dtype=dtypes.int32), 0)
         row = logits[0, len(prompt) - 1].numpy().astype(np.float64)
         for i in range(max_new_tokens):
-            toks.append(sample_logits(row, temperature, top_k, rng))
+            toks.append(sample(row, temperature, top_k or 0, rng=rng))
             if i == max_new_tokens - 1:
                 break
             pos = UOp.variable("pos", 0, self.config.block_size - 1).bind(len(toks) - 1)
@@ -265,14 +263,12 @@ class GPT:
         on the right): causal attention makes the padding invisible to the positions read, and one
         window shape means the kernels are compiled once for the whole generation.
         """
-        _check_prompt(prompt, self.config)
+        _check_args(prompt, self.config, temperature, top_k)
         if len(prompt) > self.config.block_size:
             raise ValueError(
                 f"generate: the prompt has {len(prompt)} tokens, more than the context (block_size="
                 f"{self.config.block_size}); crop it to its last {self.config.block_size} tokens"
             )
-        if temperature < 0:
-            raise ValueError(f"generate: temperature={temperature!r} must be >= 0")
         rng = np.random.default_rng(seed)
         toks = list(prompt)
         bs = self.config.block_size
@@ -282,24 +278,21 @@ class GPT:
             window = toks[-bs:]
             idx = Tensor([window + [0] * (bs - len(window))], dtype=dtypes.int32)
             logits = self._window_step(idx)[0, len(window) - 1].numpy().astype(np.float64)
-            toks.append(sample_logits(logits, temperature, top_k, rng))
+            toks.append(sample(logits, temperature, top_k or 0, rng=rng))
         return toks
 
 
-def _check_prompt(prompt: list[int], cfg: GPTConfig) -> None:
+def _check_args(prompt: list[int], cfg: GPTConfig, temperature: float, top_k: int | None) -> None:
+    """generate's arguments: the sampler (tg_nn.models.sampling.sample) takes top_k 0 for all, generate None."""
     if not prompt:
         raise ValueError("generate: the prompt must hold at least one token")
     bad = [t for t in prompt if not isinstance(t, (int, np.integer)) or not 0 <= t < cfg.vocab_size]
     if bad:
         raise ValueError(f"generate: token {bad[0]!r} is not an id in 0..{cfg.vocab_size - 1}")
-
-
-def sample_logits(logits: np.ndarray, temperature: float, top_k: int | None, rng: np.random.Generator) -> int:
-    """One token id from a vector of logits: argmax at temperature 0, else softmax(logits/T) over the top k (None:
-    all); tg_nn.sampling.sample, the sampler tg_llm's Llama uses too."""
+    if temperature < 0:
+        raise ValueError(f"generate: temperature={temperature!r} must be >= 0")
     if top_k is not None and top_k < 1:
-        raise ValueError(f"sample: top_k={top_k!r} must be >= 1")
-    return sample(logits, temperature, top_k or 0, 1.0, rng)
+        raise ValueError(f"generate: top_k={top_k!r} must be >= 1 (None: all tokens)")
 
 
 # ---- Hugging Face GPT-2 checkpoints ----
@@ -338,4 +331,4 @@ def config_from_gpt2(state: dict[str, Tensor], n_head: int) -> GPTConfig:
     return GPTConfig(vocab, int(s["wpe.weight"].shape[0]), n_layer, n_head, n_embd)
 
 
-__all__ = ["GPT", "GPTConfig", "KVCache", "config_from_gpt2", "gpt2_keys", "load_gpt2", "sample_logits"]
+__all__ = ["GPT", "GPTConfig", "config_from_gpt2", "gpt2_keys", "load_gpt2"]

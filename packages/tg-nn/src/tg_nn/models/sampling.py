@@ -1,4 +1,4 @@
-"""The token sampler of decoder-only transformers: one function for tg_nn.gpt's GPT and tg_llm's Llama.
+"""The token sampler of decoder-only transformers: one function for tg_nn.models.gpt's GPT and tg_llm's Llama.
 
 >>> import numpy as np
 >>> sample(np.array([0.0, 5.0, 1.0]), temperature=0.0)

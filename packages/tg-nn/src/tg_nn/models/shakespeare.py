@@ -15,7 +15,6 @@ and each of its 42 files checked by sha256; the text itself is always checked be
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import io
 import os
@@ -23,7 +22,7 @@ import tarfile
 
 import numpy as np
 
-from tg_nn.datasets import DatasetError, fetch_sdist, write_atomic
+from tg_nn.datasets import DatasetError, _raw_bytes, fetch_sdist, write_atomic
 from tg_tensor import Tensor
 from tg_uop import dtypes
 from tg_uop.helpers import cache_dir
@@ -95,10 +94,7 @@ def _read_folder(folder: str) -> bytes | None:
         if not os.path.isfile(path):
             continue
         try:
-            with open(path, "rb") as f:
-                data = f.read()
-            if name.endswith(".gz"):
-                data = gzip.decompress(data)
+            data = _raw_bytes(path)
         except (OSError, EOFError) as e:
             raise DatasetError(f"shakespeare: cannot read {path!r}: {e}") from None
         if (digest := hashlib.sha256(data).hexdigest()) != TEXT_SHA256:

@@ -406,7 +406,7 @@ class Stager:
         per = max(1, self.chunk[load])
         locals_ = [a for a in k.axes_of(AxisType.LOCAL) if k.full_shape[a] != 1]
         sizes = [int(k.full_shape[a]) for a in locals_]
-        lane = getattr(lw, "lane", None)  # tensor cores: the warp's 32 lanes are threads too (tc_lower.py)
+        lane = getattr(lw, "lane", None)  # tensor cores: the warp's 32 lanes are threads too (lower.py)
         tid = functools.reduce(
             lambda x, y: x + y, [lw.loop[a] * int(prod(sizes[i + 1 :])) for i, a in enumerate(locals_)], self._c(0)
         )

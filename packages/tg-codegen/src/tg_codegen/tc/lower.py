@@ -1,4 +1,4 @@
-"""Lowering a kernel with the TC opt (see tensorcore.py): lanes, fragments, WMMA chains, wide fragment loads.
+"""Lowering a kernel with the TC opt (see opts.py): lanes, fragments, WMMA chains, wide fragment loads.
 
 Each operand is lowered once per fragment element with the tile axes set to that element's (row, col) for this
 lane; the reduction becomes WMMA(a_frag, b_frag, acc) on a vector accumulator; each output element is a GEP of
@@ -10,21 +10,28 @@ Two layout choices make a lane's loads neighbours, so they merge into 2-, 4- or 
     stored at G*u + j instead of j*8 + G, so the u tiles of a lane read (and write) adjacent columns.
 Both are bijections applied the same way to every load and store, so the result is the same matmul.
 
->>> from tg_codegen.tc_lower import lower_tc  # doctest: +SKIP
+>>> from tg_codegen.tc.lower import lower_tc
+>>> lower_tc.__name__
+'lower_tc'
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tg_codegen.axes import AxisType
 from tg_codegen.gpudims import special_indexes
-from tg_codegen.kernel import Kernel
 from tg_codegen.lowerer import Lowerer, drop_true_gates
 from tg_codegen.opt import KernelOptError
-from tg_codegen.stage import copied_layout
-from tg_codegen.tensorcore import TC_AXIS_TYPES, Layout, applied_tensor_core, mma_operands, moving, native_layout
+from tg_codegen.tc.cores import Layout, native_layout
+from tg_codegen.tc.opts import TC_AXIS_TYPES, applied_tensor_core, mma_operands, moving
+from tg_codegen.tc.stage import copied_layout
 from tg_codegen.wideload import widen_loads
 from tg_uop import DType, Ops, UOp, dtypes, graph_rewrite, run_pass
 from tg_uop.symbolic import symbolic
+
+if TYPE_CHECKING:
+    from tg_codegen.kernel import Kernel
 
 
 class TCLowerer(Lowerer):

@@ -1,4 +1,4 @@
-"""The KV cache of decoder-only transformers: one class for tg_nn.gpt's GPT and tg_llm's Llama.
+"""The KV cache of decoder-only transformers: one class for tg_nn.models.gpt's GPT and tg_llm's Llama.
 
 A `KVCache` holds one attention layer's keys and values for up to `context` positions, as realized buffers
 updated in place. `update(k, v, start)` writes the new positions start..start+t-1 and returns the keys and values
