@@ -38,6 +38,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from bench_llm import peak_gbs  # (the GPU's peak bandwidth: PEAK_GBS or nvidia-smi's name; bench/ is sys.path[0])
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SRC = sorted(glob.glob(os.path.join(ROOT, "packages", "*", "src")))
 sys.path[:0] = SRC
@@ -53,7 +55,6 @@ PROMPT = int(os.getenv("PROMPT", "64"))
 TIMEOUT = int(os.getenv("TIMEOUT", "420"))
 ONE_GPU = os.getenv("ONE_GPU", "1" if SIZE == "1b" else "0") == "1"
 DELETE = os.getenv("DELETE", "0") == "1"
-PEAKS = {"H200": 4800.0, "H100 PCIe": 2000.0, "H100": 3350.0, "A100": 2039.0}
 
 
 def emit(bench: str, impl: str, value: float, unit: str, **params: Any) -> None:
@@ -95,18 +96,6 @@ def warm(path: str) -> float:
     with ThreadPoolExecutor(32) as pool:
         list(pool.map(read, [i * chunk for i in range(32)]))
     return time.perf_counter() - t0
-
-
-def peak_gbs() -> float | None:
-    if os.getenv("PEAK_GBS"):
-        return float(os.environ["PEAK_GBS"])
-    try:
-        name = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=20
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return next((v for k, v in PEAKS.items() if k in name), None)
 
 
 def run_child(args: list[str], impl: str) -> list[dict[str, Any]]:
