@@ -453,3 +453,20 @@ def test_a_later_schedule_reads_what_an_earlier_one_computed_per_device() -> Non
     assert GlobalCounters.global_ops < 8 * 32 * 64, GlobalCounters.global_ops  # no product again: 256 multiplies
     np.testing.assert_allclose(second.numpy(), (x_np @ w_np) * 2, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(first.numpy(), x_np @ w_np + 1, rtol=1e-5, atol=1e-5)
+
+
+def test_a_multi_device_graph_that_cannot_be_built_falls_back_to_launches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A device kind whose graph of a multi-device step fails to build (a driver or NCCL that cannot capture it)
+    warns and replays the step launch by launch, with the same results."""
+    from tg_runtime.device import Compiled
+
+    def refuse(self: Compiled, items: list[Any]) -> None:
+        raise RuntimeError("capture refused")
+
+    monkeypatch.setattr(Compiled, "multi_graph", refuse)
+    D = devs(2)
+    X, Y = _mnist_subset(64)
+    one = _train(None, X, Y, steps=4, bs=16)
+    with pytest.warns(UserWarning, match="capture refused"):
+        many = _train(D, X, Y, steps=4, bs=16)
+    np.testing.assert_allclose(many, one, rtol=1e-5, atol=1e-6)

@@ -578,7 +578,13 @@ def _multi_device_graph(launches: list[_Launch]) -> DeviceGraph | None:
     devices = {b.device for launch in launches for b in launch.bufs}
     if not items or len({d.split(":")[0] for d in devices}) != 1:
         return None
-    return Device[next(iter(devices))].multi_graph(items)
+    try:
+        return Device[next(iter(devices))].multi_graph(items)
+    except RuntimeError as e:  # (a driver or NCCL that cannot capture this: the replay still runs, launch by launch)
+        warnings.warn(
+            f"TinyJit: no graph for this multi-device step ({e}); its launches are replayed one by one", stacklevel=2
+        )
+        return None
 
 
 def _record(launches: list[_Launch], input_bufs: list[Buffer], ret: Any, made: list[Buffer]) -> _Recording:
