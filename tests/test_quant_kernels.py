@@ -65,6 +65,21 @@ def test_fused_product_matches_dequantize_then_matmul(device: str, qtype: str, i
         check(got, x, w, int8 and device == "CPU")  # (int8 is the CPU's: CL and PYTHON multiply in float32)
 
 
+def _run_cpu_source(
+    src: str, x: np.ndarray, raw: np.ndarray, qtype: str, n: int, int8: bool, variant: str
+) -> np.ndarray:
+    """The (m, n) product that the C source `src` (quant_cpu's qmm kernel, or quant_cpu_float's without int8)
+    computes on the CPU from x and W's blocks, run as a lazy source kernel."""
+    m, k = x.shape
+    name = f"qmm_{qtype}_{m}_{n}_{k}" if int8 else f"qmm_f_{qtype}_{m}_{n}_{k}"
+
+    def make(device: str, dts: tuple[object, ...]) -> KernelSource:
+        return KernelSource(src, name)
+
+    inputs = [Tensor(x, device="CPU"), Tensor(raw, device="CPU")]
+    return source_kernel((m, n), dtypes.float32, inputs, (variant, qtype, int8), make).numpy()
+
+
 @pytest.mark.parametrize("int8", [False, True])
 @pytest.mark.parametrize("qtype", QUANTIZED_TYPES)
 def test_generic_c_body_matches(qtype: str, int8: bool) -> None:
@@ -73,14 +88,7 @@ def test_generic_c_body_matches(qtype: str, int8: bool) -> None:
     raw, w = blocks(qtype, n, k, seed=3)
     x = np.random.default_rng(4).standard_normal((m, k)).astype(np.float32)
     src = cpu_source(qtype, m, n, k, generic=True) if int8 else cpu_float_source(qtype, m, n, k, generic=True)
-    name = f"qmm_{qtype}_{m}_{n}_{k}" if int8 else f"qmm_f_{qtype}_{m}_{n}_{k}"
-
-    def make(device: str, dts: tuple[object, ...]) -> KernelSource:
-        return KernelSource(src, name)
-
-    inputs = [Tensor(x, device="CPU"), Tensor(raw, device="CPU")]
-    got = source_kernel((m, n), dtypes.float32, inputs, ("generic", qtype, int8), make)
-    check(got.numpy(), x, w, int8)
+    check(_run_cpu_source(src, x, raw, qtype, n, int8, "generic"), x, w, int8)
 
 
 def test_jitted_product_replays_with_new_inputs(device: str) -> None:
@@ -117,14 +125,7 @@ def test_threaded_split_matches(qtype: str, int8: bool) -> None:
     x = np.random.default_rng(8).standard_normal((m, k)).astype(np.float32)
     src = cpu_source(qtype, m, n, k, threads) if int8 else cpu_float_source(qtype, m, n, k, threads)
     assert "#define CHUNKS 12\n" in src  # (threads x 4 chunks: the split is taken)
-    name = f"qmm_{qtype}_{m}_{n}_{k}" if int8 else f"qmm_f_{qtype}_{m}_{n}_{k}"
-
-    def make(device: str, dts: tuple[object, ...]) -> KernelSource:
-        return KernelSource(src, name)
-
-    inputs = [Tensor(x, device="CPU"), Tensor(raw, device="CPU")]
-    got = source_kernel((m, n), dtypes.float32, inputs, ("threaded", qtype, int8), make)
-    check(got.numpy(), x, w, int8)
+    check(_run_cpu_source(src, x, raw, qtype, n, int8, "threaded"), x, w, int8)
 
 
 def test_small_products_stay_on_one_thread() -> None:

@@ -284,21 +284,13 @@ NO_BROWSER = "no chromium + chromedriver on this machine (apt-get install chromi
 
 @pytest.mark.skipif(_chromium() is None, reason=NO_BROWSER)
 def test_page_in_headless_chromium():
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
     with tracing() as tr:
         conv_program()
     srv = VizServer(tr, 0).start()
-    found = _chromium()
-    assert found is not None
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = found[0]
-    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1600,1000"):
-        opts.add_argument(a)
-    driver = webdriver.Chrome(service=Service(found[1]), options=opts)
+    driver = _driver(width=1600)
     try:
         driver.get(srv.url)
         wait = WebDriverWait(driver, 30)
@@ -355,7 +347,8 @@ def _mnist_trace() -> Any:
     return tr
 
 
-def _driver() -> Any:
+def _driver(width: int = 1800) -> Any:
+    """Headless Chromium through chromedriver, its window `width` x 1000."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -363,8 +356,9 @@ def _driver() -> Any:
     assert found is not None
     opts = webdriver.ChromeOptions()
     opts.binary_location = found[0]
-    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1800,1000"):
+    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
         opts.add_argument(a)
+    opts.add_argument(f"--window-size={width},1000")
     return webdriver.Chrome(service=Service(found[1]), options=opts)
 
 
