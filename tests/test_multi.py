@@ -505,8 +505,8 @@ def test_a_multi_device_graph_that_cannot_be_built_falls_back_to_launches(monkey
     def refuse(self: Compiled, items: list[Any]) -> None:
         raise RuntimeError("capture refused")
 
-    monkeypatch.setattr(Compiled, "multi_graph", refuse)
     D = devs(2)
+    monkeypatch.setattr(type(Device[D[0]]), "multi_graph", refuse)  # (the kind's own, where it defines one: CUDA)
     X, Y = _mnist_subset(64)
     one = _train(None, X, Y, steps=4, bs=16)
     with pytest.warns(UserWarning, match="capture refused"):
