@@ -27,7 +27,8 @@ _LANG = {
 #define SYNC() barrier(CLK_LOCAL_MEM_FENCE)
 #define BITS_F(u) as_float(u)
 #define DEV static inline
-typedef unsigned char u8; typedef signed char i8; typedef unsigned int u32;
+#define LD4(p) vload4(0, p)
+typedef unsigned char u8; typedef signed char i8; typedef unsigned int u32; typedef unsigned short u16;
 """,
     "CUDA": r"""
 #define KERNEL extern "C" __global__ void
@@ -38,7 +39,8 @@ typedef unsigned char u8; typedef signed char i8; typedef unsigned int u32;
 #define SYNC() __syncthreads()
 #define BITS_F(u) __uint_as_float(u)
 #define DEV static __device__ inline
-typedef unsigned char u8; typedef signed char i8; typedef unsigned int u32;
+#define LD4(p) (*(const float4*)(p))
+typedef unsigned char u8; typedef signed char i8; typedef unsigned int u32; typedef unsigned short u16;
 """,
 }
 
@@ -134,14 +136,18 @@ DEV float block_dot(const GLOBAL u8* w, const GLOBAL float* x) {
 
 # PARTS[t]: how many lanes share one block of type t; part_dot(w, x, p) is part p's share of the dot product of the
 # block at `w` with the block's floats of x at `x` (PARTS lanes read one block's bytes side by side)
-PARTS = {"Q8_0": 4, "Q4_0": 4, "Q4_1": 4, "Q4_K": 16, "Q5_K": 16, "Q6_K": 16}
+PARTS = {"Q8_0": 4, "Q4_0": 4, "Q4_1": 4, "Q4_K": 32, "Q5_K": 16, "Q6_K": 16}
 
 _PART = {
+    # Q8_0: part p is 8 values; the bytes read as four 16-bit words (a 34-byte block is 2-aligned), x as float4s
     "Q8_0": r"""
+DEV float s8(u32 b) { return (float)((int)((b & 255u) ^ 128u) - 128); }
 DEV float part_dot(const GLOBAL u8* w, const GLOBAL float* x, int p) {
-  const GLOBAL i8* q = (const GLOBAL i8*)w + 2 + 8 * p;
-  float acc = 0.0f;
-  for (int i = 0; i < 8; i++) acc += (float)q[i] * x[8 * p + i];
+  const GLOBAL u16* q = (const GLOBAL u16*)(w + 2 + 8 * p);
+  u32 q0 = q[0], q1 = q[1], q2 = q[2], q3 = q[3];
+  float4 a = LD4(x + 8 * p), b = LD4(x + 8 * p + 4);
+  float acc = s8(q0) * a.x + s8(q0 >> 8) * a.y + s8(q1) * a.z + s8(q1 >> 8) * a.w;
+  acc += s8(q2) * b.x + s8(q2 >> 8) * b.y + s8(q3) * b.z + s8(q3 >> 8) * b.w;
   return h2f(w) * acc;
 }
 """,
@@ -163,21 +169,25 @@ DEV float part_dot(const GLOBAL u8* w, const GLOBAL float* x, int p) {
   return h2f(w) * acc + h2f(w + 2) * sum;
 }
 """,
-    # K-quants: part p is the half p & 1 (16 values) of the 32-value sub-block j = p >> 1
+    # Q4_K: part p is 8 values of the 32-value sub-block j = p >> 2: their nibbles from two 32-bit words (a 144-byte
+    # block is 16-aligned), x as float4s
     "Q4_K": r"""
+DEV float nib_dot(u32 q, float4 a) {
+  return (float)(q & 15u) * a.x + (float)((q >> 8) & 15u) * a.y + (float)((q >> 16) & 15u) * a.z
+         + (float)(q >> 24) * a.w;
+}
 DEV float part_dot(const GLOBAL u8* w, const GLOBAL float* x, int p) {
-  int j = p >> 1, sc, mn, shift = (j & 1) * 4;
+  int j = p >> 2, c = p & 3, sc, mn, shift = (j & 1) * 4;
   scale_min(w + 4, j, &sc, &mn);
-  const GLOBAL u8* q = w + 16 + (j / 2) * 32 + 16 * (p & 1);
-  x += j * 32 + 16 * (p & 1);
-  float dot = 0.0f, sum = 0.0f;
-  for (int i = 0; i < 16; i++) {
-    dot += (float)((q[i] >> shift) & 15) * x[i];
-    sum += x[i];
-  }
+  const GLOBAL u32* q = (const GLOBAL u32*)(w + 16 + (j / 2) * 32 + 8 * c);
+  x += j * 32 + 8 * c;
+  float4 a = LD4(x), b = LD4(x + 4);
+  float dot = nib_dot((q[0] >> shift) & 0x0f0f0f0fu, a) + nib_dot((q[1] >> shift) & 0x0f0f0f0fu, b);
+  float sum = a.x + a.y + a.z + a.w + b.x + b.y + b.z + b.w;
   return h2f(w) * (float)sc * dot - h2f(w + 2) * (float)mn * sum;
 }
 """,
+    # Q5_K: part p is the half p & 1 (16 values) of the 32-value sub-block j = p >> 1
     "Q5_K": r"""
 DEV float part_dot(const GLOBAL u8* w, const GLOBAL float* x, int p) {
   int j = p >> 1, sc, mn, shift = (j & 1) * 4, i0 = 16 * (p & 1);
