@@ -70,12 +70,19 @@ class BatchDecoder:
                 f"BatchDecoder: the prompt has {len(prompt)} tokens; a slot holds {self.context} (prompt + answer)"
             )
         logits: np.ndarray = self.model.forward(prompt, 0, all_logits=False).numpy()[-1]
-        rows = min(self.context, max(8, 1 << (len(prompt) - 1).bit_length()))  # (a few lengths: few kernels)
+        self.take(slot, len(prompt))
+        return logits
+
+    def take(self, slot: int, length: int) -> None:
+        """Copy the model's own cache rows 0..length-1 (a prompt just prefilled there) into `slot`."""
+        self._check_slot(slot)
+        if not 0 < length < self.context:
+            raise ValueError(f"BatchDecoder: {length} cache rows do not fit a slot of {self.context}")
+        rows = min(self.context, max(8, 1 << (length - 1).bit_length()))  # (a few lengths: few kernels)
         slot_var = UOp.variable("slot", 0, self.slots - 1).bind(slot)
         if rows not in self._copies:
             self._copies[rows] = TinyJit(functools.partial(self._copy_rows, rows=rows))
         self.model._run(self._copies[rows], slot_var)
-        return logits
 
     def _copy_rows(self, slot: UOp, rows: int) -> None:
         """Copy the model's cache rows 0..rows-1 into `slot` of the batched caches (what TinyJit captures)."""

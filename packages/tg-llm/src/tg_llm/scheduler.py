@@ -189,7 +189,10 @@ class BatchScheduler(Scheduler):
                 args = {k: v for k, v in req.args.items() if k != "max_tokens"}
                 state = Decoding(self.session.tokenizer, len(req.prompt), req.args.get("max_tokens", 256), **args)
                 t0 = time.perf_counter()
-                logits = self.decoder.prefill(slot, req.prompt)
+                # (on the session's cache: the part of the prompt it holds already, the chat template's system
+                # turn say, is not computed again; then the prompt's rows are copied into the slot)
+                logits = self.session.prefill(req.prompt)
+                self.decoder.take(slot, len(req.prompt))
                 state.out.prefill_s = time.perf_counter() - t0
                 running = _Slot(req, state, state.sample(logits), len(req.prompt), time.perf_counter())
             except Exception as e:  # the request's error goes to its reader; the worker keeps serving
