@@ -123,7 +123,8 @@ class _Reader:
     def strings(self, count: int, what: str) -> list[str]:
         """`count` strings in a row (a vocabulary: 50k-150k of them), read without building a message per item
         (a loop of `string` took ~0.3 s of a small model's load)."""
-        data, pos, end, out = self.data, self.pos, self.data.nbytes, []
+        data, pos, end = self.data, self.pos, self.data.nbytes
+        out: list[str] = []
         length = struct.Struct("<Q").unpack_from
         for i in range(count):
             n = length(data, pos)[0] if pos + 8 <= end else -1
