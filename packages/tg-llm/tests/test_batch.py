@@ -81,6 +81,10 @@ def test_bad_input_is_named(session: Session) -> None:
         decoder.prefill(2, [1])
     with pytest.raises(ValueError, match=r"the prompt has 64 tokens; a slot holds 64"):
         decoder.prefill(0, [1] * 64)
+    with pytest.raises(ValueError, match=r"64 cache rows do not fit a slot of 64"):
+        decoder.take(0, 64)
+    with pytest.raises(ValueError, match=r"slot -1 is not one of 0..1"):
+        decoder.take(-1, 3)
     with pytest.raises(ValueError, match=r"slots=0 must be a positive int"):
         BatchDecoder(session.model, 0)
     with pytest.raises(ValueError, match=r"position 64 is outside"):
