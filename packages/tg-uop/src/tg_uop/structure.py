@@ -62,7 +62,7 @@ def _combine(n: UOp) -> tuple[int, tuple[UOp, ...]]:
     """The structure of `n` from its sources' (computed before)."""
     arg = n.arg
     t = type(arg)
-    akey = (t, arg) if t is int or arg is None or (t is tuple and all(type(a) is int for a in arg)) else arg_key(arg)
+    akey = (t, arg) if t is int or arg is None else arg_key(arg)
     if len(n.src) == 1:  # a movement or unary op: the source's leaves, in the source's order
         src = n.src[0]
         sid, leaves = _leaf(src) if src.op is Ops.BUFFER else src.__dict__[_ATTR]

@@ -39,10 +39,22 @@ def arg_key(arg: Any) -> Any:
     if isinstance(arg, float):
         return ("float", struct.pack("<d", arg))
     if isinstance(arg, tuple):
-        if type(arg) is tuple and not [a for a in arg if type(a) is not int]:
-            return (tuple, arg)  # a shape or axes: ints compare as themselves (as UOp's own key does)
+        if type(arg) is tuple and _plain(arg):
+            return (tuple, arg)  # a shape, axes, pads, (op, axes): compared as they are (as UOp's own key does)
         return tuple([arg_key(a) for a in arg])
     return (type(arg), arg)
+
+
+def _plain(arg: tuple[Any, ...]) -> bool:
+    """Whether `arg` holds only ints, strs, None, Ops and tuples of these (at any depth): values that equal only
+    values of their own type, so `==` on the tuple is what its key needs (no float or bool anywhere: 1 == 1.0 ==
+    True, and -0.0 == 0.0). A pad's ((0, 0), (1, 1)) or a reduce's (Ops.ADD, (2,)) is then its own key, without
+    a key built per element."""
+    for a in arg:
+        t = type(a)
+        if not (t is int or t is str or a is None or t is Ops or (t is tuple and _plain(a))):
+            return False
+    return True
 
 
 class cached(Generic[_T]):  # noqa: N801  (spelled like the decorator it replaces)
