@@ -55,6 +55,7 @@ class FrontState:
 def front(rz: Realizer | None = None) -> FrontState:
     """The front end's state for `rz` (the current Realizer when None)."""
     rz = current() if rz is None else rz
-    if rz.front is None:
-        rz.front = FrontState()
-    return rz.front
+    st: FrontState | None = rz.front
+    if st is None:
+        st = rz.front = FrontState()
+    return st

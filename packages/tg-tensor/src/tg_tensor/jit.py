@@ -61,7 +61,6 @@ from tg_tensor.collective import run_collective
 from tg_tensor.front import front
 from tg_tensor.inplace import pending_writes
 from tg_tensor.jit_args import JitArgError, describe_change, flatten_call
-from tg_tensor.multi import pending_multi_writes
 from tg_tensor.realize import run_pending
 from tg_tensor.realizer import ScheduleItem, current
 from tg_tensor.schedule import buffer_of, recorded_view
@@ -368,7 +367,7 @@ class TinyJit(Generic[ReturnType]):
             if not t.is_realized:
                 t.uop = t.contiguous().uop
         # assigns made inside the function (not realized there) are part of the recording
-        writes = pending_writes() + pending_multi_writes(list(current().live_tensors))
+        writes = pending_writes()
         if outs or writes:
             Tensor.realize(*outs, *writes)
         return ret
@@ -387,7 +386,7 @@ class TinyJit(Generic[ReturnType]):
             launches.append(_Launch(runner, list(item.bufs), born, coll, dict(item.var_vals)))
 
         # assigns made before the call are not the function's: run them now
-        if before := pending_writes() + pending_multi_writes(list(current().live_tensors)):
+        if before := pending_writes():
             Tensor.realize(*before)
         existing = _live_buffers(collect=False) | {id(b) for b in input_bufs}
         with current().recording(observe):

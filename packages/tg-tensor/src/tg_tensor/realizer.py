@@ -35,14 +35,13 @@ buffers are registered in the one they were made in).
 
 from __future__ import annotations
 
-import functools
 import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from tg_runtime.device import Buffer, Device, DeviceSet
 from tg_runtime.runner import compile_all, get_runner, run_copy
@@ -58,9 +57,21 @@ from tg_uop.uop import sint
 K = TypeVar("K")
 V = TypeVar("V")
 
-if TYPE_CHECKING:
-    from tg_tensor.front import FrontState
-    from tg_tensor.tensor import Tensor
+
+class Holder(Protocol):
+    """What the engine needs of a tensor (the front end's Tensor is one; the engine never imports it): the node it
+    stands for (`uop`; `_uop` read without the property), the graph autograd may still differentiate (`_lazy`), and
+    whether autograd is off (`no_grad`)."""
+
+    no_grad: ClassVar[bool]
+    _lazy: UOp | None
+
+    @property
+    def _uop(self) -> UOp: ...
+    @property
+    def uop(self) -> UOp: ...
+    @uop.setter
+    def uop(self, node: UOp) -> None: ...
 
 
 @dataclass
@@ -112,12 +123,29 @@ class WeakMembers(weakref.WeakSet[K]):
     data: set[weakref.ReferenceType[K]]
 
 
+@dataclass(frozen=True)
+class Stages:
+    """The steps of `Realizer.schedule`, from modules above this one (the front end installs them on import as
+    `Realizer.stages`): schedule.py's create and replay, inplace.py's protection, ordering.py, multi.py's
+    lowering, and the views of visibility.py."""
+
+    create_schedule: Callable[[list[UOp]], tuple[list[ScheduleItem], dict[UOp, UOp]]]
+    replay_one: Callable[[Realizer, UOp], tuple[UOp, list[Buffer], dict[UOp, int], UOp] | None]
+    protect_old_values: Callable[[list[ScheduleItem]], tuple[list[ScheduleItem], Callable[[], None]]]
+    order_items: Callable[[list[ScheduleItem]], list[ScheduleItem]]
+    needs_lowering: Callable[[list[Holder]], bool]
+    schedule_multi: Callable[[list[Holder]], list[ScheduleItem]]
+    on_schedule: Callable[[list[UOp], list[UOp], float], None]
+
+
 class StaleReadError(RuntimeError):
     """A graph reads a tensor version that an in-place assign has overwritten."""
 
 
 class Realizer:
     """The registries and caches of realization, with `schedule` and `run` (see the module docstring)."""
+
+    stages: ClassVar[Stages]
 
     def __init__(self) -> None:
         # lazy node -> the realized node (a BUFFER reshaped to the node's shape) that now holds its value
@@ -135,11 +163,11 @@ class Realizer:
         self._queued: set[int] = set()
         # every live Tensor (the possible readers of an overwritten version), indexed by its node; those that
         # asked for gradients
-        self.live_tensors = LiveTensors()
-        self.grad_tensors: WeakMembers[Tensor] = WeakMembers()
+        self.live_tensors: LiveTensors[Holder] = LiveTensors()
+        self.grad_tensors: WeakMembers[Holder] = WeakMembers()
         # tensors re-pointed to another tensor's realized buffer by share_results (an assign must not write it)
         # (by id: a WeakSet compares members with ==, which builds a Tensor)
-        self.shared: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+        self.shared: weakref.WeakValueDictionary[int, Holder] = weakref.WeakValueDictionary()
         # schedules by graph structure (schedule.py), the most recently used SCHEDULE_CACHE_MAX of them
         self.recipes: LRUCache[tuple[object, ...], Any] = LRUCache(getenv("SCHEDULE_CACHE_MAX", 4096))
         # constant families (device, AST with constants as loads) -> first member; one-element constant buffers
@@ -154,7 +182,7 @@ class Realizer:
         self.origins: weakref.WeakKeyDictionary[UOp, str] = weakref.WeakKeyDictionary()
         self.kernel_ops: dict[UOp, list[str]] = {}
         # the front end's caches for this Realizer (front.py: scalar views, the random stream, custom gradients, ...)
-        self.front: FrontState | None = None
+        self.front: Any = None
 
     # ---- registries ----
     def resolve(self, u: UOp) -> UOp:
@@ -197,7 +225,7 @@ class Realizer:
         """The version `node` was overwritten while nothing live read it: reading it later raises."""
         self.stale.add(node)
 
-    def unshare(self, t: Tensor) -> bool:
+    def unshare(self, t: Holder) -> bool:
         """Was `t` re-pointed at another tensor's result (share_results)? It no longer is (it gets its own)."""
         if self.shared.get(id(t)) is t:
             del self.shared[id(t)]
@@ -243,7 +271,7 @@ class Realizer:
                     del realized[u]
 
     # ---- realize ----
-    def realize(self, tensors: Sequence[Tensor]) -> None:
+    def realize(self, tensors: Sequence[Holder]) -> None:
         """Schedule the kernels computing `tensors` and run everything queued (`schedule`, then `run_pending`).
 
         One tensor whose graph's structure is in the schedule cache as one kernel, with nothing else queued and
@@ -258,13 +286,13 @@ class Realizer:
         self.schedule(tensors)
         self.run_pending()
 
-    def _realize_replayed(self, t: Tensor) -> bool:
+    def _realize_replayed(self, t: Holder) -> bool:
         if DeviceSet.made or DEBUG.value or TRACE.active or TRACE.profiling or GRAPH.value:
             return False
         if is_contiguous_buffer(t._uop):  # realized already (`loss.item()` after `loss.realize()`): nothing to do
             return True
         root, shape = _strip_reshapes(t._uop)
-        if (hit := _steps().replay_one(self, root)) is None:
+        if (hit := self.stages.replay_one(self, root)) is None:
             return False
         ast, bufs, var_vals, result = hit
         self._point_at_results((t,), [(root, shape)], {root: result})
@@ -278,13 +306,13 @@ class Realizer:
         return True
 
     # ---- schedule ----
-    def schedule(self, tensors: Sequence[Tensor]) -> list[ScheduleItem]:
+    def schedule(self, tensors: Sequence[Holder]) -> list[ScheduleItem]:
         """The kernels that realizing `tensors` would run, queued; the tensors now refer to their outputs.
 
         A tensor that is only a reshape of a lazy node realizes that node (so `x.mean()` and the
         mean inside `x.std()` share one kernel).
         """
-        steps = _steps()
+        steps = self.stages
         if DeviceSet.made and steps.needs_lowering(list(tensors)):  # some live on several devices: every device's
             return steps.schedule_multi(list(tensors))  # graph is scheduled (it schedules them through here)
         roots = [_strip_reshapes(t._uop) for t in tensors]
@@ -305,7 +333,7 @@ class Realizer:
         return items
 
     def _point_at_results(
-        self, tensors: Sequence[Tensor], roots: list[tuple[UOp, tuple[sint, ...]]], becomes: dict[UOp, UOp]
+        self, tensors: Sequence[Holder], roots: list[tuple[UOp, tuple[sint, ...]]], becomes: dict[UOp, UOp]
     ) -> None:
         keeps_graph = not type(tensors[0]).no_grad and self.grad_tensors.data
         if len(tensors) == 1 and not keeps_graph:  # (one tensor that autograd does not need: every tiny realize)
@@ -315,10 +343,7 @@ class Realizer:
             if old.op not in _OWN and old is not t._uop:
                 self._share(old, t, (id(t),))
             return
-        grad_nodes: set[UOp] = set()
-        if keeps_graph:  # (a WeakSet's len() is Python)
-            for g in list(self.grad_tensors):
-                grad_nodes.update(n for n in (g.uop, g._lazy) if n is not None)
+        grad_nodes = self.grad_nodes() if keeps_graph else set()
         before = [t._uop for t in tensors]
         for t, (root, shape) in zip(tensors, roots):
             # keep the pre-realize graph only where autograd may still need it: it keeps every
@@ -330,7 +355,7 @@ class Realizer:
             t.uop = result if _shape_of(result) == shape else result.reshape(shape)
         self._share_results(tensors, before)
 
-    def _share_results(self, tensors: Sequence[Tensor], before: list[UOp]) -> None:
+    def _share_results(self, tensors: Sequence[Holder], before: list[UOp]) -> None:
         """Other live tensors that stood for the same lazy node now stand for the same buffer.
 
         Equal specifications are one UOp, so after `A = t * 4; B = t * 4; A.realize()` B is realized
@@ -342,13 +367,17 @@ class Realizer:
             for old, t in done.items():  # only the holders of a computed node are visited (not every live tensor)
                 self._share(old, t, scheduled)
 
-    def _share(self, old: UOp, t: Tensor, skip: Collection[int]) -> None:
+    def _share(self, old: UOp, t: Holder, skip: Collection[int]) -> None:
         """The live tensors that stand for `old` (but those in `skip`, by id) now stand for what `t` does."""
         for other in self.live_tensors.holders(old):
             if id(other) not in skip:
                 other._lazy = t._lazy if t._lazy is not None else other._lazy
                 other.uop = t.uop
                 self.shared[id(other)] = other
+
+    def grad_nodes(self) -> set[UOp]:
+        """The nodes that the tensors asking for gradients stand for, or stood for before they were realized."""
+        return {n for g in list(self.grad_tensors) for n in (g.uop, g._lazy) if n is not None}
 
     def unqueue(self, item: ScheduleItem | None = None) -> None:
         """Take `item` (every item when None) off the queue without running it."""
@@ -468,26 +497,6 @@ def _strip_reshapes(u: UOp) -> tuple[UOp, tuple[sint, ...]]:
 def _reads_any(graph: UOp, nodes: set[UOp]) -> bool:
     """Does `graph` contain one of `nodes`?"""
     return bool(nodes) and any(n in nodes for n in graph.toposort)
-
-
-class _Steps:
-    """The stages of `Realizer.schedule`, from modules that import this one (found once, not per realize)."""
-
-    def __init__(self) -> None:
-        from tg_tensor import multi
-        from tg_tensor.inplace import protect_old_values
-        from tg_tensor.ordering import order_items
-        from tg_tensor.schedule import create_schedule, replay_one
-        from tg_tensor.visibility import on_schedule
-
-        self.needs_lowering, self.schedule_multi = multi.needs_lowering, multi.schedule_multi
-        self.protect_old_values, self.order_items = protect_old_values, order_items
-        self.create_schedule, self.on_schedule, self.replay_one = create_schedule, on_schedule, replay_one
-
-
-@functools.cache
-def _steps() -> _Steps:
-    return _Steps()
 
 
 # nodes whose result is a buffer of their own (an assign's target; `Tensor.zeros(3).contiguous()`, to assign into):
