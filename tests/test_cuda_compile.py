@@ -10,7 +10,7 @@ from tg_codegen import Kernel, KernelOptError, Opt, OptOps, get_program
 from tg_codegen.heuristic import hand_coded_optimizations
 from tg_codegen.renderer.cuda import CUDARenderer
 from tg_runtime.ops_cuda import CUDAError, NVRTCCompiler
-from tg_tensor.realizer import current
+from tg_tensor.engine.realizer import current
 from tg_uop import DType, UOp
 from tg_uop.helpers import Context
 

@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 from tg_runtime.device import Buffer, Device, DeviceSet
 from tg_runtime.ops_disk import disk_buffers
+from tg_tensor.engine.multi import multi_node, shard_uop, split_of
+from tg_tensor.engine.realizer import current
+from tg_tensor.engine.util import const_uop, norm_shape, np_dtype, to_dtype, varargs_shape
 from tg_tensor.front import front
-from tg_tensor.multi import multi_node, shard_uop, split_of
-from tg_tensor.realizer import current
 from tg_tensor.rng import RandomState, to_unit_float
-from tg_tensor.util import const_uop, norm_shape, np_dtype, to_dtype, varargs_shape
 from tg_uop import ConstType, DType, UOp, dtypes
 from tg_uop.helpers import prod
 from tg_uop.uop import sint

@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 from tg_runtime.ops_disk import DiskError, disk_window
 from tg_shape import ShapeTracker
-from tg_tensor.inplace import rebuild_view, view_chain
-from tg_tensor.realizer import current
-from tg_tensor.schedule import _movement_st, buffer_of
-from tg_tensor.util import is_contiguous_buffer
+from tg_tensor.engine.inplace import rebuild_view, view_chain
+from tg_tensor.engine.realizer import current
+from tg_tensor.engine.schedule import _movement_st, buffer_of
+from tg_tensor.engine.util import is_contiguous_buffer
 from tg_uop import Ops, UOp
 from tg_uop.helpers import prod
 

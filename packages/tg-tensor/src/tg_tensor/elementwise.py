@@ -15,10 +15,10 @@ import functools
 import math
 from typing import TYPE_CHECKING, Any
 
+from tg_tensor.engine.realizer import current
+from tg_tensor.engine.util import ArgumentError, DTypeError, broadcast_shape, const_uop, scalar_dtype, to_dtype
 from tg_tensor.front import front
 from tg_tensor.gradient import custom_gradient
-from tg_tensor.realizer import current
-from tg_tensor.util import ArgumentError, DTypeError, broadcast_shape, const_uop, scalar_dtype, to_dtype
 from tg_uop import ConstType, DType, Ops, UOp, dtypes
 from tg_uop.uop import sint
 

@@ -56,14 +56,15 @@ from tg_runtime.device import (
     bind_program,
 )
 from tg_runtime.runner import CompiledRunner, get_runner, run_copy
-from tg_tensor import jit_file, multi
-from tg_tensor.collective import run_collective
+from tg_tensor import jit_file
+from tg_tensor.engine import multi
+from tg_tensor.engine.collective import run_collective
+from tg_tensor.engine.inplace import pending_writes
+from tg_tensor.engine.realize import run_pending
+from tg_tensor.engine.realizer import ScheduleItem, current
+from tg_tensor.engine.schedule import buffer_of, recorded_view
 from tg_tensor.front import front
-from tg_tensor.inplace import pending_writes
 from tg_tensor.jit_args import JitArgError, describe_change, flatten_call
-from tg_tensor.realize import run_pending
-from tg_tensor.realizer import ScheduleItem, current
-from tg_tensor.schedule import buffer_of, recorded_view
 from tg_tensor.tensor import Tensor
 from tg_uop import DType, Ops, UOp
 from tg_uop.helpers import DEBUG, JIT, ContextVar, GlobalCounters

@@ -21,29 +21,37 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 from tg_runtime.device import Device, DeviceSet
 from tg_shape import ShapeTracker, View
 from tg_tensor import gradient as autograd
-from tg_tensor import multi
 from tg_tensor.activation import ActivationMixin
 from tg_tensor.creation import CreationMixin
 from tg_tensor.custom import CustomKernelMixin
 from tg_tensor.decomp import DecompMixin
 from tg_tensor.disk import disk_assign, disk_to, is_disk
 from tg_tensor.elementwise import ElementwiseMixin
+from tg_tensor.engine import multi
+from tg_tensor.engine.inplace import protect_old_values, rebuild_view, view_chain
+from tg_tensor.engine.ordering import order_items
+from tg_tensor.engine.provenance import note_origin
+from tg_tensor.engine.realizer import Realizer, ScheduleItem, Stages, current
+from tg_tensor.engine.schedule import buffer_of, check_not_stale, create_schedule, replay_one, write_view
+from tg_tensor.engine.symbolic import concrete_shape
+from tg_tensor.engine.util import (
+    DTypeError,
+    ShapeError,
+    const_uop,
+    is_contiguous_buffer,
+    np_dtype,
+    shape_of_list,
+    to_dtype,
+)
 from tg_tensor.indexing import IndexingMixin
-from tg_tensor.inplace import protect_old_values, rebuild_view, view_chain
 from tg_tensor.linalg import LinalgMixin
 from tg_tensor.mathops import MathOpsMixin
 from tg_tensor.movement import MovementMixin
 from tg_tensor.nn import NNMixin
-from tg_tensor.ordering import order_items
-from tg_tensor.provenance import note_origin
-from tg_tensor.realizer import Realizer, ScheduleItem, Stages, current
 from tg_tensor.reduce import ReduceMixin
-from tg_tensor.schedule import buffer_of, check_not_stale, create_schedule, replay_one, write_view
 from tg_tensor.selection import SelectionMixin
 from tg_tensor.shaping import ShapingMixin
 from tg_tensor.sorting import SortingMixin
-from tg_tensor.symbolic import concrete_shape
-from tg_tensor.util import DTypeError, ShapeError, const_uop, is_contiguous_buffer, np_dtype, shape_of_list, to_dtype
 from tg_tensor.visibility import on_schedule
 from tg_uop import ConstType, DType, GroupOp, Ops, UOp, dtypes
 from tg_uop.helpers import DEBUG, TRAINING, all_int, prod

@@ -15,9 +15,9 @@ import tempfile
 import time
 from collections.abc import Sequence
 
+from tg_tensor.engine.provenance import LIBRARY, OURS
+from tg_tensor.engine.realizer import current
 from tg_tensor.front import front
-from tg_tensor.provenance import LIBRARY, OURS
-from tg_tensor.realizer import current
 from tg_uop import GroupOp, Ops, UOp, dtypes
 from tg_uop.dot import render_dots, to_dot, write_dot
 from tg_uop.helpers import DEBUG

@@ -1,7 +1,7 @@
 """Run a schedule: each item is a kernel launch or a copy between buffers (see Realizer.run).
 
 >>> from tg_tensor import Tensor
->>> from tg_tensor.realize import run_schedule
+>>> from tg_tensor.engine.realize import run_schedule
 >>> t = Tensor([1, 2]) * 3
 >>> run_schedule(t.schedule()); t.tolist()
 [3, 6]
@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from tg_tensor.realizer import ScheduleItem, current, writes_nothing
+from tg_tensor.engine.realizer import ScheduleItem, current, writes_nothing
 
 __all__ = ["run_pending", "run_schedule", "writes_nothing"]
 

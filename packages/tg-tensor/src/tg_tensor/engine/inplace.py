@@ -31,8 +31,8 @@ from collections.abc import Callable
 from typing import Any
 
 from tg_runtime.device import Buffer
-from tg_tensor.realizer import ScheduleItem, current
-from tg_tensor.schedule import buffer_of, create_copy_kernel
+from tg_tensor.engine.realizer import ScheduleItem, current
+from tg_tensor.engine.schedule import buffer_of, create_copy_kernel
 from tg_uop import GroupOp, Ops, UOp
 
 

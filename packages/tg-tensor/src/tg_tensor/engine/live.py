@@ -9,7 +9,7 @@ Each registered tensor has one plain weak reference (its `ref`, kept on the tens
 `moved` so the index follows the tensor, and a dead tensor leaves the index through the reference's callback.
 
 >>> from tg_tensor import Tensor
->>> from tg_tensor.realizer import fresh
+>>> from tg_tensor.engine.realizer import fresh
 >>> with fresh() as r:
 ...     a = Tensor([1.0, 2.0]) * 4
 ...     b = Tensor(a.uop)

@@ -13,7 +13,7 @@ Each of these is discovered while building the kernel; the offending node is the
 An assign that reads its target at the very element it stores (`x.assign(mask.where(v, x))`) reads it from the
 output buffer itself, so that codegen can store v only where the mask holds (lowerer.keep_old).
 
->>> from tg_tensor.schedule import create_schedule  # doctest: +SKIP
+>>> from tg_tensor.engine.schedule import create_schedule  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -24,15 +24,15 @@ from dataclasses import dataclass, field
 
 from tg_runtime.device import Buffer, Device, DeviceSet
 from tg_shape import ShapeTracker
-from tg_tensor.fusion_cost import FusionCost
-from tg_tensor.lift_consts import lift_changing_consts
-from tg_tensor.provenance import made_by
-from tg_tensor.realizer import Realizer, ScheduleItem, current
-from tg_tensor.siblings import merge_siblings
-from tg_tensor.source import is_source_kernel, source_program
-from tg_tensor.split_reduce import compares_with_arange, split_reduces
-from tg_tensor.symbolic import max_size
-from tg_tensor.util import is_contiguous_buffer
+from tg_tensor.engine.fusion_cost import FusionCost
+from tg_tensor.engine.lift_consts import lift_changing_consts
+from tg_tensor.engine.provenance import made_by
+from tg_tensor.engine.realizer import Realizer, ScheduleItem, current
+from tg_tensor.engine.siblings import merge_siblings
+from tg_tensor.engine.source import is_source_kernel, source_program
+from tg_tensor.engine.split_reduce import compares_with_arange, split_reduces
+from tg_tensor.engine.symbolic import max_size
+from tg_tensor.engine.util import is_contiguous_buffer
 from tg_uop import DType, GroupOp, Ops, UOp, dtypes
 from tg_uop.helpers import DEBUG, prod
 from tg_uop.structure import merge_leaves, structure

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from tg_runtime.device import Device, DeviceSet
-from tg_tensor.realizer import Holder, ScheduleItem, current
+from tg_tensor.engine.realizer import Holder, ScheduleItem, current
 from tg_uop import GroupOp, Ops, UOp, dtypes
 from tg_uop.helpers import prod
 from tg_uop.uop import sint

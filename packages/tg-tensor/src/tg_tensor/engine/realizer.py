@@ -22,7 +22,7 @@ The two entry points:
 buffers are registered in the one they were made in).
 
 >>> from tg_tensor import Tensor
->>> from tg_tensor.realizer import current, fresh
+>>> from tg_tensor.engine.realizer import current, fresh
 >>> with fresh() as r:
 ...     t = Tensor([1.0, 2.0]) + 1
 ...     items = r.schedule([t])
@@ -45,10 +45,10 @@ from typing import Any, ClassVar, Protocol, TypeVar
 
 from tg_runtime.device import Buffer, Device, DeviceSet
 from tg_runtime.runner import compile_all, get_runner, run_copy
-from tg_tensor.collective import run_collective
-from tg_tensor.live import LiveTensors
-from tg_tensor.symbolic import unbind_ast
-from tg_tensor.util import is_contiguous_buffer
+from tg_tensor.engine.collective import run_collective
+from tg_tensor.engine.live import LiveTensors
+from tg_tensor.engine.symbolic import unbind_ast
+from tg_tensor.engine.util import is_contiguous_buffer
 from tg_uop import Ops, UOp
 from tg_uop.helpers import DEBUG, GlobalCounters, LRUCache, getenv
 from tg_uop.trace import GRAPH, TRACE
