@@ -26,7 +26,6 @@ MODULES = [
     "movement",
     "nn",
     "engine.ordering",
-    "engine.realize",
     "engine.realizer",
     "reduce",
     "rng",

@@ -6,8 +6,7 @@
 """
 
 from tg_tensor.custom import source_kernel
-from tg_tensor.engine.realize import run_schedule
-from tg_tensor.engine.realizer import Realizer, ScheduleItem
+from tg_tensor.engine.realizer import Realizer, ScheduleItem, run_schedule
 from tg_tensor.engine.schedule import create_schedule
 from tg_tensor.engine.source import KernelSource
 from tg_tensor.function import function

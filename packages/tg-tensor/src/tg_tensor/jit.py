@@ -60,7 +60,6 @@ from tg_tensor import jit_file
 from tg_tensor.engine import multi
 from tg_tensor.engine.collective import run_collective
 from tg_tensor.engine.inplace import pending_writes
-from tg_tensor.engine.realize import run_pending
 from tg_tensor.engine.realizer import ScheduleItem, current
 from tg_tensor.engine.schedule import buffer_of, recorded_view
 from tg_tensor.front import front
@@ -260,7 +259,7 @@ class TinyJit(Generic[ReturnType]):
         if cap.specs is not None:
             _check_specs(self.name, cap.specs, specs)
         cap.specs = specs
-        run_pending()
+        current().run_pending()
         if multi_in := [t for t in inputs if t.uop.op is Ops.MULTI]:
             raise JitError(
                 f"{self.name}: tensor input on several devices ({multi_in[0].device}); pass it on one device and "

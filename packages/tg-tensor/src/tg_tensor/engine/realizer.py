@@ -381,14 +381,15 @@ class Realizer:
 
     def unqueue(self, item: ScheduleItem | None = None) -> None:
         """Take `item` (every item when None) off the queue without running it."""
-        if item is None:
-            self.pending.clear()
-            self._queued.clear()
-        elif id(item) in self._queued:
-            kept = [p for p in self.pending if p is not item]
+        self._drop({id(p) for p in self.pending} if item is None else {id(item)} & self._queued)
+
+    def _drop(self, ids: set[int]) -> None:
+        """Take the items with these ids off the queue."""
+        if ids:
+            kept = [p for p in self.pending if id(p) not in ids]
             self.pending.clear()
             self.pending.extend(kept)
-            self._queued.discard(id(item))
+            self._queued -= ids
 
     # ---- run ----
     def run_pending(self) -> None:
@@ -457,11 +458,7 @@ class Realizer:
 
     def _roll_back(self, lost: list[ScheduleItem], error: BaseException) -> None:
         """Forget the items that did not run: off the queue, their outputs marked failed."""
-        ids = {id(item) for item in lost}
-        kept = [p for p in self.pending if id(p) not in ids]
-        self.pending.clear()
-        self.pending.extend(kept)
-        self._queued -= ids
+        self._drop({id(item) for item in lost})
         outs = {id(b) for item in lost for b in item.bufs[: item.outputs]}
         why = f"{type(error).__name__}: {error}"
         for u, b in list(self.buffers.items()):
@@ -509,6 +506,17 @@ _CURRENT = Realizer()  # the Realizer every Tensor uses (swapped only by `fresh`
 def current() -> Realizer:
     """The Realizer in use."""
     return _CURRENT
+
+
+def run_schedule(items: list[ScheduleItem]) -> None:
+    """Execute the items in order (Realizer.run): queued items run after the ones queued before them.
+
+    >>> from tg_tensor import Tensor
+    >>> t = Tensor([1, 2]) * 3
+    >>> run_schedule(t.schedule()); t.tolist()
+    [3, 6]
+    """
+    current().run(items)
 
 
 @contextmanager

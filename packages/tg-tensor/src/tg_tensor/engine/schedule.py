@@ -76,19 +76,10 @@ def _movement_st(shape: tuple[int, ...], ops: Movement) -> ShapeTracker:
 
 
 def _apply(st: ShapeTracker, op: Ops, arg: object) -> ShapeTracker:
-    if op is Ops.RESHAPE:
-        return st.reshape(arg)  # type: ignore[arg-type]
-    if op is Ops.PERMUTE:
-        return st.permute(arg)  # type: ignore[arg-type]
-    if op is Ops.EXPAND:
-        return st.expand(arg)  # type: ignore[arg-type]
-    if op is Ops.PAD:
-        return st.pad(arg)  # type: ignore[arg-type]
-    if op is Ops.SHRINK:
-        return st.shrink(arg)  # type: ignore[arg-type]
-    if op is Ops.FLIP:
-        return st.flip(arg)  # type: ignore[arg-type]
-    raise ValueError(f"not a movement op: {op}")
+    if op not in GroupOp.Movement:
+        raise ValueError(f"not a movement op: {op}")
+    moved: ShapeTracker = getattr(st, op.name.lower())(arg)  # (ShapeTracker's methods are named after the ops)
+    return moved
 
 
 def _pad_safe(node: UOp) -> bool:
