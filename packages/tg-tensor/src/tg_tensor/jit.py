@@ -63,7 +63,7 @@ from tg_tensor.engine.inplace import pending_writes
 from tg_tensor.engine.realizer import ScheduleItem, current
 from tg_tensor.engine.schedule import buffer_of, recorded_view
 from tg_tensor.front import front
-from tg_tensor.jit_args import JitArgError, describe_change, flatten_call
+from tg_tensor.jit_args import JitArgError, bind_value, describe_change, flatten_call
 from tg_tensor.tensor import Tensor
 from tg_uop import DType, Ops, UOp
 from tg_uop.helpers import DEBUG, JIT, ContextVar, GlobalCounters
@@ -467,12 +467,7 @@ def _shape_values(what: str, t: Tensor, values: dict[UOp, int]) -> None:
             continue
         for u in s.toposort:
             if u.op is Ops.BIND:
-                var, val = u.unbind()
-                if values.get(var, val) != val:
-                    raise JitArgError(
-                        f"{what}: variable {var.expr!r} is bound to {val} in its shape and to {values[var]} elsewhere"
-                    )
-                values[var] = val
+                bind_value(values, u, what)
 
 
 def _unbound(s: sint) -> sint:

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from tg_runtime.device import Device, DeviceSet
-from tg_shape import ShapeTracker, View
+from tg_shape import View
 from tg_tensor import gradient as autograd
 from tg_tensor.activation import ActivationMixin
 from tg_tensor.creation import CreationMixin
@@ -32,7 +32,7 @@ from tg_tensor.engine.inplace import protect_old_values, rebuild_view, view_chai
 from tg_tensor.engine.ordering import order_items
 from tg_tensor.engine.provenance import note_origin
 from tg_tensor.engine.realizer import Realizer, ScheduleItem, Stages, current
-from tg_tensor.engine.schedule import buffer_of, check_not_stale, create_schedule, replay_one, write_view
+from tg_tensor.engine.schedule import buffer_of, check_not_stale, create_schedule, movement_st, replay_one, write_view
 from tg_tensor.engine.symbolic import concrete_shape
 from tg_tensor.engine.util import (
     DTypeError,
@@ -102,10 +102,7 @@ def _strided_window(u: UOp) -> tuple[UOp, View] | None:
     base, ops = chain
     if base.shape is None or is_disk(str(base.device)):  # (DISK: never read a whole file for a window)
         return None
-    st = ShapeTracker.from_shape(base.shape)
-    for op, arg in reversed(ops):
-        st = getattr(st, op.name.lower())(arg)  # RESHAPE -> st.reshape(arg), EXPAND -> st.expand(arg), ...
-    st = st.simplify()
+    st = movement_st(base.shape, tuple(reversed(ops))).simplify()
     view = st.views[-1]
     if len(st.views) != 1 or view.mask is not None or not all_int((*view.strides, view.offset)):
         return None
@@ -445,10 +442,9 @@ class Tensor(
         self.realize()  # a lazy tensor gets its own buffer; a view of a buffer stays a view
         shape = concrete_shape(self.shape)
         window = (self.uop.base, View.create(shape)) if is_contiguous_buffer(self.uop) else _strided_window(self.uop)
-        if not all_int(self.shape) and not is_contiguous_buffer(self.uop):
-            # a symbolic shape: a kernel writes the bound part, row-major, at the start of a buffer of the largest size
-            window = (self.contiguous().realize().uop.base, View.create(shape))
-        if window is None:  # a view that a kernel must gather (padding, several views, DISK)
+        # a view that a kernel must gather (padding, several views, DISK), or a symbolic shape (a kernel writes the
+        # bound part, row-major, at the start of a buffer of the largest size)
+        if window is None or not all_int(self.shape) and not is_contiguous_buffer(self.uop):
             window = (self.contiguous().realize().uop.base, View.create(shape))
         base, view = window
         check_not_stale(base)  # a failed realize never wrote it
