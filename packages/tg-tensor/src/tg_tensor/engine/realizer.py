@@ -16,6 +16,8 @@ The two entry points:
     writes come after reads (ordering.py), and queue them;
   - `run(items)`: run items, consuming the queue in order (an item still queued runs after every item
     queued before it).
+The modules of those steps import this one: the front end hands them to the Realizer as `Realizer.stages`
+(tensor.py), and tensors reach it as `Holder`s (the engine never imports Tensor).
 
 `Tensor.schedule`/`Tensor.realize` call them on `current()`. A test can isolate itself with
 `with fresh(): ...` (a new, empty Realizer for the block); tensors must not cross Realizers (their
