@@ -66,8 +66,7 @@ class LinalgMixin:
         """
         return x.dot(self, dtype) if reverse else self.dot(x, dtype)
 
-    def __matmul__(self: Tensor, x: Tensor) -> Tensor:
-        return self.matmul(x)
+    __matmul__ = matmul
 
     def __rmatmul__(self: Tensor, x: Tensor) -> Tensor:
         return self.matmul(x, True)
