@@ -33,6 +33,7 @@ ALLOWED = {
     ("tg_tensor.gradient", "GRAD_RULES"): "Ops -> gradient rule: a table of functions, never written after import",
     ("tg_tensor.engine.multi", "REDUCE_NAMES"): "reduce Ops -> collective op name: a constant table",
     ("tg_tensor.engine.collective", "_REDUCE"): "collective op name -> numpy ufunc: a constant table",
+    ("tg_tensor.engine.schedule", "MOVES"): "movement Ops -> ShapeTracker method: a constant table",
 }
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tg_runtime.device import Buffer, Device, DeviceSet
@@ -72,15 +73,12 @@ def movement_st(shape: tuple[sint, ...], ops: Movement) -> ShapeTracker:
     """The view of a buffer of `shape` through the movement ops `ops` (applied first to last)."""
     st = ShapeTracker.from_shape(shape)
     for op, arg in ops:
-        st = _apply(st, op, arg)
+        st = MOVES[op](st, arg)
     return st
 
 
-def _apply(st: ShapeTracker, op: Ops, arg: object) -> ShapeTracker:
-    if op not in GroupOp.Movement:
-        raise ValueError(f"not a movement op: {op}")
-    moved: ShapeTracker = getattr(st, op.name.lower())(arg)  # (ShapeTracker's methods are named after the ops)
-    return moved
+# movement op -> the ShapeTracker method that applies it (named after the op)
+MOVES: dict[Ops, Callable[..., ShapeTracker]] = {op: getattr(ShapeTracker, op.name.lower()) for op in GroupOp.Movement}
 
 
 def _pad_safe(node: UOp) -> bool:
