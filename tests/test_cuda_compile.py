@@ -9,6 +9,8 @@ from tg import Device, Tensor, dtypes
 from tg_codegen import Kernel, KernelOptError, Opt, OptOps, get_program
 from tg_codegen.heuristic import hand_coded_optimizations
 from tg_codegen.renderer.cuda import CUDARenderer
+from tg_nn.quant import QUANTIZED_TYPES
+from tg_nn.quant_gpu import gpu_source
 from tg_runtime.ops_cuda import CUDAError, NVRTCCompiler
 from tg_tensor.engine.realizer import current
 from tg_uop import DType, UOp
@@ -315,3 +317,14 @@ def test_cubins_come_from_the_disk_cache(tmp_path, monkeypatch) -> None:  # type
     monkeypatch.setattr(other, "_build", lambda s: built.append(s) or b"")
     other.compile(src)
     assert len(built) == 2, "a CUBIN of another architecture is not reused"
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("qtype", QUANTIZED_TYPES)
+def test_quantized_matmul_kernels_compile(qtype: str) -> None:
+    """The fused dequantize-and-multiply kernels of tg_nn.quant (checked for numbers on CL) compile for CUDA: a
+    decode vector (m=1) and a prefill batch that takes two groups of x rows (m=9)."""
+    assert COMPILER is not None
+    for m in (1, 9):
+        binary = COMPILER.compile(gpu_source(qtype, m, 40, 512, "CUDA"))
+        assert binary[:4] == b"\x7fELF"

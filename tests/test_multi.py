@@ -21,6 +21,7 @@ from tg.nn.state import get_parameters
 from tg_runtime.device import Buffer, Device, DeviceSet
 from tg_runtime.runner import run_copy
 from tg_tensor.engine.collective import run_collective
+from tg_tensor.engine.realizer import current
 from tg_tensor.engine.schedule import buffer_of
 from tg_tensor.jit import JitError
 from tg_uop import Ops, dtypes
@@ -288,14 +289,20 @@ class _Net:
 
 
 def _train(
-    ds: tuple[str, ...] | None, X: np.ndarray, Y: np.ndarray, steps: int, bs: int, jits: list[Any] | None = None
+    ds: tuple[str, ...] | None,
+    X: np.ndarray,
+    Y: np.ndarray,
+    steps: int,
+    bs: int,
+    jits: list[Any] | None = None,
+    fused: bool = False,
 ) -> list[float]:
     Tensor.manual_seed(7)
     model = _Net()
     if ds is not None:
         for p in get_parameters(model):
             p.to_(ds)  # replicated
-    opt = nn.optim.Adam(get_parameters(model), lr=0.01)
+    opt = nn.optim.Adam(get_parameters(model), lr=0.01, fused=fused)
 
     @TinyJit
     def step(x: Tensor, y: Tensor) -> Tensor:
@@ -312,14 +319,49 @@ def _train(
     return [step(Tensor(X[i * bs : (i + 1) * bs]), Tensor(Y[i * bs : (i + 1) * bs])).item() for i in range(steps)]
 
 
+@pytest.mark.parametrize("fused", [False, True])
 @pytest.mark.parametrize("n", [1, 2])
-def test_data_parallel_mnist_matches_one_device(n: int) -> None:
+def test_data_parallel_mnist_matches_one_device(n: int, fused: bool) -> None:
+    """fused: the replicated parameters in one flat buffer per device (tg_nn.fused), one all-reduce a step."""
     D = devs(n)
     X, Y = _mnist_subset(80)
     one = _train(None, X, Y, steps=5, bs=16)  # the plain single-device path
-    many = _train(D, X, Y, steps=5, bs=16)  # steps 3.. replay the TinyJit recording (collectives included)
+    many = _train(D, X, Y, steps=5, bs=16, fused=fused)  # steps 3.. replay the recording (collectives included)
     np.testing.assert_allclose(many, one, rtol=1e-5, atol=1e-6)
     assert one[-1] < one[0]
+
+
+def test_a_fused_data_parallel_update_all_reduces_the_gradients_once() -> None:
+    """The gradients of replicated parameters gathered into one flat gradient (a fused optimizer) are all-reduced
+    as one collective: a sum's all-reduce is linear, so a + b of all-reduces (or of an all-reduce and a value
+    the same on every device, here the bias's gradient) is one all-reduce of the per-device sums. Unfused, or
+    before, one all-reduce ran per parameter."""
+    D = devs(2)
+    rng = np.random.default_rng(3)
+    a, w, b = rng.standard_normal((8, 6)), rng.standard_normal((6, 4)), rng.standard_normal(4)
+    results = []
+    for ds in (None, D):
+        x, pw, pb = Tensor(a, dtype=dtypes.float32), Tensor(w, dtype=dtypes.float32), Tensor(b, dtype=dtypes.float32)
+        if ds is not None:
+            x, pw, pb = x.shard(ds, axis=0), pw.shard(ds), pb.shard(ds)
+        opt = nn.optim.AdamW([pw, pb], lr=0.05, fused=True)
+        with Tensor.train():
+            opt.zero_grad()
+            ((x @ pw + pb).square().mean() + pb.sum()).backward()  # (pb's gradient: partial sums plus a constant)
+            opt.clip_grad_norm(1.0)
+            items = Tensor.schedule(*opt.schedule_step())
+        collectives = [it for it in items if it.ast.op is Ops.COLLECTIVE]
+        assert len(collectives) == (0 if ds is None else 1), [it.ast.arg for it in collectives]
+        current().run(items)
+        results.append((pw.numpy(), pb.numpy()))
+    for got, want in zip(results[1], results[0]):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_fused_optimizer_refuses_parameters_split_over_devices() -> None:
+    p = Tensor(rand(4, 6)).shard(devs(2), axis=1)
+    with pytest.raises(ValueError, match="split over .* along axis 1"):
+        nn.optim.Adam([p], fused=True)
 
 
 def test_data_parallel_step_replays_as_one_cuda_graph_per_gpu() -> None:
@@ -463,8 +505,8 @@ def test_a_multi_device_graph_that_cannot_be_built_falls_back_to_launches(monkey
     def refuse(self: Compiled, items: list[Any]) -> None:
         raise RuntimeError("capture refused")
 
-    monkeypatch.setattr(Compiled, "multi_graph", refuse)
     D = devs(2)
+    monkeypatch.setattr(type(Device[D[0]]), "multi_graph", refuse)  # (the kind's own, where it defines one: CUDA)
     X, Y = _mnist_subset(64)
     one = _train(None, X, Y, steps=4, bs=16)
     with pytest.warns(UserWarning, match="capture refused"):

@@ -133,15 +133,16 @@ def test_small_products_stay_on_one_thread() -> None:
     assert "#define CHUNKS 1\n" in cpu_source("Q4_1", 1, 8, 64, threads=8)
 
 
+@pytest.mark.parametrize("int8", [False, True])
 @pytest.mark.parametrize("qtype", ["Q8_0", "Q4_0", "Q4_1", "Q4_K"])
-def test_a_row_gets_the_same_bits_alone_or_in_a_batch(qtype: str) -> None:
+def test_a_row_gets_the_same_bits_alone_or_in_a_batch(qtype: str, int8: bool) -> None:
     """Each row of x is multiplied by the same operations whatever rows are beside it (a batched decode step gives
-    a sequence the logits it gets alone): the rows of a 7-row product (a 4-row tile, then 3 alone) equal, bit for
-    bit, the products of each row by itself."""
+    a sequence the logits it gets alone), with float32 or 8-bit activations: the rows of a 7-row product (a 4-row
+    tile, then 3 alone) equal, bit for bit, the products of each row by itself."""
     m, n, k = 7, 24, 256
     raw, _ = blocks(qtype, n, k, seed=11)
     x = np.random.default_rng(12).standard_normal((m, k)).astype(np.float32)
     qw = QuantizedWeight(Tensor(raw, device="CPU").realize(), qtype, (n, k))
-    together = quantized_matmul(Tensor(x, device="CPU"), qw).numpy()
-    alone = np.concatenate([quantized_matmul(Tensor(x[i : i + 1], device="CPU"), qw).numpy() for i in range(m)])
+    together = quantized_matmul(Tensor(x, device="CPU"), qw, int8).numpy()
+    alone = np.concatenate([quantized_matmul(Tensor(x[i : i + 1], device="CPU"), qw, int8).numpy() for i in range(m)])
     np.testing.assert_array_equal(together, alone)

@@ -81,6 +81,10 @@ def test_bad_input_is_named(session: Session) -> None:
         decoder.prefill(2, [1])
     with pytest.raises(ValueError, match=r"the prompt has 64 tokens; a slot holds 64"):
         decoder.prefill(0, [1] * 64)
+    with pytest.raises(ValueError, match=r"64 cache rows do not fit a slot of 64"):
+        decoder.take(0, 64)
+    with pytest.raises(ValueError, match=r"slot -1 is not one of 0..1"):
+        decoder.take(-1, 3)
     with pytest.raises(ValueError, match=r"slots=0 must be a positive int"):
         BatchDecoder(session.model, 0)
     with pytest.raises(ValueError, match=r"position 64 is outside"):
@@ -94,3 +98,29 @@ def test_bad_input_is_named(session: Session) -> None:
         assert len(list(sched.submit([1, 2], {"max_tokens": 2, "temperature": 0}))) >= 1
     finally:
         sched.stop()
+
+
+def test_scheduler_prefills_only_what_a_prompt_does_not_share(
+    session: Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batch scheduler prefills on the session's cache: a prompt that starts as the one before it (a chat
+    template's system turn) computes only the rest, from that position, and its answer is the one it gets alone
+    from an empty cache."""
+    shared = [5, 9, 13, 2, 8, 21]
+    prompts = [shared + [7, 1], shared + [30], shared + [7, 4, 4]]
+    args = {"max_tokens": 6, "temperature": 0}
+    alone = []
+    for p in prompts:
+        session.cached = []
+        alone.append([c.tokens for _, c in session.generate(p, **args)][-1])
+    model, starts = session.model, []
+    forward = model.forward
+    monkeypatch.setattr(model, "forward", lambda toks, start, **kw: starts.append(start) or forward(toks, start, **kw))
+    session.cached = []
+    sched = BatchScheduler(session, slots=3).start()
+    try:
+        jobs = [sched.submit(p, args) for p in prompts]
+        assert [[c.tokens for _, c in job][-1] for job in jobs] == alone
+    finally:
+        sched.stop()
+    assert starts[:3] == [0, len(shared), len(shared)]  # (each against the prompt prefilled just before it)

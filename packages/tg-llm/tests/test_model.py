@@ -195,3 +195,29 @@ def test_decode_reads_the_cache_up_to_its_position(tmp_path: pathlib.Path) -> No
     assert len(with_pos) >= 2 * model.cfg.n_layers  # (the scores and the weighted values of each layer, at least)
     assert all(v.arg[0] == "pos" for launch in with_pos for v in launch.runner.spec.vars)
     assert all(s.shape == (1, model.cfg.vocab_size) for s in steps)
+
+
+def test_captured_prefill_gives_the_logits_of_the_uncaptured_one(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Prompt chunks of up to PREFILL_JIT_MAX padded tokens replay a captured step (one per padded length, from 0 or
+    from a bound position): every call (warm-up, capture, replays with other tokens and positions) gives the logits
+    of a model that runs them uncaptured, to the last bit, and its cache rows (the decode step after them agrees)."""
+    import tg_llm.model
+
+    path = str(tmp_path / "m.gguf")
+    write_random_gguf(path, qtype="Q4_1", **{**SHAPE, "context_length": 64})  # type: ignore[arg-type]
+    captured, _ = load_model(path, "CPU")
+    plain, _ = load_model(path, "CPU")
+    rng = np.random.default_rng(0)
+    for start, n in ((0, 5), (0, 7), (0, 3), (0, 12), (9, 4), (17, 6), (3, 8), (0, 30), (20, 10), (5, 11)):
+        tokens = [int(t) for t in rng.integers(0, captured.cfg.vocab_size, n)]
+        monkeypatch.setattr(tg_llm.model, "PREFILL_JIT_MAX", 0)
+        want = plain.forward(tokens, start, all_logits=False).numpy()
+        after = plain.forward([7], start + n).numpy()
+        monkeypatch.undo()
+        got = captured.forward(tokens, start, all_logits=False).numpy()
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+        assert got.argmax() == want.argmax()
+        np.testing.assert_allclose(captured.forward([7], start + n).numpy(), after, rtol=0, atol=1e-5)
+    assert {8, 16, 32} <= {size for size, _ in captured._prefills} and not plain._prefills

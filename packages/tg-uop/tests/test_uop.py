@@ -43,6 +43,24 @@ def test_float_args_keep_negative_zero_apart() -> None:
     assert UOp.const(dtypes.float32, float("nan")) is UOp.const(dtypes.float32, float("nan"))
 
 
+def test_nested_args_are_keyed_by_type_as_well_as_value() -> None:
+    """A nested tuple of ints (a pad, a reduce's (op, axes)) is its own key; a float or bool inside keeps it apart
+    from the equal-comparing ints (1 == 1.0 == True) and -0.0 from 0.0, at any depth."""
+    from tg_uop.structure import structure
+
+    buf = UOp.new_buffer("CPU", 4, dtypes.float)
+    pads = [((0, 1),), ((0, 1.0),), ((0, True),), ((0, 1), "x"), ((0, (1, 1)),)]
+    nodes = [UOp(Ops.PAD, dtypes.float, (buf,), p) for p in pads]
+    assert len({id(n) for n in nodes}) == len(pads)
+    assert nodes[0] is UOp(Ops.PAD, dtypes.float, (buf,), ((0, 1),))
+    assert len({structure(n)[0] for n in nodes}) == len(pads)
+    zeros = [UOp(Ops.PAD, dtypes.float, (buf,), ((z, 1),)) for z in (0.0, -0.0)]
+    assert zeros[0] is not zeros[1] and structure(zeros[0])[0] != structure(zeros[1])[0]
+    reduce = buf.r(Ops.ADD, (0,))
+    assert reduce is UOp(Ops.REDUCE_AXIS, dtypes.float, (buf,), (Ops.ADD, (0,)))
+    assert reduce is not UOp(Ops.REDUCE_AXIS, dtypes.float, (buf,), (Ops.MAX, (0,)))
+
+
 def test_repr_prints_shared_subtrees_once() -> None:
     x = UOp.variable("x", 0, 10)
     shared = x * 3 + 1

@@ -1,18 +1,20 @@
 """Batched decode: several sequences advanced by one token each in one step, each at its own position.
 
-A `BatchDecoder` gives a model `slots` KV-cache rows of its own (tg_nn.models.kv_cache.KVCache with batch = slots, each
-row the model's context long). A sequence is prefilled alone, through the model's own prefill and cache (a scratch
-cache: always from position 0, so a prompt's logits never depend on what ran before it), and its cache rows are
-then copied into its slot. `step(tokens, positions)` runs one decode step for every slot at once: the products
-with the weights take all the rows together (the weights, most of a step's memory traffic, are read once for the
-batch), each row's keys and values are written at its own position of its own slot, and its attention reads that
-slot up to that position (tg_nn.models.decode_attention). A slot no sequence holds runs too (token 0 at position 0: the
-step has one shape, one TinyJit capture) and its logits are ignored.
+A `BatchDecoder` gives a model `slots` KV-cache rows of its own (tg_nn.models.kv_cache.KVCache with batch = slots,
+each row the model's context long). A sequence is prefilled alone, through the model's own prefill and cache
+(`prefill`: from position 0; tg_llm.scheduler.BatchScheduler prefills through its session instead, which skips the
+start a prompt shares with the one before it), and its cache rows are then copied into its slot (`take`).
+`step(tokens, positions)` runs one decode step for every slot at once: the products with the weights take all the
+rows together (the weights, most of a step's memory traffic, are read once for the batch), each row's keys and
+values are written at its own position of its own slot, and its attention reads that slot up to that position
+(tg_nn.models.decode_attention). A slot no sequence holds runs too (token 0 at position 0: the step has one shape,
+one TinyJit capture) and its logits are ignored.
 
 Every row of a step is computed by the same kernels whatever the other rows hold, and each kernel computes a row
 from that row's inputs (the quantized products by the same operations in any row, tested bit for bit): a sequence
 gets the same logits alone or beside seven others, in any slot (tests/test_batch.py: equal, or ~1e-7 apart at one
-step out of six, cause not pinned down), so greedy requests get the tokens they get one after another.
+step out of six: a kernel's first run in a process can differ from its later ones by that much, with any model),
+so greedy requests get the tokens they get one after another.
 
 >>> decoder = BatchDecoder(model, slots=8)                          # doctest: +SKIP
 >>> first = decoder.prefill(0, prompt_ids)                        # doctest: +SKIP
@@ -70,12 +72,19 @@ class BatchDecoder:
                 f"BatchDecoder: the prompt has {len(prompt)} tokens; a slot holds {self.context} (prompt + answer)"
             )
         logits: np.ndarray = self.model.forward(prompt, 0, all_logits=False).numpy()[-1]
-        rows = min(self.context, max(8, 1 << (len(prompt) - 1).bit_length()))  # (a few lengths: few kernels)
+        self.take(slot, len(prompt))
+        return logits
+
+    def take(self, slot: int, length: int) -> None:
+        """Copy the model's own cache rows 0..length-1 (a prompt just prefilled there) into `slot`."""
+        self._check_slot(slot)
+        if not 0 < length < self.context:
+            raise ValueError(f"BatchDecoder: {length} cache rows do not fit a slot of {self.context}")
+        rows = min(self.context, max(8, 1 << (length - 1).bit_length()))  # (a few lengths: few kernels)
         slot_var = UOp.variable("slot", 0, self.slots - 1).bind(slot)
         if rows not in self._copies:
             self._copies[rows] = TinyJit(functools.partial(self._copy_rows, rows=rows))
         self.model._run(self._copies[rows], slot_var)
-        return logits
 
     def _copy_rows(self, slot: UOp, rows: int) -> None:
         """Copy the model's cache rows 0..rows-1 into `slot` of the batched caches (what TinyJit captures)."""

@@ -6,10 +6,11 @@ has a bound: past it `submit` raises `QueueFull` (the server answers 503), so a 
 unbounded work.
 
 `Scheduler` runs requests one at a time, in arrival order, on the session's model and its one KV cache.
-`BatchScheduler` runs up to `slots` of them together (tg_llm.batch.BatchDecoder): a request admitted to a free
-slot is prefilled alone, then every step decodes one token of each running request in one batched step, each at
-its own position in its own cache slot. Each step of the worker is `_admit` (take waiting requests while there is
-room) then `_step` (advance every running request by one piece).
+`BatchScheduler` runs up to `slots` of them together (tg_llm.batch.BatchDecoder): a request admitted to a free slot
+is prefilled alone on the session's cache (Session.prefill: the start it shares with the prompt before it, the chat
+template's system turn, is not computed again) and its rows copied into the slot, then every step decodes one token
+of each running request in one batched step, each at its own position in its own cache slot. Each step of the worker
+is `_admit` (take waiting requests while there is room) then `_step` (advance every running request by one piece).
 
 >>> sched = Scheduler(session).start()                              # doctest: +SKIP
 >>> "".join(p for p, _ in sched.submit(prompt, {"max_tokens": 8}))  # doctest: +SKIP
@@ -189,7 +190,10 @@ class BatchScheduler(Scheduler):
                 args = {k: v for k, v in req.args.items() if k != "max_tokens"}
                 state = Decoding(self.session.tokenizer, len(req.prompt), req.args.get("max_tokens", 256), **args)
                 t0 = time.perf_counter()
-                logits = self.decoder.prefill(slot, req.prompt)
+                # (on the session's cache: the part of the prompt it holds already, the chat template's system
+                # turn say, is not computed again; then the prompt's rows are copied into the slot)
+                logits = self.session.prefill(req.prompt)
+                self.decoder.take(slot, len(req.prompt))
                 state.out.prefill_s = time.perf_counter() - t0
                 running = _Slot(req, state, state.sample(logits), len(req.prompt), time.perf_counter())
             except Exception as e:  # the request's error goes to its reader; the worker keeps serving

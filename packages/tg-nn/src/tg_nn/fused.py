@@ -26,7 +26,9 @@ from tg_tensor import Tensor
 
 
 class FlatParams:
-    """`params` (of one device and one dtype) re-homed as views of one flat buffer, `data`."""
+    """`params` (of one dtype, on one device or replicated on one set of devices) re-homed as views of one flat
+    buffer, `data`. Replicated (data-parallel) parameters get a replicated flat buffer: their gradients are gathered
+    into one flat gradient, all-reduced in one collective."""
 
     def __init__(self, params: Sequence[Tensor]) -> None:
         params = list(params)
@@ -34,8 +36,11 @@ class FlatParams:
             raise ValueError("FlatParams: no parameters")
         first = params[0]
         for i, p in enumerate(params):
-            if not isinstance(p.device, str) or "," in p.device:
-                raise ValueError(f"fused optimizer: parameter {i} is on several devices ({p.device}); use fused=False")
+            if (axis := p.shard_axis) is not None:
+                raise ValueError(
+                    f"fused optimizer: parameter {i} is split over {p.device} along axis {axis}; a flat buffer "
+                    "holds whole parameters (replicated on several devices is fine): use fused=False"
+                )
             if (p.device, p.dtype) != (first.device, first.dtype):
                 raise ValueError(
                     f"fused optimizer: parameter {i} is {p.dtype} on {p.device}, parameter 0 {first.dtype} on "

@@ -120,6 +120,26 @@ class _Reader:
         except UnicodeDecodeError as e:
             raise GGUFError(f"GGUF: {what} at offset {self.pos - n} is not valid UTF-8 ({e})") from None
 
+    def strings(self, count: int, what: str) -> list[str]:
+        """`count` strings in a row (a vocabulary: 50k-150k of them), read without building a message per item
+        (a loop of `string` took ~0.3 s of a small model's load)."""
+        data, pos, end = self.data, self.pos, self.data.nbytes
+        out: list[str] = []
+        length = struct.Struct("<Q").unpack_from
+        for i in range(count):
+            n = length(data, pos)[0] if pos + 8 <= end else -1
+            if n < 0 or n > end - pos - 8:
+                self.pos = pos
+                return out + [self.string(f"{what}[{i}]")]  # (raises: the message says which item)
+            raw = bytes(data[pos + 8 : pos + 8 + n])
+            pos += 8 + n
+            try:
+                out.append(raw.decode("utf-8"))
+            except UnicodeDecodeError as e:
+                raise GGUFError(f"GGUF: {what}[{i}] at offset {pos - n} is not valid UTF-8 ({e})") from None
+        self.pos = pos
+        return out
+
     def value(self, vtype: int, what: str) -> Any:
         if vtype in _SCALARS:
             return self.unpack(_SCALARS[vtype], what)
@@ -135,6 +155,8 @@ class _Reader:
                 size = struct.calcsize(fmt)
                 raw = self.take(count * size, what)
                 return list(struct.unpack(f"<{count}{fmt[1]}", raw))
+            if itype == 8:
+                return self.strings(count, what)
             return [self.value(itype, f"{what}[{i}]") for i in range(count)]
         raise GGUFError(f"GGUF: {what} has an unknown value type {vtype} (offset {self.pos})")
 

@@ -33,7 +33,7 @@ from tg_nn.gguf import _NATIVE, _Source, _tensor, dequantize
 from tg_nn.gguf_format import parse_gguf
 from tg_nn.quant_cpu import CPU_TYPES, cpu_source
 from tg_nn.quant_cpu_float import cpu_float_source
-from tg_nn.quant_gpu import gpu_source
+from tg_nn.quant_gpu import gpu_launch, gpu_source
 from tg_runtime.device import Device
 from tg_tensor import KernelSource, Tensor, source_kernel
 from tg_uop import DType, dtypes
@@ -117,7 +117,7 @@ def _source(qtype: str, m: int, n: int, k: int, int8: bool, device: str, dts: tu
             return KernelSource(cpu_source(qtype, m, n, k, threads), name)
         return KernelSource(cpu_float_source(qtype, m, n, k, threads), f"qmm_f_{qtype}_{m}_{n}_{k}")
     if family in ("CL", "CUDA"):
-        return KernelSource(gpu_source(qtype, m, n, k, family), name, (n, m, 1), (32, 1, 1))
+        return KernelSource(gpu_source(qtype, m, n, k, family), name, *gpu_launch(m, n))
     return None
 
 

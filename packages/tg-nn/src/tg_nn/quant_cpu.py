@@ -272,7 +272,9 @@ static inline float tgq_row(const uint8_t* restrict w, const int8_t* restrict q,
 # The 32-value types on AVX2, from two templates each: `unpack` reads the block at {W} into u{j} (unsigned bytes)
 # and its scale(s); `dot` adds its product with the x row at offset {X} (block {B}, scales at {XS}) to {A}, and the
 # offset term to {O}. tgq_row runs two blocks at a time into two accumulators (the adds of one chain wait for each
-# other); tgq_rows4 multiplies each unpacked block with four rows of x (a prompt's product).
+# other); tgq_rows4 multiplies each unpacked block with four rows of x (a prompt's or a batched step's product), each
+# row by tgq_row's operations in tgq_row's order (even blocks into one accumulator, odd ones into another), so a row
+# gets the same bits alone or beside others (a batched decode step gives a sequence its one-sequence tokens).
 _BLOCKS32 = {
     "Q8_0": (
         "__m256i wq{j} = _mm256_loadu_si256((const __m256i*)({W} + 2)), u{j} = _mm256_sign_epi8(wq{j}, wq{j});"
@@ -315,14 +317,22 @@ static inline float tgq_row(const uint8_t* restrict w, const int8_t* restrict q,
 }}
 static inline void tgq_rows4(const uint8_t* restrict w, const int8_t* restrict q, const float* restrict d,
                              const float* restrict s, float* restrict out) {{
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
-  float off0 = 0.0f, off1 = 0.0f, off2 = 0.0f, off3 = 0.0f;
-  for (int b = 0; b < NB; b++, w += BB) {{
+  /* each row's even blocks into e*, its odd ones into o*: tgq_row's additions in tgq_row's order */
+  __m256 e0 = _mm256_setzero_ps(), e1 = e0, e2 = e0, e3 = e0, o0 = e0, o1 = e0, o2 = e0, o3 = e0;
+  float f0 = 0.0f, f1 = 0.0f, f2 = 0.0f, f3 = 0.0f, g0 = 0.0f, g1 = 0.0f, g2 = 0.0f, g3 = 0.0f;
+  int b = 0;
+  for (; b + 2 <= NB; b += 2, w += 2 * BB) {{
+    {u0} {u1}
+    {r0} {r1} {r2} {r3}
+    {s0} {s1} {s2} {s3}
+  }}
+  if (b < NB) {{
     {u0}
     {r0} {r1} {r2} {r3}
   }}
-  out[0] = tgq_hsum(acc0) + off0; out[N] = tgq_hsum(acc1) + off1;
-  out[2 * N] = tgq_hsum(acc2) + off2; out[3 * N] = tgq_hsum(acc3) + off3;
+  out[0] = tgq_hsum(_mm256_add_ps(e0, o0)) + f0 + g0; out[N] = tgq_hsum(_mm256_add_ps(e1, o1)) + f1 + g1;
+  out[2 * N] = tgq_hsum(_mm256_add_ps(e2, o2)) + f2 + g2;
+  out[3 * N] = tgq_hsum(_mm256_add_ps(e3, o3)) + f3 + g3;
 }}
 #define TGQ_ROWS4 1
 #else
@@ -339,10 +349,13 @@ def _row32(qtype: str) -> str:
         u1=unpack.format(j=1, W="(w + BB)"),
         d0=dot.format(j=0, A="acc0", O="off0", X="", XS="", B="b"),
         d1=dot.format(j=1, A="acc1", O="off1", X="", XS="", B="(b + 1)"),
-        r0=dot.format(j=0, A="acc0", O="off0", X="", XS="", B="b"),
-        r1=dot.format(j=0, A="acc1", O="off1", X="K + ", XS="K / 32 + ", B="b"),
-        r2=dot.format(j=0, A="acc2", O="off2", X="2 * K + ", XS="2 * (K / 32) + ", B="b"),
-        r3=dot.format(j=0, A="acc3", O="off3", X="3 * K + ", XS="3 * (K / 32) + ", B="b"),
+        **{
+            f"{kind}{r}": dot.format(
+                j=j, A=f"{acc}{r}", O=f"{off}{r}", X=f"{r} * K + ", XS=f"{r} * (K / 32) + ", B=block
+            )
+            for kind, j, acc, off, block in (("r", 0, "e", "f", "b"), ("s", 1, "o", "g", "(b + 1)"))
+            for r in range(4)
+        },
         generic=_ROW[qtype],
     )
 

@@ -1,9 +1,11 @@
 """OpenCL C and CUDA C source of the fused dequantize-and-multiply kernels over GGUF blocks (tg_nn.quant runs them).
 
-`out (M, N) = x (M, K) @ W.T` with W (N, K) in the file's blocks. One workgroup of 32 work items per output
-element: each takes every 32nd block of the weight row, unpacks its values from the bytes and multiplies them
-with x in float32; the 32 partial sums are added in local memory. One body serves both languages (macros for the
-qualifiers, ids and barrier); the float16 scales are decoded from their bits, so no half type is needed.
+`out (M, N) = x (M, K) @ W.T` with W (N, K) in the file's blocks. A workgroup holds ROWS rows of W, 32 lanes
+each (a warp on CUDA), and up to MT rows of x. The lanes of a row split each block in PARTS parts and walk the row
+32 / PARTS blocks at a time, so neighbouring lanes read neighbouring bytes (coalesced); each unpacks its part and
+multiplies it with the MT rows of x in float32 (the weight bytes are read from memory once for all of them). The 32
+partial sums are added with warp shuffles (CUDA) or in local memory (OpenCL). One body serves both languages (macros
+for the qualifiers, ids and barrier); the float16 scales are decoded from their bits, so no half type is needed.
 
 >>> "KERNEL qmm_Q8_0_1_4_32(" in gpu_source("Q8_0", 1, 4, 32, "CL")
 True
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 from tg_nn.quant_cpu import CPU_TYPES
 
-__all__ = ["gpu_source"]
+__all__ = ["gpu_launch", "gpu_source"]
 
 _LANG = {
     "CL": r"""
@@ -25,7 +27,8 @@ _LANG = {
 #define SYNC() barrier(CLK_LOCAL_MEM_FENCE)
 #define BITS_F(u) as_float(u)
 #define DEV static inline
-typedef unsigned char u8; typedef signed char i8; typedef unsigned int u32;
+#define LD4(p) vload4(0, p)
+typedef unsigned char u8; typedef signed char i8; typedef unsigned int u32; typedef unsigned short u16;
 """,
     "CUDA": r"""
 #define KERNEL extern "C" __global__ void
@@ -36,7 +39,8 @@ typedef unsigned char u8; typedef signed char i8; typedef unsigned int u32;
 #define SYNC() __syncthreads()
 #define BITS_F(u) __uint_as_float(u)
 #define DEV static __device__ inline
-typedef unsigned char u8; typedef signed char i8; typedef unsigned int u32;
+#define LD4(p) (*(const float4*)(p))
+typedef unsigned char u8; typedef signed char i8; typedef unsigned int u32; typedef unsigned short u16;
 """,
 }
 
@@ -52,7 +56,7 @@ DEV void scale_min(const GLOBAL u8* s, int j, int* sc, int* mn) {
 }
 """
 
-# the dot product of one block (BS values at `w`) with BS floats of x at `x`
+# the dot product of one block (BS values at `w`) with BS floats of x at `x` (the CPU's float kernels use these)
 _BLOCK = {
     "Q8_0": r"""
 DEV float block_dot(const GLOBAL u8* w, const GLOBAL float* x) {
@@ -130,29 +134,136 @@ DEV float block_dot(const GLOBAL u8* w, const GLOBAL float* x) {
 """,
 }
 
+# PARTS[t]: how many lanes share one block of type t; part_dot(w, x, p) is part p's share of the dot product of the
+# block at `w` with the block's floats of x at `x` (PARTS lanes read one block's bytes side by side)
+PARTS = {"Q8_0": 4, "Q4_0": 4, "Q4_1": 4, "Q4_K": 32, "Q5_K": 16, "Q6_K": 16}
+
+_PART = {
+    # Q8_0: part p is 8 values; the bytes read as four 16-bit words (a 34-byte block is 2-aligned), x as float4s
+    "Q8_0": r"""
+DEV float s8(u32 b) { return (float)((int)((b & 255u) ^ 128u) - 128); }
+DEV float part_dot(const GLOBAL u8* w, const GLOBAL float* x, int p) {
+  const GLOBAL u16* q = (const GLOBAL u16*)(w + 2 + 8 * p);
+  u32 q0 = q[0], q1 = q[1], q2 = q[2], q3 = q[3];
+  float4 a = LD4(x + 8 * p), b = LD4(x + 8 * p + 4);
+  float acc = s8(q0) * a.x + s8(q0 >> 8) * a.y + s8(q1) * a.z + s8(q1 >> 8) * a.w;
+  acc += s8(q2) * b.x + s8(q2 >> 8) * b.y + s8(q3) * b.z + s8(q3 >> 8) * b.w;
+  return h2f(w) * acc;
+}
+""",
+    "Q4_0": r"""
+DEV float part_dot(const GLOBAL u8* w, const GLOBAL float* x, int p) {
+  float acc = 0.0f;
+  for (int i = 4 * p; i < 4 * p + 4; i++)
+    acc += (float)((w[2 + i] & 15) - 8) * x[i] + (float)((w[2 + i] >> 4) - 8) * x[16 + i];
+  return h2f(w) * acc;
+}
+""",
+    "Q4_1": r"""
+DEV float part_dot(const GLOBAL u8* w, const GLOBAL float* x, int p) {
+  float acc = 0.0f, sum = 0.0f;
+  for (int i = 4 * p; i < 4 * p + 4; i++) {
+    acc += (float)(w[4 + i] & 15) * x[i] + (float)(w[4 + i] >> 4) * x[16 + i];
+    sum += x[i] + x[16 + i];
+  }
+  return h2f(w) * acc + h2f(w + 2) * sum;
+}
+""",
+    # Q4_K: part p is 8 values of the 32-value sub-block j = p >> 2: their nibbles from two 32-bit words (a 144-byte
+    # block is 16-aligned), x as float4s
+    "Q4_K": r"""
+DEV float nib_dot(u32 q, float4 a) {
+  return (float)(q & 15u) * a.x + (float)((q >> 8) & 15u) * a.y + (float)((q >> 16) & 15u) * a.z
+         + (float)(q >> 24) * a.w;
+}
+DEV float part_dot(const GLOBAL u8* w, const GLOBAL float* x, int p) {
+  int j = p >> 2, c = p & 3, sc, mn, shift = (j & 1) * 4;
+  scale_min(w + 4, j, &sc, &mn);
+  const GLOBAL u32* q = (const GLOBAL u32*)(w + 16 + (j / 2) * 32 + 8 * c);
+  x += j * 32 + 8 * c;
+  float4 a = LD4(x), b = LD4(x + 4);
+  float dot = nib_dot((q[0] >> shift) & 0x0f0f0f0fu, a) + nib_dot((q[1] >> shift) & 0x0f0f0f0fu, b);
+  float sum = a.x + a.y + a.z + a.w + b.x + b.y + b.z + b.w;
+  return h2f(w) * (float)sc * dot - h2f(w + 2) * (float)mn * sum;
+}
+""",
+    # Q5_K: part p is the half p & 1 (16 values) of the 32-value sub-block j = p >> 1
+    "Q5_K": r"""
+DEV float part_dot(const GLOBAL u8* w, const GLOBAL float* x, int p) {
+  int j = p >> 1, sc, mn, shift = (j & 1) * 4, i0 = 16 * (p & 1);
+  scale_min(w + 4, j, &sc, &mn);
+  x += j * 32;
+  float dot = 0.0f, sum = 0.0f;
+  for (int i = i0; i < i0 + 16; i++) {
+    int q = ((w[48 + (j / 2) * 32 + i] >> shift) & 15) | (((w[16 + i] >> j) & 1) << 4);
+    dot += (float)q * x[i];
+    sum += x[i];
+  }
+  return h2f(w) * (float)sc * dot - h2f(w + 2) * (float)mn * sum;
+}
+""",
+    # Q6_K: part p covers 16 values of the 32-value group (h, k) = (p >> 3, (p >> 1) & 3); one scale each
+    "Q6_K": r"""
+DEV float part_dot(const GLOBAL u8* w, const GLOBAL float* x, int p) {
+  int h = p >> 3, k = (p >> 1) & 3, i0 = 16 * (p & 1), e0 = h * 128 + k * 32;
+  float acc = 0.0f;
+  for (int i = i0; i < i0 + 16; i++) {
+    int lo = (w[h * 64 + (k & 1) * 32 + i] >> (4 * (k >> 1))) & 15, hi = (w[128 + h * 32 + i] >> (2 * k)) & 3;
+    acc += (float)((lo | (hi << 4)) - 32) * x[e0 + i];
+  }
+  return h2f(w + 208) * (float)((const GLOBAL i8*)(w + 192))[(e0 + i0) / 16] * acc;
+}
+""",
+}
+
+# the sum over the 32 lanes of a row, left in lane 0: warp shuffles in CUDA, local memory in OpenCL
+_REDUCE = {
+    "CUDA": "for (int o = 16; o > 0; o >>= 1) acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], o);",
+    "CL": """part[lid] = acc[t];
+    SYNC();
+    for (int step = 16; step > 0; step >>= 1) {
+      if (lane < step) part[lid] += part[lid + step];
+      SYNC();
+    }
+    acc[t] = part[lid];
+    SYNC();""",
+}
+
+ROWS = 4  # rows of W per workgroup (32 lanes each)
+MT = 8  # rows of x per workgroup at most: each unpacked weight byte serves them all (prefill)
+
 _KERNEL = r"""
 KERNEL {name}(GLOBAL float* out, const GLOBAL float* x, const GLOBAL u8* w) {{
-  /* group (n, m): out[m, n]; 32 lanes over the row's blocks */
-  LOCAL_ARR(float, part, 32);
-  int n = GROUP(0), m = GROUP(1), lane = LANE();
-  float acc = 0.0f;
-  const GLOBAL u8* row = w + (long)n * {rowb};
-  for (int b = lane; b < {nb}; b += 32) acc += block_dot(row + (long)b * {bb}, x + (long)m * {k} + b * {bs});
-  part[lane] = acc;
-  SYNC();
-  for (int step = 16; step > 0; step >>= 1) {{
-    if (lane < step) part[lane] += part[lane + step];
-    SYNC();
+  /* group (g, h): rows n = g * {rows} + lid / 32 of W against rows m0 .. m0 + {mt} of x; {parts} lanes per block */
+  {local}
+  int lid = LANE(), lane = lid & 31, n = GROUP(0) * {rows} + (lid >> 5), m0 = GROUP(1) * {mt};
+  float acc[{mt}];
+  for (int t = 0; t < {mt}; t++) acc[t] = 0.0f;
+  if (n < {n}) {{
+    const GLOBAL u8* row = w + (long)n * {rowb};
+    for (int b = lane / {parts}; b < {nb}; b += 32 / {parts})
+      for (int t = 0; t < {mt} && m0 + t < {m}; t++)
+        acc[t] += part_dot(row + (long)b * {bb}, x + (long)(m0 + t) * {k} + b * {bs}, lane % {parts});
   }}
-  if (lane == 0) out[(long)m * {n} + n] = part[0];
+  for (int t = 0; t < {mt}; t++) {{
+    {reduce}
+    if (lane == 0 && n < {n} && m0 + t < {m}) out[(long)(m0 + t) * {n} + n] = acc[t];
+  }}
 }}
 """
 
 
+def gpu_launch(m: int, n: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """(groups, items per group) of `qmm_*` over an (m, n) output."""
+    return ((n + ROWS - 1) // ROWS, (m + min(m, MT) - 1) // min(m, MT), 1), (32 * ROWS, 1, 1)
+
+
 def gpu_source(qtype: str, m: int, n: int, k: int, lang: str) -> str:
-    """`lang` ("CL" or "CUDA") source of `qmm_{qtype}_{m}_{n}_{k}`, launched over (n, m) groups of 32 items."""
-    if qtype not in _BLOCK:
-        raise ValueError(f"quantized matmul: no {lang} kernel for {qtype}; tg has {', '.join(_BLOCK)}")
+    """`lang` ("CL" or "CUDA") source of `qmm_{qtype}_{m}_{n}_{k}`, launched as `gpu_launch(m, n)` says."""
+    if qtype not in _PART:
+        raise ValueError(f"quantized matmul: no {lang} kernel for {qtype}; tg has {', '.join(_PART)}")
     bs, bb = CPU_TYPES[qtype]  # (elements, bytes) per block: the GGUF format's, the same on every device
-    body = _KERNEL.format(name=f"qmm_{qtype}_{m}_{n}_{k}", nb=k // bs, rowb=k // bs * bb, bb=bb, bs=bs, k=k, n=n)
-    return _LANG[lang] + _COMMON + _BLOCK[qtype] + body
+    fields = dict(rows=ROWS, mt=min(m, MT), parts=PARTS[qtype], nb=k // bs, rowb=k // bs * bb, bb=bb, bs=bs, k=k)
+    local = f"LOCAL_ARR(float, part, {ROWS * 32});" if lang == "CL" else ""
+    body = _KERNEL.format(name=f"qmm_{qtype}_{m}_{n}_{k}", m=m, n=n, reduce=_REDUCE[lang], local=local, **fields)
+    return _LANG[lang] + _COMMON + _PART[qtype] + body

@@ -223,23 +223,25 @@ def _direct_dot(x: Tensor, w: Tensor, dtype: DType | None) -> Tensor | None:
     n, k, m = int(x.shape[0]), int(x.shape[1]), int(w.shape[1])
     if min(n, k, m) < 2:  # (size-1 axes: the general path's reshapes and reduce differ)
         return None
-    xs = xu.reshape((n, 1, k)).expand((n, m, k))
-    ws = wu.permute((1, 0)).reshape((1, m, k)).expand((n, m, k))
-    return Tensor(UOp(Ops.MUL, dtypes.float32, (xs, ws)).r(Ops.ADD, (2,)).reshape((n, m)))
+    # (the nodes built as they are: every shape here is valid by construction, so UOp.reshape's checks are skipped)
+    f32, nmk = dtypes.float32, (n, m, k)
+    xs = UOp(Ops.EXPAND, f32, (UOp(Ops.RESHAPE, f32, (xu,), (n, 1, k)),), nmk)
+    wt = UOp(Ops.RESHAPE, f32, (UOp(Ops.PERMUTE, f32, (wu,), (1, 0)),), (1, m, k))
+    prod_ = UOp(Ops.MUL, f32, (xs, UOp(Ops.EXPAND, f32, (wt,), nmk)))
+    return Tensor(UOp(Ops.RESHAPE, f32, (UOp(Ops.REDUCE_AXIS, f32, (prod_,), (Ops.ADD, (2,))),), (n, m)))
 
 
 def _packs(x: Tensor, w: Tensor) -> int:
     """The panel width `x @ w` (both at least 2-D) packs w in (its device's layout, if big enough), else 0."""
-    if not CPU_PACK.value or not (panel := _layout(x).panel):
-        return 0
-    if not (all_int(x.shape) and all_int(w.shape)):
+    if not CPU_PACK.value or not (all_int(x.shape) and all_int(w.shape)):
         return 0
     n, k, m = int(x.shape[-2]), int(x.shape[-1]), int(w.shape[-1])
     batch = prod(int(s) for s in broadcast_shape(x.shape[:-2], w.shape[:-2]))
+    if n < PACK_MIN_ROWS or batch * n * k * m < PACK_MIN_MACS or not (panel := _layout(x).panel):
+        return 0  # (the sizes first: asking the device for its layout is the costly part of a small matmul's check)
     if k * panel * w.dtype.itemsize <= PACK_MIN_STRIP_BYTES:
         return 0
-    big = m % panel == 0 and m > panel and n >= PACK_MIN_ROWS and batch * n * k * m >= PACK_MIN_MACS
-    return panel if big else 0
+    return panel if m % panel == 0 and m > panel else 0
 
 
 def _packed_dot(x: Tensor, w: Tensor, dtype: DType | None, P: int) -> Tensor:

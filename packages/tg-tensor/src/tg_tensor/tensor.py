@@ -386,6 +386,18 @@ class Tensor(
         """
         return is_contiguous_buffer(self.uop)
 
+    @property
+    def shard_axis(self) -> int | None:
+        """The axis this tensor is split along over its devices (`shard(devices, axis)`); None on one device and for
+        a full copy on each.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor.ones(2, 4).shard(("CPU:0", "CPU:1"), axis=1).shard_axis, Tensor.ones(2).shard_axis
+        (1, None)
+        """
+        s = multi.split_of(self.uop)
+        return None if s is None else s.axis
+
     def copyin(self, data: bytes | bytearray | memoryview) -> Tensor:
         """Overwrite the values of this realized tensor with raw bytes (of its dtype, row-major), now: the way to
         refill the input of a TinyJit or a decode step without building a graph. Returns the tensor.
@@ -600,8 +612,8 @@ class Tensor(
     # ---- autograd ----
     def _assign_shards(self, value: Tensor) -> Tensor:
         """In-place update of a multi-device tensor: each device assigns its shard (the value resharded to match)."""
-        memo: dict[UOp, UOp | multi.Shards] = {}
-        target, val = multi.lower(self.uop, memo), multi.lower(value.uop, memo)
+        memo, users = multi.assign_lowering([self.uop, value.uop])
+        target, val = multi.lower(self.uop, memo, users), multi.lower(value.uop, memo, users)
         if not isinstance(target, multi.Shards) or not isinstance(val, multi.Shards) or target.devices != val.devices:
             raise ValueError(f"assign: value is on {value.device}, the tensor on {self.device}")
         val = multi.to_axis(val, target.axis)

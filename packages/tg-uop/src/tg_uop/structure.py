@@ -22,7 +22,7 @@ import functools
 import itertools
 
 from tg_uop.ops import Ops
-from tg_uop.uop import UOp, arg_key
+from tg_uop.uop import UOp, arg_key, plain_arg
 
 _ids: dict[tuple[object, ...], int] = {}  # structure key -> id (the interning table)
 _counter = itertools.count()
@@ -46,15 +46,18 @@ def structure(node: UOp) -> tuple[int, tuple[UOp, ...]]:
     stack = [node]
     while stack:  # children first, without recursion (graphs may be deep)
         n = stack[-1]
-        if _ATTR in n.__dict__:
+        d = n.__dict__
+        if _ATTR in d:
             stack.pop()
             continue
-        todo = [s for s in n.src if s.op is not Ops.BUFFER and _ATTR not in s.__dict__]
-        if todo:
-            stack.extend(todo)
-            continue
-        stack.pop()
-        n.__dict__[_ATTR] = _combine(n)  # (a pure function of the immutable node)
+        pushed = False
+        for s in n.src:
+            if s.op is not Ops.BUFFER and _ATTR not in s.__dict__:
+                stack.append(s)
+                pushed = True
+        if not pushed:
+            stack.pop()
+            d[_ATTR] = _combine(n)  # (a pure function of the immutable node)
     return node.__dict__[_ATTR]  # type: ignore[no-any-return]
 
 
@@ -62,7 +65,7 @@ def _combine(n: UOp) -> tuple[int, tuple[UOp, ...]]:
     """The structure of `n` from its sources' (computed before)."""
     arg = n.arg
     t = type(arg)
-    akey = (t, arg) if t is int or arg is None or (t is tuple and all(type(a) is int for a in arg)) else arg_key(arg)
+    akey = (t, arg) if t is int or arg is None or (t is tuple and plain_arg(arg)) else arg_key(arg)
     if len(n.src) == 1:  # a movement or unary op: the source's leaves, in the source's order
         src = n.src[0]
         sid, leaves = _leaf(src) if src.op is Ops.BUFFER else src.__dict__[_ATTR]

@@ -233,6 +233,8 @@ def _lower_elementwise(node: UOp, srcs: list[UOp | Shards], ds: DeviceSet) -> Sh
     if any(s.devices != ds for s in sharded):
         other = next(s.devices for s in sharded if s.devices != ds)
         raise ValueError(f"{node.op.name}: operands on different device sets: {ds} and {other}")
+    if node.op in (Ops.ADD, Ops.DETACH) and any(_partial_sum(s) for s in srcs) and all(_replicated(s) for s in srcs):
+        return _add_partials(node, srcs, ds)  # type: ignore[arg-type]
     axis = next((s.axis for s in sharded if s.axis is not None), None)
     moved = [to_axis(s, axis) if isinstance(s, Shards) else s for s in srcs]
     out = Shards(tuple(_per_device(node, moved, ds, i) for i in range(len(ds.devices))), axis, ds)
@@ -243,6 +245,36 @@ def _lower_elementwise(node: UOp, srcs: list[UOp | Shards], ds: DeviceSet) -> Sh
 
         return replace(out, resplit=split_along)
     return out
+
+
+def _add_partials(node: UOp, srcs: list[Shards], ds: DeviceSet) -> Shards:
+    """a + b where a is an all-reduce (SUM) is one all-reduce of the per-device a + b, with a whole b (the same on
+    every device) added on the first device only (a sum is linear; a DETACH of an all-reduce is its inputs
+    detached). So the gradients of replicated parameters gathered into one flat gradient (a fused optimizer)
+    are reduced in one collective instead of one each."""
+    inputs = []
+    for i in range(len(ds.devices)):
+        terms = [
+            s.partial[1][i] if s.partial is not None else s.uops[i] for s in srcs if s.partial is not None or i == 0
+        ]
+        inputs.append(UOp(node.op, node.dtype, tuple(terms)) if len(terms) == len(srcs) else _sum(terms))
+    return replace(allreduce(Shards(tuple(inputs), None, ds), "SUM"), partial=("SUM", tuple(inputs)))
+
+
+def _sum(terms: list[UOp]) -> UOp:
+    out = terms[0]
+    for t in terms[1:]:
+        out = out.alu(Ops.ADD, t)
+    return out
+
+
+def _partial_sum(s: UOp | Shards) -> bool:
+    """Is `s` a replicated all-reduce (SUM) whose per-device inputs are still at hand?"""
+    return isinstance(s, Shards) and s.axis is None and s.partial is not None and s.partial[0] == "SUM"
+
+
+def _replicated(s: UOp | Shards) -> bool:
+    return isinstance(s, Shards) and s.axis is None and (s.partial is None or s.partial[0] == "SUM")
 
 
 def to_axis(s: Shards, axis: int | None) -> Shards:
@@ -465,3 +497,24 @@ def needs_lowering(tensors: list[Holder]) -> bool:
 
 def _on_several(n: UOp) -> bool:
     return n.op is Ops.MULTI or (n.op is Ops.DEVICE and isinstance(n.arg, DeviceSet))
+
+
+@dataclass
+class _AssignLowering:
+    """The lowering state the multi-device assigns between two schedules share (Realizer.lowerings)."""
+
+    memo: dict[UOp, UOp | Shards] = field(default_factory=dict)
+    users: Counter[UOp] = field(default_factory=Counter)  # over every graph assigned so far
+    seen: set[UOp] = field(default_factory=set)
+
+
+def assign_lowering(roots: list[UOp]) -> tuple[dict[UOp, UOp | Shards], Counter[UOp]]:
+    """The shared memo and the users (these roots' graphs counted in) for lowering these roots."""
+    st = current().lowerings().setdefault("assign", _AssignLowering())
+    st.users.update(roots)
+    for root in roots:
+        for node in root.toposort:
+            if node not in st.seen:
+                st.seen.add(node)
+                st.users.update(node.src)
+    return st.memo, st.users

@@ -185,6 +185,8 @@ class Realizer:
         self.kernel_ops: dict[UOp, list[str]] = {}
         # the front end's caches for this Realizer (front.py: scalar views, the random stream, custom gradients, ...)
         self.front: Any = None
+        # what the multi-device assigns made since the last schedule lowered (Tensor._assign_shards; see `lowerings`)
+        self._lowerings: dict[str, Any] = {}
 
     # ---- registries ----
     def resolve(self, u: UOp) -> UOp:
@@ -308,6 +310,12 @@ class Realizer:
         return True
 
     # ---- schedule ----
+    def lowerings(self) -> dict[str, Any]:
+        """Scratch space of the multi-device lowering, emptied by every schedule: between two schedules nothing new
+        is realized, so a global node's per-device form stays what it was (an optimizer assigns each replicated
+        parameter a value read from one backward graph: lowered once, not once per parameter)."""
+        return self._lowerings
+
     def schedule(self, tensors: Sequence[Holder]) -> list[ScheduleItem]:
         """The kernels that realizing `tensors` would run, queued; the tensors now refer to their outputs.
 
@@ -315,6 +323,7 @@ class Realizer:
         mean inside `x.std()` share one kernel).
         """
         steps = self.stages
+        self._lowerings.clear()
         if DeviceSet.made and steps.needs_lowering(list(tensors)):  # some live on several devices: every device's
             return steps.schedule_multi(list(tensors))  # graph is scheduled (it schedules them through here)
         roots = [_strip_reshapes(t._uop) for t in tensors]
