@@ -15,7 +15,7 @@ import bench_gpu  # noqa: E402
 import tg_codegen.heuristic as heuristic  # noqa: E402
 from tg import Tensor  # noqa: E402
 from tg_runtime.runner import clear_runner_cache  # noqa: E402
-from tg_tensor.realizer import current  # noqa: E402
+from tg_tensor.engine.realizer import current  # noqa: E402
 
 
 def main() -> None:

@@ -288,7 +288,7 @@ def run_figures(impls: list[Impl], beam_big: bool) -> None:
 def bench_matmul_kernels() -> None:
     """tg's kernels of a matmul, launched alone on prepared buffers (no graph building, no scheduling)."""
     from tg_runtime.runner import get_runner
-    from tg_tensor.realizer import current
+    from tg_tensor.engine.realizer import current
 
     for n in SIZES:
         items = (rand(n, n).realize() @ rand(n, n).realize()).schedule()
@@ -321,7 +321,7 @@ def bench_realize_parts() -> None:
     on new inputs (`kernels_fresh`: inputs just written by the main thread) and at once again on the same buffers
     (`kernels_warm`: inputs in every core's cache). realize - kernels_fresh is the Python and launch overhead."""
     from tg_runtime.runner import get_runner
-    from tg_tensor.realizer import current
+    from tg_tensor.engine.realizer import current
 
     def matmul(a: Any, b: Any) -> Any:
         return a @ b
@@ -367,7 +367,7 @@ def bench_thread_pool() -> None:
     from tg_codegen import get_program
     from tg_codegen.opt import Opt, OptOps
     from tg_runtime.runner import CompiledRunner
-    from tg_tensor.realizer import current
+    from tg_tensor.engine.realizer import current
 
     threads = tg_threads()
     if threads < 2:

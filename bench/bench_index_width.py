@@ -20,7 +20,7 @@ from tg_codegen import wide_index
 from tg_codegen.program import get_program
 from tg_runtime import Device
 from tg_runtime.runner import CompiledRunner
-from tg_tensor.schedule import create_schedule
+from tg_tensor.engine.schedule import create_schedule
 
 N = 1 << 22
 

@@ -36,7 +36,7 @@ from beautiful_mnist import Model  # noqa: E402
 
 from tg import Device, Tensor, TinyJit, getenv, nn  # noqa: E402
 from tg_runtime.device import Buffer  # noqa: E402
-from tg_tensor.collective import run_collective  # noqa: E402
+from tg_tensor.engine.collective import run_collective  # noqa: E402
 from tg_uop import dtypes  # noqa: E402
 
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from tg import Device, Tensor, TinyJit
 from tg_runtime.runner import _runner_cache, get_runner
-from tg_tensor.realizer import current
+from tg_tensor.engine.realizer import current
 
 
 def rss_mb() -> float:

@@ -13,7 +13,7 @@ from tg import Device, Tensor
 from tg_codegen import get_program
 from tg_codegen.opt import Opt
 from tg_runtime.runner import CompiledRunner
-from tg_tensor.realizer import ScheduleItem, current
+from tg_tensor.engine.realizer import ScheduleItem, current
 
 
 def scheduled(t: Tensor) -> list[ScheduleItem]:

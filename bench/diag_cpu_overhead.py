@@ -43,7 +43,7 @@ def diag_case(name: str, inputs: Callable[[], tuple[Any, ...]], compute: Callabl
     """One JSON line: the median microseconds of each way to run `compute` on `inputs()` (see the module doc)."""
     from tg import Device
     from tg_runtime.runner import get_runner
-    from tg_tensor.realizer import current
+    from tg_tensor.engine.realizer import current
 
     args = inputs()
     compute(*args).realize()

@@ -1,4 +1,4 @@
-"""Sweep of the split-reduction parameters (tg_tensor.split_reduce) on the MNIST train step (GPU machine).
+"""Sweep of the split-reduction parameters (tg_tensor.engine.split_reduce) on the MNIST train step (GPU machine).
 
     PYTHONPATH=$(ls -d packages/*/src | tr '\\n' ':') python3 bench/sweep_split.py
 
@@ -14,9 +14,9 @@ import sys
 sys.path.insert(0, os.path.dirname(__file__))
 import bench_gpu  # noqa: E402
 
-import tg_tensor.split_reduce as sr  # noqa: E402
+import tg_tensor.engine.split_reduce as sr  # noqa: E402
 from tg_runtime.runner import clear_runner_cache  # noqa: E402
-from tg_tensor.realizer import current  # noqa: E402
+from tg_tensor.engine.realizer import current  # noqa: E402
 
 VARIANTS = [  # (most parts G, partials last, minimum reduce length per output)
     (256, True, 1 << 15), (256, False, 1 << 15), (64, True, 1 << 15), (64, False, 1 << 15),

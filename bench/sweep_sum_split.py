@@ -1,4 +1,4 @@
-"""The split of a whole-tensor sum (tg_tensor/split_reduce.py: G chunks x L lanes of partials), G and L swept,
+"""The split of a whole-tensor sum (tg_tensor/engine/split_reduce.py: G chunks x L lanes of partials), G and L swept,
 timed on CUDA.
 
     PYTHONPATH=$(ls -d packages/*/src | tr '\\n' ':') python3 bench/sweep_sum_split.py [--chunks 128x8,256x4,128x8]
@@ -24,10 +24,10 @@ os.environ.setdefault("DEV", "CUDA")
 from bench_gpu import replay_seconds, tg_kernel_seconds  # noqa: E402
 from cuda_timing import scheduled  # noqa: E402
 
-import tg_tensor.split_reduce as split_reduce  # noqa: E402
+import tg_tensor.engine.split_reduce as split_reduce  # noqa: E402
 from tg import Device, Tensor, TinyJit  # noqa: E402
 from tg_runtime.runner import CompiledRunner, get_runner  # noqa: E402
-from tg_tensor.realizer import current  # noqa: E402
+from tg_tensor.engine.realizer import current  # noqa: E402
 from tg_uop.helpers import LRUCache  # noqa: E402
 
 

@@ -116,14 +116,21 @@ def main() -> None:
     train_t, val_t, vocab = shakespeare()
     train, val = train_t.numpy(), val_t.numpy()
     cfg = GPTConfig(
-        vocab_size=len(vocab), block_size=BLOCK, n_layer=LAYERS, n_head=HEADS, n_embd=EMBD, dropout=DROPOUT,
+        vocab_size=len(vocab),
+        block_size=BLOCK,
+        n_layer=LAYERS,
+        n_head=HEADS,
+        n_embd=EMBD,
+        dropout=DROPOUT,
         compute_dtype=DTYPE,
     )
     model = GPT(cfg)
     params = get_parameters(model)
     n_params = sum(int(np.prod(p.shape)) for p in params)
-    print(f"GPT {LAYERS} layers, {HEADS} heads, {EMBD} dims, block {BLOCK}, vocab {len(vocab)}: {n_params / 1e6:.2f}M "
-          f"parameters; {STEPS} steps of {BS}x{BLOCK} characters on {train_t.device}")
+    print(
+        f"GPT {LAYERS} layers, {HEADS} heads, {EMBD} dims, block {BLOCK}, vocab {len(vocab)}: {n_params / 1e6:.2f}M "
+        f"parameters; {STEPS} steps of {BS}x{BLOCK} characters on {train_t.device}"
+    )
     if SHARDED:  # data parallel: a full copy of the model on every device
         for p in params:
             p.to_(GPUS)
@@ -178,8 +185,12 @@ def main() -> None:
             tok_s = (step - last_step) * BS * BLOCK / max(now - last_t, 1e-9) if step > last_step else 0.0
             last_t, last_step = now, step
             bar = "#" * int(30 * (step + 1) / STEPS)
-            print(f"\r[{bar:<30s}] step {step + 1:5d}/{STEPS} loss {train_loss:.3f} val {val_loss} "
-                  f"{tok_s:8.0f} tok/s {now - start:6.0f}s", end="", flush=True)
+            print(
+                f"\r[{bar:<30s}] step {step + 1:5d}/{STEPS} loss {train_loss:.3f} val {val_loss} "
+                f"{tok_s:8.0f} tok/s {now - start:6.0f}s",
+                end="",
+                flush=True,
+            )
         if EVAL_EVERY > 0 and (step + 1) % EVAL_EVERY == 0:  # EVAL_EVERY=0: only at the end
             eval_start = time.perf_counter()
             loss_val = evaluate(val)
@@ -195,8 +206,10 @@ def main() -> None:
     how = "replayed from the saved capture" if jitted_step.loaded else "its kernels compile"
     print(f"\nfirst step {first_step_s:.2f}s ({how}), then {step / max(train_s, 1e-9):.2f} train steps/s")
     train_final, val_final = evaluate(train), evaluate(val)
-    print(f"final: train loss {train_final:.4f} val loss {val_final:.4f} after {step + 1} steps in {elapsed:.0f}s "
-          f"({(step + 1) * BS * BLOCK / elapsed:.0f} tokens/s)")
+    print(
+        f"final: train loss {train_final:.4f} val loss {val_final:.4f} after {step + 1} steps in {elapsed:.0f}s "
+        f"({(step + 1) * BS * BLOCK / elapsed:.0f} tokens/s)"
+    )
     if SHARDED:  # the checkpoint and the sample from the first device's copy
         for p in params:
             p.to_(GPUS[0])

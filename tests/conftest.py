@@ -9,7 +9,7 @@ import pytest
 
 from tg_nn.datasets import MNIST_FILES
 from tg_runtime import Device
-from tg_tensor.realizer import current
+from tg_tensor.engine.realizer import current
 
 
 def _available(name: str) -> str | None:

@@ -19,7 +19,7 @@ import tg_runtime.runner as runner
 from tg import Tensor, TinyJit, nn
 from tg.nn.optim import AdamW
 from tg.nn.state import get_parameters, get_state_dict
-from tg_tensor.realizer import Realizer
+from tg_tensor.engine.realizer import Realizer
 
 
 class Net:

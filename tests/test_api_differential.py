@@ -581,4 +581,3 @@ def test_fuzz() -> None:
         f"{time.perf_counter() - start:.1f} s"
     )
     assert not failures, "\n".join(failures[:20])
-

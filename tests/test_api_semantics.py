@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tg import GlobalCounters, Tensor, nn
-from tg_tensor.util import ShapeError
+from tg_tensor.engine.util import ShapeError
 
 
 def test_scatter_duplicate_indices_last_write_wins(device: str) -> None:

@@ -11,8 +11,8 @@ import pytest
 from tg import GlobalCounters, Tensor, TinyJit, UOp, dtypes
 from tg.nn import Linear
 from tg.nn.optim import SGD, Adam
-from tg_tensor.realizer import StaleReadError
-from tg_tensor.schedule import buffer_of
+from tg_tensor.engine.realizer import StaleReadError
+from tg_tensor.engine.schedule import buffer_of
 
 
 def test_lazy_tensor_built_before_assign_keeps_old_values(device: str) -> None:
@@ -298,7 +298,7 @@ def _stores_and_global_loads(t: Tensor) -> tuple[list[UOp], list[UOp]]:
     """The STOREs to buffers and the LOADs from buffers of the last kernel that realizes t, as lowered for CPU."""
     from tg_codegen import get_program
     from tg_runtime import Device
-    from tg_tensor.realizer import current
+    from tg_tensor.engine.realizer import current
 
     items = t.schedule()
     for it in items:

@@ -65,7 +65,7 @@ def test_kernel_cache_is_bounded_by_its_variable() -> None:
         "import numpy as np\n"
         "from tg import Tensor\n"
         "from tg_runtime.runner import _runner_cache\n"
-        "from tg_tensor.realizer import current\n"
+        "from tg_tensor.engine.realizer import current\n"
         "for n in range(1, 30):\n"
         "    a = np.arange(n, dtype=np.float32)\n"
         "    assert (Tensor(a) * 2 + 1).sum().item() == float((a * 2 + 1).sum())\n"

@@ -547,8 +547,7 @@ def run_program(seed: int, device: str, verbose: bool = False) -> Program:
                 o.t.numpy(),
                 o,
                 zero_signs=not p.sums,
-                what=f"seed {seed} {device}{mode} n{p.nodes.index(o)}\n  "
-                + "\n  ".join(p.steps),
+                what=f"seed {seed} {device}{mode} n{p.nodes.index(o)}\n  " + "\n  ".join(p.steps),
             )
     return p
 

@@ -192,7 +192,7 @@ def test_cpu_vector_values_are_naturally_aligned() -> None:
     loop through a pointer with an aligned move: a random kernel (Tensor.normal(256, 384)) faulted now and then."""
     from tg_codegen import get_program
     from tg_codegen.renderer.cstyle import ClangRenderer
-    from tg_tensor.realizer import current
+    from tg_tensor.engine.realizer import current
 
     t = Tensor(np.arange(64 * 64, dtype=np.float32).reshape(64, 64)) * 2 + 1
     (item,) = [it for it in t.schedule() if it.ast.op.name == "SINK"]

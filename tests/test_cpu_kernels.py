@@ -28,7 +28,7 @@ from tg_codegen.renderer.threadpool import SPIN_US
 from tg_runtime import ops_cpu
 from tg_runtime.ops_cpu import ClangCompiler, CPUProgram, load_thread_pool
 from tg_runtime.runner import CompiledRunner
-from tg_tensor.realizer import ScheduleItem, current
+from tg_tensor.engine.realizer import ScheduleItem, current
 
 U, R, T, K, S = OptOps.UPCAST, OptOps.UNROLL, OptOps.THREAD, OptOps.KBLOCK, OptOps.SWAP
 

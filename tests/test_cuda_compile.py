@@ -12,7 +12,7 @@ from tg_codegen.renderer.cuda import CUDARenderer
 from tg_nn.quant import QUANTIZED_TYPES
 from tg_nn.quant_gpu import gpu_source
 from tg_runtime.ops_cuda import CUDAError, NVRTCCompiler
-from tg_tensor.realizer import current
+from tg_tensor.engine.realizer import current
 from tg_uop import DType, UOp
 from tg_uop.helpers import Context
 

@@ -7,8 +7,8 @@ import pytest
 
 from tg import Device, Tensor
 from tg_runtime import get_runner
-from tg_tensor.realizer import current
-from tg_tensor.schedule import buffer_of
+from tg_tensor.engine.realizer import current
+from tg_tensor.engine.schedule import buffer_of
 
 
 def _cuda_or_skip() -> None:

@@ -9,7 +9,7 @@ from tg import Context, Device, Tensor, dtypes
 from tg_codegen import get_program
 from tg_codegen.opt import KernelOptError, Opt, OptOps
 from tg_runtime.runner import CompiledRunner
-from tg_tensor.realizer import ScheduleItem, current
+from tg_tensor.engine.realizer import ScheduleItem, current
 from tg_uop import DType
 
 DTYPES = {"fp16": dtypes.float16, "bf16": dtypes.bfloat16}

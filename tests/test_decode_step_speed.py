@@ -11,8 +11,8 @@ import tg_tensor.jit as jit
 from tg import Tensor, TinyJit
 from tg_codegen import get_program
 from tg_codegen.renderer.cuda import CUDARenderer
-from tg_tensor.realizer import current
-from tg_tensor.schedule import buffer_of
+from tg_tensor.engine.realizer import current
+from tg_tensor.engine.schedule import buffer_of
 from tg_uop import dtypes
 from tg_uop.helpers import Context, prod
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from tg import GlobalCounters, Tensor
-from tg_tensor.realizer import current
+from tg_tensor.engine.realizer import current
 
 
 def test_same_structure_reuses_the_schedule_with_new_buffers(device: str) -> None:

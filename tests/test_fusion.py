@@ -99,7 +99,7 @@ def test_constants_fold_in_generated_code() -> None:
     (item,) = out.schedule()
     src = get_runner("CPU", item.ast).spec.src
     assert "7" in src and "3" not in src.replace("data", "")
-    from tg_tensor.realize import run_schedule
+    from tg_tensor import run_schedule
 
     run_schedule([item])
     assert out.tolist() == [8, 9, 10, 11]
@@ -144,7 +144,7 @@ def test_a_dropped_result_frees_its_buffer_without_the_garbage_collector(device:
     import gc
     import weakref
 
-    from tg_tensor.schedule import buffer_of
+    from tg_tensor.engine.schedule import buffer_of
 
     a = _t(64, device=device).realize()
     gc.disable()

@@ -1,4 +1,4 @@
-"""The scheduler's cost rule (tg_tensor/fusion_cost.py, split_reduce.py): what is computed once, what is split, and
+"""The scheduler's cost rule (tg_tensor.engine: fusion_cost, split_reduce): what is computed once, what is split, and
 what the GPT example's training step costs in kernels, FLOPs and thread blocks."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from tg_codegen.renderer.cstyle import ClangRenderer
 from tg_codegen.renderer.cuda import CUDARenderer
 from tg_nn.models.gpt import GPT, GPTConfig
 from tg_runtime.device import Compiled
-from tg_tensor.realizer import ScheduleItem, current
+from tg_tensor.engine.realizer import ScheduleItem, current
 from tg_uop import Ops
 
 

@@ -239,6 +239,7 @@ GRAD_CASES.update(
         "const_like": (lambda x: x + x.const_like(2.0), [_r(*U)]),
         "shard": (lambda x: _two_devices(x).exp().sum(1).to(x.device), [_r(4, 3)]),
         "shard_like": (lambda x: (x * 2).shard_like(_two_devices(x)).sum(0).to(x.device), [_r(4, 3)]),
+        "from_shards": (lambda x: Tensor.from_shards(_halves(x), 0).exp().to(x.device), [_r(4, 3)]),
     }
 )
 NOT_DIFFERENTIABLE |= set(
@@ -249,8 +250,18 @@ NOT_DIFFERENTIABLE |= set(
 
 def _two_devices(x: Tensor) -> Tensor:
     """x split over two devices of its kind (CPU ones for CL, which may have one device)."""
-    kind = x.device.split(":")[0] if not x.device.startswith("CL") else "CPU"
+    kind = _kind(x)
     return x.to(kind).shard((kind, f"{kind}:1"), axis=0)
+
+
+def _kind(x: Tensor) -> str:
+    return x.device.split(":")[0] if not x.device.startswith("CL") else "CPU"
+
+
+def _halves(x: Tensor) -> list[Tensor]:
+    """x's two halves (along axis 0) on two devices of its kind, as Tensor.from_shards takes them."""
+    kind = _kind(x)
+    return [x[:2].to(kind), x[2:].to(f"{kind}:1")]
 
 
 def _public_methods() -> set[str]:

@@ -3,7 +3,8 @@ alone, and any new import among its members can break the import order. The coun
 
 A circle is a strongly connected component of a package's module graph as import-linter's grimp builds it (every
 import statement, including those inside functions and under TYPE_CHECKING). `CEILING` states, per package, how
-many of its modules may sit in circles today; lower a number when a refactor breaks a circle.
+many of its modules may sit in circles today; lower a number when a refactor breaks a circle. A subpackage (such as
+tg_tensor.engine) has an entry of its own, counted over its modules only.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ CEILING = {
     "tg_shape": 2,
     "tg_codegen": 8,
     "tg_runtime": 2,
-    "tg_tensor": 36,  # (the engine / front end split of issue 37 is the way down)
+    "tg_tensor": 26,  # the front end (Tensor and its op mixins import each other); was 36 before the engine split
+    "tg_tensor.engine": 0,  # realization and scheduling: no circle (the pyproject layers contract keeps it below)
     "tg_nn": 2,
     "tg": 0,
     "tg_viz": 0,
@@ -65,7 +67,7 @@ def circles(graph: Any, package: str) -> list[list[str]]:
 
 
 def test_import_circles_stay_under_their_ceiling() -> None:
-    graph = grimp.build_graph(*CEILING)
+    graph = grimp.build_graph(*sorted({p.split(".")[0] for p in CEILING}))
     over = {}
     for package, ceiling in CEILING.items():
         n = sum(len(c) for c in circles(graph, package))

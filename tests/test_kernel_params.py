@@ -20,7 +20,7 @@ from tg_codegen.renderer.opencl import OpenCLRenderer
 from tg_runtime.ops_cuda import CUDAError, NVRTCCompiler
 from tg_runtime.ops_python import PythonRenderer
 from tg_runtime.runner import get_runner
-from tg_tensor.realizer import ScheduleItem, current
+from tg_tensor.engine.realizer import ScheduleItem, current
 from tg_uop import Ops, UOp
 
 try:

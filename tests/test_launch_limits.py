@@ -18,7 +18,7 @@ from tg_codegen import Kernel, KernelOptError, Opt, OptOps, get_program
 from tg_codegen.limits import LaunchLimits, assign_dims
 from tg_codegen.renderer import ProgramSpec
 from tg_codegen.renderer.cuda import CUDARenderer
-from tg_tensor.realizer import current
+from tg_tensor.engine.realizer import current
 from tg_uop.helpers import prod
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))

@@ -19,7 +19,7 @@ from tg_codegen.renderer.cstyle import ClangRenderer
 from tg_codegen.renderer.cuda import CUDARenderer
 from tg_codegen.renderer.opencl import OpenCLRenderer
 from tg_runtime.ops_cuda import CUDAError, NVRTCCompiler
-from tg_tensor.realizer import current
+from tg_tensor.engine.realizer import current
 from tg_uop import DType
 
 try:

@@ -20,10 +20,10 @@ from tg import GlobalCounters, Tensor, TinyJit, nn
 from tg.nn.state import get_parameters
 from tg_runtime.device import Buffer, Device, DeviceSet
 from tg_runtime.runner import run_copy
-from tg_tensor.collective import run_collective
+from tg_tensor.engine.collective import run_collective
+from tg_tensor.engine.realizer import current
+from tg_tensor.engine.schedule import buffer_of
 from tg_tensor.jit import JitError
-from tg_tensor.realizer import current
-from tg_tensor.schedule import buffer_of
 from tg_uop import Ops, dtypes
 
 KIND = os.getenv("TG_MULTI_KIND", "CPU")

@@ -11,7 +11,7 @@ import pytest
 
 from tg import Tensor
 from tg_runtime.ops_disk import DiskError
-from tg_tensor.realizer import current
+from tg_tensor.engine.realizer import current
 
 
 def _disk_file(tmp_path: pathlib.Path) -> str:

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 
 from tg import GlobalCounters, Tensor
+from tg_tensor.engine.realizer import current, fresh
 from tg_tensor.front import front
-from tg_tensor.realizer import current, fresh
 
 
 def test_a_realize_visits_the_holders_of_its_node_not_every_live_tensor() -> None:
@@ -315,7 +315,7 @@ def test_the_short_way_shares_reshaped_results_and_rolls_back_a_failed_launch(mo
     raises leaves its output marked failed (read: an error, not garbage) and computes again next time."""
     import pytest
 
-    import tg_tensor.realizer as realizer_mod
+    import tg_tensor.engine.realizer as realizer_mod
 
     with fresh():
         x = _f32(4)

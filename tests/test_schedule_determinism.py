@@ -12,7 +12,7 @@ import sys
 PROGRAM = """
 import json, sys
 from tg_tensor import Tensor
-from tg_tensor.realizer import fresh
+from tg_tensor.engine.realizer import fresh
 
 def program(consts):
     asts = []

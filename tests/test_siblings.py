@@ -1,4 +1,4 @@
-"""Kernels with several outputs (tg_tensor/siblings.py): sibling kernels over the same loops run as one launch,
+"""Kernels with several outputs (tg_tensor/engine/siblings.py): sibling kernels over the same loops run as one launch,
 with the values numpy gives; matmuls, dependent kernels and MERGE_SIBLINGS=0 stay apart."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from tg import Context, GlobalCounters, Tensor, TinyJit
-from tg_tensor.realizer import ScheduleItem, current
-from tg_tensor.siblings import merge_siblings
+from tg_tensor.engine.realizer import ScheduleItem, current
+from tg_tensor.engine.siblings import merge_siblings
 
 
 def _items(*ts: Tensor) -> list[ScheduleItem]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import tg_tensor.split_reduce as sr
+import tg_tensor.engine.split_reduce as sr
 from tg import GlobalCounters, Tensor
 
 CASES = [

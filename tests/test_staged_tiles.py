@@ -12,7 +12,7 @@ from tg_codegen import Kernel, Opt, OptOps, get_program
 from tg_codegen.axes import AxisType
 from tg_codegen.heuristic import hand_coded_optimizations
 from tg_runtime import CompiledRunner
-from tg_tensor.realizer import current
+from tg_tensor.engine.realizer import current
 
 
 @pytest.fixture(params=["CL", "CUDA"])

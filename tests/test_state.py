@@ -22,7 +22,7 @@ from tg_nn.state import (
     safe_load_metadata,
     safe_save,
 )
-from tg_tensor.schedule import buffer_of
+from tg_tensor.engine.schedule import buffer_of
 
 NP_DTYPES = [np.bool_, np.uint8, np.int8, np.int16, np.uint16, np.float16, np.int32, np.uint32, np.float32]
 NP_DTYPES += [np.float64, np.int64, np.uint64]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tg import Tensor, dtypes
-from tg_tensor.schedule import buffer_of
+from tg_tensor.engine.schedule import buffer_of
 
 
 def test_construction(device: str) -> None:

@@ -17,7 +17,7 @@ from tg import Context, Tensor
 from tg_codegen import KernelOptError, Opt, OptOps, get_program
 from tg_codegen.renderer.cuda import CUDARenderer
 from tg_runtime.ops_cuda import CUDAError, NVRTCCompiler
-from tg_tensor.realizer import current
+from tg_tensor.engine.realizer import current
 from tg_uop import UOp
 
 

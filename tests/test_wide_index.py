@@ -14,7 +14,7 @@ import pytest
 from tg import Tensor, dtypes
 from tg_codegen.program import get_program
 from tg_runtime import Device
-from tg_tensor.schedule import create_schedule
+from tg_tensor.engine.schedule import create_schedule
 
 BIG = 2**31 + 5
 BIG_TESTS = os.getenv("TG_TEST_BIG") == "1"

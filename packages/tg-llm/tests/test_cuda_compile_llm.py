@@ -14,7 +14,7 @@ from tg_llm import load_model
 from tg_llm.random_model import write_random_gguf
 from tg_nn.gguf import dequantize
 from tg_tensor import Tensor
-from tg_tensor.realizer import current
+from tg_tensor.engine.realizer import current
 from tg_uop import dtypes
 
 try:

@@ -140,16 +140,18 @@ def test_cli_rejects_conflicting_flags(model_file: str, capsys: pytest.CaptureFi
 def test_decode_step_work(model_file: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A decode step runs two all-reduces per layer (after wo and after down), computes each layer once (the
     sharded KV-cache writes do not recompute the layers before them) and copies no cache to keep old values."""
-    import tg_tensor.inplace
-    import tg_tensor.realizer
+    import tg_tensor.engine.inplace
+    import tg_tensor.engine.realizer
 
     model, _ = load_model(model_file, devices=devices(2))
     model.forward([1, 2, 3], 0)
     kinds: list[str] = []
     copies: list[object] = []
-    run, copy = tg_tensor.realizer.run_collective, tg_tensor.inplace.create_copy_kernel
-    monkeypatch.setattr(tg_tensor.realizer, "run_collective", lambda kind, *a: kinds.append(kind) or run(kind, *a))
-    monkeypatch.setattr(tg_tensor.inplace, "create_copy_kernel", lambda *a: copies.append(a) or copy(*a))
+    run, copy = tg_tensor.engine.realizer.run_collective, tg_tensor.engine.inplace.create_copy_kernel
+    monkeypatch.setattr(
+        tg_tensor.engine.realizer, "run_collective", lambda kind, *a: kinds.append(kind) or run(kind, *a)
+    )
+    monkeypatch.setattr(tg_tensor.engine.inplace, "create_copy_kernel", lambda *a: copies.append(a) or copy(*a))
     model.forward([4], 3)  # the jitted step's first (eager) run
     assert kinds == ["allreduce"] * 2 * model.cfg.n_layers and not copies
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tg_tensor import Tensor, gradient
-from tg_tensor.schedule import buffer_of
+from tg_tensor.engine.schedule import buffer_of
 from tg_uop import GlobalCounters, GroupOp, Ops, dtypes
 
 DEVICES = ["PYTHON", "CPU"]

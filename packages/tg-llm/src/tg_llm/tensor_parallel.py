@@ -34,11 +34,8 @@ from tg_llm.config import LlamaConfig
 from tg_llm.weights import Weight
 from tg_nn.gguf import gguf_read_header
 from tg_nn.gguf_format import GGUFHeader, GGUFTensorInfo
-from tg_runtime import Device
-from tg_runtime.device import DeviceSet
+from tg_runtime import Buffer, Device
 from tg_tensor import Tensor
-from tg_tensor.multi import multi_node
-from tg_tensor.schedule import buffer_of
 from tg_uop import DType, Ops, dtypes
 
 __all__ = [
@@ -252,22 +249,22 @@ def load_shards(
     only); a file type other than the model's dtype is converted on the device afterwards."""
     header = header or gguf_read_header(path)
     mapping = _map_private(path)
-    n, ds = len(devices), DeviceSet(tuple(devices))
+    n = len(devices)
     infos = {t.name: t for t in header.tensors}
     if "output.weight" not in infos:
         infos = {**infos, "output.weight": infos["token_embd.weight"]}
     places = {name: shard_axis(name, cfg.vocab_size, n) for name in infos}
     raw: dict[str, list[Tensor | None]] = {name: [None] * n for name in infos}
-    jobs: list[list[tuple[Tensor, np.ndarray]]] = [[] for _ in devices]
+    jobs: list[list[tuple[Buffer, np.ndarray]]] = [[] for _ in devices]
     for name, info in infos.items():
         whole = _file_array(mapping, info)
         for i, d in enumerate(devices):
             if places[name] == HOME and i != 0:
                 continue
             a = _slice(whole, places[name], i, n)
-            t = raw[name][i] = Tensor.empty(*a.shape, dtype=_FILE_DTYPES[info.type_name], device=d).realize()
-            buffer_of(t.uop.base).ensure_allocated()  # (here, not in the copying threads)
-            jobs[i].append((t, a))
+            buf = Buffer(d, a.size, _FILE_DTYPES[info.type_name]).ensure_allocated()  # (here, not in the threads)
+            raw[name][i] = Tensor.from_buffer(buf, a.shape)
+            jobs[i].append((buf, a))
     _copy_all(devices, jobs)
     out: dict[str, Weight] = {}
     for name, ts in raw.items():
@@ -277,7 +274,7 @@ def load_shards(
         if where == HOME:
             out[name] = shards[0]
         else:
-            out[name] = Tensor(multi_node([s.uop for s in shards], where if isinstance(where, int) else None, ds))
+            out[name] = Tensor.from_shards(shards, where if isinstance(where, int) else None)
     return out
 
 
@@ -288,15 +285,15 @@ def _map_private(path: str | os.PathLike[str]) -> memoryview:
         return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY))
 
 
-def _copy_all(devices: Sequence[str], jobs: list[list[tuple[Tensor, np.ndarray]]]) -> None:
+def _copy_all(devices: Sequence[str], jobs: list[list[tuple[Buffer, np.ndarray]]]) -> None:
     """Copy each device's arrays into its buffers, the devices in parallel (one thread each); errors re-raised."""
     errors: list[BaseException] = []
 
     def run(i: int) -> None:
         try:
-            for t, a in jobs[i]:
+            for buf, a in jobs[i]:
                 host = np.ascontiguousarray(a)  # (a view of the map where the slice is contiguous)
-                buffer_of(t.uop.base).copyin(host.reshape(-1).view(np.uint8).data)
+                buf.copyin(host.reshape(-1).view(np.uint8).data)
             Device[devices[i]].synchronize()
         except BaseException as e:  # noqa: BLE001 (raised again in the caller's thread)
             errors.append(e)
@@ -338,11 +335,8 @@ def fuse_split_projections(n_layers: int, loaded: dict[str, Any], n: int, releas
                 continue
             if len({p.dtype for p in parts}) != 1:
                 continue
-            ds = parts[0].device
-            per_device = [
-                Tensor.cat(*[Tensor(p.uop.src[d]) for p in parts]).contiguous().realize().uop for d in range(n)
-            ]
-            joined = fused[f"blk.{i}.{key}"] = Tensor(multi_node(per_device, 0, DeviceSet(ds)))
+            per_device = [Tensor.cat(*[Tensor(p.uop.src[d]) for p in parts]).contiguous().realize() for d in range(n)]
+            joined = fused[f"blk.{i}.{key}"] = Tensor.from_shards(per_device, 0)
             rows, cols = int(joined.shape[0]) // n, int(joined.shape[1])
             at = 0
             for k, p in zip(names, parts):

@@ -6,13 +6,12 @@
 """
 
 from tg_tensor.custom import source_kernel
+from tg_tensor.engine.realizer import Realizer, ScheduleItem, run_schedule
+from tg_tensor.engine.schedule import create_schedule
+from tg_tensor.engine.source import KernelSource
 from tg_tensor.function import function
 from tg_tensor.jit import JitCacheWarning, JitError, TinyJit
 from tg_tensor.jit_file import JitCacheError
-from tg_tensor.realize import run_schedule
-from tg_tensor.realizer import Realizer, ScheduleItem
-from tg_tensor.schedule import create_schedule
-from tg_tensor.source import KernelSource
 from tg_tensor.tensor import Tensor
 from tg_uop import GlobalCounters
 

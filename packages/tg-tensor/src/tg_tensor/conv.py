@@ -17,7 +17,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from tg_tensor.chains import movement_chain
-from tg_tensor.util import ShapeError
+from tg_tensor.engine.util import ShapeError
 from tg_uop import DType, dtypes
 
 if TYPE_CHECKING:

@@ -18,15 +18,16 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tg_runtime.device import Buffer, Device, DeviceSet
 from tg_runtime.ops_disk import disk_buffers
+from tg_tensor.engine.multi import multi_node, shard_uop, split_of
+from tg_tensor.engine.realizer import current
+from tg_tensor.engine.util import const_uop, norm_shape, np_dtype, to_dtype, varargs_shape
 from tg_tensor.front import front
-from tg_tensor.multi import multi_node, shard_uop, split_of
-from tg_tensor.realizer import current
 from tg_tensor.rng import RandomState, to_unit_float
-from tg_tensor.util import const_uop, norm_shape, np_dtype, to_dtype, varargs_shape
 from tg_uop import ConstType, DType, UOp, dtypes
 from tg_uop.helpers import prod
 from tg_uop.uop import sint
@@ -119,6 +120,18 @@ class CreationMixin:
         if prod(shp) != buf.size:
             raise ValueError(f"from_buffer: shape {shp} does not hold the buffer's {buf.size} x {buf.dtype}")
         return cls(current().register(buf).reshape(shp))
+
+    @classmethod
+    def from_shards(cls: type[Tensor], shards: Sequence[Tensor], axis: int | None = None) -> Tensor:
+        """One tensor on the devices of `shards` (one tensor per device, in order): joined along `axis`, or each a
+        full copy when `axis` is None. The inverse of `shard`, without copying the shards.
+
+        >>> from tg_tensor import Tensor
+        >>> Tensor.from_shards([Tensor([1.0], device="CPU:0"), Tensor([2.0], device="CPU:1")], axis=0).tolist()
+        [1.0, 2.0]
+        """
+        devices = DeviceSet(tuple(str(s.device) for s in shards))
+        return cls(multi_node([s.uop for s in shards], axis, devices))
 
     @classmethod
     def from_file(

@@ -49,8 +49,8 @@ from typing import TYPE_CHECKING, Any
 from tg_runtime.device import Device
 from tg_runtime.runner import get_runner, run_copy
 from tg_shape import ShapeTracker
-from tg_tensor.schedule import buffer_of
-from tg_tensor.source import KernelSource, LazySource
+from tg_tensor.engine.schedule import buffer_of
+from tg_tensor.engine.source import KernelSource, LazySource
 from tg_uop import DType, Ops, UOp, dtypes
 from tg_uop.helpers import prod
 from tg_uop.uop import sint

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tg_tensor.util import to_dtype
+from tg_tensor.engine.util import to_dtype
 from tg_uop import DType, dtypes
 from tg_uop.helpers import prod
 

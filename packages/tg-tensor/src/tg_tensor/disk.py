@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 from tg_runtime.ops_disk import DiskError, disk_window
 from tg_shape import ShapeTracker
-from tg_tensor.inplace import rebuild_view, view_chain
-from tg_tensor.realizer import current
-from tg_tensor.schedule import _movement_st, buffer_of
-from tg_tensor.util import is_contiguous_buffer
+from tg_tensor.engine.inplace import rebuild_view, view_chain
+from tg_tensor.engine.realizer import current
+from tg_tensor.engine.schedule import buffer_of, movement_st
+from tg_tensor.engine.util import is_contiguous_buffer
 from tg_uop import Ops, UOp
 from tg_uop.helpers import prod
 
@@ -43,7 +43,7 @@ def _window(u: UOp) -> tuple[UOp, list[tuple[Ops, Any]], int | None]:
     if chain is None:
         raise DiskError(f"{u.device}: a DISK tensor must be a view of a DISK buffer (DISK runs no kernels)")
     base, ops = chain
-    st = _movement_st((base.arg[1],), tuple(reversed(ops))).simplify()
+    st = movement_st((base.arg[1],), tuple(reversed(ops))).simplify()
     if len(st.views) != 1 or st.views[0].mask is not None:
         return base, ops, None
     v = st.views[0]

@@ -15,10 +15,10 @@ import functools
 import math
 from typing import TYPE_CHECKING, Any
 
+from tg_tensor.engine.realizer import current
+from tg_tensor.engine.util import ArgumentError, DTypeError, broadcast_shape, const_uop, scalar_dtype, to_dtype
 from tg_tensor.front import front
 from tg_tensor.gradient import custom_gradient
-from tg_tensor.realizer import current
-from tg_tensor.util import ArgumentError, DTypeError, broadcast_shape, const_uop, scalar_dtype, to_dtype
 from tg_uop import ConstType, DType, Ops, UOp, dtypes
 from tg_uop.uop import sint
 
@@ -512,11 +512,9 @@ class ElementwiseMixin:
         """
         return self.ne(x).logical_not()
 
-    def __eq__(self: Tensor, x: TensorLike) -> Tensor:  # type: ignore[override]
-        return self.eq(x)
+    __eq__ = eq  # type: ignore[assignment]
 
-    def __ne__(self: Tensor, x: TensorLike) -> Tensor:  # type: ignore[override]
-        return self.ne(x)
+    __ne__ = ne  # type: ignore[assignment]
 
     # ---- logic and bits ----
     def logical_not(self: Tensor) -> Tensor:
@@ -620,78 +618,40 @@ class ElementwiseMixin:
         """
         return self._shift(Ops.SHR, x, reverse, "rshift")
 
-    # ---- operators ----
-    __add__ = add  # (the method itself: no extra call on every `a + b`)
+    # ---- operators (the methods themselves: no extra call on every `a + b`), then the reversed ones ----
+    __add__, __sub__, __mul__, __truediv__, __floordiv__, __mod__, __pow__ = add, sub, mul, div, idiv, mod, pow
+    __and__, __or__, __xor__, __lshift__, __rshift__ = bitwise_and, bitwise_or, bitwise_xor, lshift, rshift
+    __neg__, __abs__, __invert__ = neg, abs, bitwise_not
 
     def __radd__(self: Tensor, x: TensorLike) -> Tensor:
         return self.add(x, True)
 
-    __sub__ = sub  # (the method itself: no extra call on every `a - b`)
-
     def __rsub__(self: Tensor, x: TensorLike) -> Tensor:
         return self.sub(x, True)
-
-    __mul__ = mul  # (the method itself: no extra call on every `a * b`)
 
     def __rmul__(self: Tensor, x: TensorLike) -> Tensor:
         return self.mul(x, True)
 
-    def __truediv__(self: Tensor, x: TensorLike) -> Tensor:
-        return self.div(x)
-
     def __rtruediv__(self: Tensor, x: TensorLike) -> Tensor:
         return self.div(x, True)
-
-    def __floordiv__(self: Tensor, x: TensorLike) -> Tensor:
-        return self.idiv(x)
 
     def __rfloordiv__(self: Tensor, x: TensorLike) -> Tensor:
         return self.idiv(x, True)
 
-    def __mod__(self: Tensor, x: TensorLike) -> Tensor:
-        return self.mod(x)
-
     def __rmod__(self: Tensor, x: TensorLike) -> Tensor:
         return self.mod(x, True)
-
-    def __pow__(self: Tensor, x: TensorLike) -> Tensor:
-        return self.pow(x)
 
     def __rpow__(self: Tensor, x: TensorLike) -> Tensor:
         return self.pow(x, True)
 
-    def __neg__(self: Tensor) -> Tensor:
-        return self.neg()
-
-    def __abs__(self: Tensor) -> Tensor:
-        return self.abs()
-
-    def __and__(self: Tensor, x: TensorLike) -> Tensor:
-        return self.bitwise_and(x)
-
     def __rand__(self: Tensor, x: TensorLike) -> Tensor:
         return self.bitwise_and(x, True)
-
-    def __or__(self: Tensor, x: TensorLike) -> Tensor:
-        return self.bitwise_or(x)
 
     def __ror__(self: Tensor, x: TensorLike) -> Tensor:
         return self.bitwise_or(x, True)
 
-    def __xor__(self: Tensor, x: TensorLike) -> Tensor:
-        return self.bitwise_xor(x)
-
     def __rxor__(self: Tensor, x: TensorLike) -> Tensor:
         return self.bitwise_xor(x, True)
-
-    def __invert__(self: Tensor) -> Tensor:
-        return self.bitwise_not()
-
-    def __lshift__(self: Tensor, x: int) -> Tensor:
-        return self.lshift(x)
-
-    def __rshift__(self: Tensor, x: int) -> Tensor:
-        return self.rshift(x)
 
     # ---- casts ----
     def cast(self: Tensor, dtype: DType | str) -> Tensor:

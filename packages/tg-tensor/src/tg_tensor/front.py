@@ -5,7 +5,7 @@ Tensor's methods, autograd, TinyJit and the graph views remember lives here, in 
 (made on first use; a `fresh()` Realizer starts with an empty one), so the engine never holds a Tensor cache.
 
 >>> from tg_tensor import Tensor
->>> from tg_tensor.realizer import fresh
+>>> from tg_tensor.engine.realizer import fresh
 >>> with fresh():
 ...     _ = Tensor([1.0]) * 2.5
 ...     len(front().scalar_views)
@@ -18,7 +18,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tg_tensor.realizer import Realizer, current
+from tg_tensor.engine.realizer import Realizer, current
 from tg_uop import UOp
 from tg_uop.helpers import LRUCache, getenv
 
@@ -55,6 +55,7 @@ class FrontState:
 def front(rz: Realizer | None = None) -> FrontState:
     """The front end's state for `rz` (the current Realizer when None)."""
     rz = current() if rz is None else rz
-    if rz.front is None:
-        rz.front = FrontState()
-    return rz.front
+    st: FrontState | None = rz.front
+    if st is None:
+        st = rz.front = FrontState()
+    return st

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tg_tensor.inplace import view_chain
-from tg_tensor.symbolic import show_size
+from tg_tensor.engine.inplace import view_chain
+from tg_tensor.engine.symbolic import show_size
+from tg_tensor.engine.util import DTypeError, ShapeError, broadcast_shape
 from tg_tensor.take_rows import take_rows
-from tg_tensor.util import DTypeError, ShapeError, broadcast_shape
 from tg_uop import Ops, UOp, dtypes
 from tg_uop.helpers import ContextVar
 

@@ -56,15 +56,14 @@ from tg_runtime.device import (
     bind_program,
 )
 from tg_runtime.runner import CompiledRunner, get_runner, run_copy
-from tg_tensor import jit_file, multi
-from tg_tensor.collective import run_collective
+from tg_tensor import jit_file
+from tg_tensor.engine import multi
+from tg_tensor.engine.collective import run_collective
+from tg_tensor.engine.inplace import pending_writes
+from tg_tensor.engine.realizer import ScheduleItem, current
+from tg_tensor.engine.schedule import buffer_of, recorded_view
 from tg_tensor.front import front
-from tg_tensor.inplace import pending_writes
-from tg_tensor.jit_args import JitArgError, describe_change, flatten_call
-from tg_tensor.multi import pending_multi_writes
-from tg_tensor.realize import run_pending
-from tg_tensor.realizer import ScheduleItem, current
-from tg_tensor.schedule import buffer_of, recorded_view
+from tg_tensor.jit_args import JitArgError, bind_value, describe_change, flatten_call
 from tg_tensor.tensor import Tensor
 from tg_uop import DType, Ops, UOp
 from tg_uop.helpers import DEBUG, JIT, ContextVar, GlobalCounters
@@ -260,7 +259,7 @@ class TinyJit(Generic[ReturnType]):
         if cap.specs is not None:
             _check_specs(self.name, cap.specs, specs)
         cap.specs = specs
-        run_pending()
+        current().run_pending()
         if multi_in := [t for t in inputs if t.uop.op is Ops.MULTI]:
             raise JitError(
                 f"{self.name}: tensor input on several devices ({multi_in[0].device}); pass it on one device and "
@@ -368,7 +367,7 @@ class TinyJit(Generic[ReturnType]):
             if not t.is_realized:
                 t.uop = t.contiguous().uop
         # assigns made inside the function (not realized there) are part of the recording
-        writes = pending_writes() + pending_multi_writes(list(current().live_tensors))
+        writes = pending_writes()
         if outs or writes:
             Tensor.realize(*outs, *writes)
         return ret
@@ -387,7 +386,7 @@ class TinyJit(Generic[ReturnType]):
             launches.append(_Launch(runner, list(item.bufs), born, coll, dict(item.var_vals)))
 
         # assigns made before the call are not the function's: run them now
-        if before := pending_writes() + pending_multi_writes(list(current().live_tensors)):
+        if before := pending_writes():
             Tensor.realize(*before)
         existing = _live_buffers(collect=False) | {id(b) for b in input_bufs}
         with current().recording(observe):
@@ -468,12 +467,7 @@ def _shape_values(what: str, t: Tensor, values: dict[UOp, int]) -> None:
             continue
         for u in s.toposort:
             if u.op is Ops.BIND:
-                var, val = u.unbind()
-                if values.get(var, val) != val:
-                    raise JitArgError(
-                        f"{what}: variable {var.expr!r} is bound to {val} in its shape and to {values[var]} elsewhere"
-                    )
-                values[var] = val
+                bind_value(values, u, what)
 
 
 def _unbound(s: sint) -> sint:

@@ -35,19 +35,23 @@ class JitArgError(TypeError):
     """An argument TinyJit cannot compare between calls (raised as JitError by TinyJit)."""
 
 
+def bind_value(values: dict[UOp, int], bound: UOp, what: str) -> UOp:
+    """Record the value of the bound Variable `bound` in `values` and return the variable (a JitArgError when one call
+    binds it to two values)."""
+    var, val = bound.unbind()
+    if values.get(var, val) != val:
+        raise JitArgError(f"{what}: variable {var.expr!r} is bound to two values in one call: {values[var]} and {val}")
+    values[var] = val
+    return var
+
+
 def _key(name: str, value: Any, inputs: list[Tensor], values: dict[UOp, int]) -> Any:
     """The comparable form of `value`; Tensors found in it are appended to `inputs`, bound values to `values`."""
     if isinstance(value, Tensor):
         inputs.append(value)
         return _TENSOR
     if isinstance(value, UOp) and value.op is Ops.BIND:
-        var, val = value.unbind()
-        if values.get(var, val) != val:
-            raise JitArgError(
-                f"argument {name}: variable {var.expr!r} is bound to two values in one call: {values[var]} and {val}"
-            )
-        values[var] = val
-        return ("var", *var.arg)
+        return ("var", *bind_value(values, value, f"argument {name}").arg)
     if value is None or isinstance(value, (bool, int, str, bytes)):
         return (type(value).__name__, value)
     if isinstance(value, float):  # by bits: -0.0 is not 0.0 and nan equals nan

@@ -139,9 +139,9 @@ def state_buffers(state: Mapping[str, Tensor], realize: bool) -> StateBuffers:
     optimizer's flat buffer). `realize`: lazy tensors are realized first (loading); else they are skipped
     (saving: a lazy tensor holds no buffer of the recording)."""
     from tg_tensor.creation import _default_state
+    from tg_tensor.engine.inplace import view_chain
+    from tg_tensor.engine.schedule import buffer_of
     from tg_tensor.front import front
-    from tg_tensor.inplace import view_chain
-    from tg_tensor.schedule import buffer_of
 
     named: dict[str, Tensor] = {}
     for name, t in state.items():
@@ -244,8 +244,8 @@ def _describe(buf: Buffer) -> str:
 def classify(rec: _Recording, state: Mapping[str, Tensor]) -> tuple[list[dict[str, Any]], list[list[int]]]:
     """The slots of the recording's buffers and each launch's slot numbers (JitCacheError for a buffer that
     lives across calls but no name of `state` holds)."""
+    from tg_tensor.engine.schedule import buffer_of
     from tg_tensor.front import front
-    from tg_tensor.schedule import buffer_of
 
     at: dict[tuple[int, int], dict[str, Any]] = {}
     for i, positions in enumerate(rec.input_slots):

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from tg_codegen.renderer import OperandLayout
 from tg_runtime.device import Device
-from tg_tensor.util import ShapeError, broadcast_shape, is_contiguous_buffer, to_dtype
+from tg_tensor.engine.util import ShapeError, broadcast_shape, is_contiguous_buffer, to_dtype
 from tg_uop import DType, Ops, UOp, dtypes
 from tg_uop.helpers import ContextVar, all_int, prod
 
@@ -66,8 +66,7 @@ class LinalgMixin:
         """
         return x.dot(self, dtype) if reverse else self.dot(x, dtype)
 
-    def __matmul__(self: Tensor, x: Tensor) -> Tensor:
-        return self.matmul(x)
+    __matmul__ = matmul
 
     def __rmatmul__(self: Tensor, x: Tensor) -> Tensor:
         return self.matmul(x, True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from tg_tensor.util import to_dtype
+from tg_tensor.engine.util import to_dtype
 from tg_uop import ConstType, DType, Ops, dtypes
 
 if TYPE_CHECKING:

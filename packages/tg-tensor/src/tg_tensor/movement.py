@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tg_tensor.util import ArgumentError, ModeError, ShapeError, normalize_axis, varargs_shape
+from tg_tensor.engine.util import ArgumentError, ModeError, ShapeError, normalize_axis, varargs_shape
 from tg_uop import UOp, dtypes
 from tg_uop.helpers import prod
 from tg_uop.uop import sint

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tg_tensor.conv import ConvMixin
+from tg_tensor.engine.util import ArgumentError, ShapeError
 from tg_tensor.rng import RandomState, to_unit_float
-from tg_tensor.util import ArgumentError, ShapeError
 from tg_uop import dtypes
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from tg_tensor.util import resolve_axes, sum_acc_dtype, to_dtype
+from tg_tensor.engine.util import resolve_axes, sum_acc_dtype, to_dtype
 from tg_uop import DType, Ops, dtypes
 from tg_uop.alu import cast_const, exec_alu
 from tg_uop.dtype import ConstType

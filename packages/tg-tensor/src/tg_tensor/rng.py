@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tg_tensor.engine.util import const_uop
 from tg_tensor.front import front
-from tg_tensor.util import const_uop
 from tg_uop import Ops, UOp, dtypes
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from tg_tensor.util import DTypeError, normalize_axis, to_dtype
+from tg_tensor.engine.util import DTypeError, normalize_axis, to_dtype
 from tg_uop import ConstType, DType, dtypes
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ class SelectionMixin:
         return _place(x.flatten(), keep, n_out, fill_value)
 
     def _broadcasted_pair(self: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-        from tg_tensor.util import broadcast_shape
+        from tg_tensor.engine.util import broadcast_shape
 
         shape = broadcast_shape(self.shape, mask.shape)
         return self._broadcast_to(shape), mask._broadcast_to(shape)

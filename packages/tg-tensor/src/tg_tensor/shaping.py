@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tg_tensor.util import broadcast_shape, normalize_axis
+from tg_tensor.engine.util import broadcast_shape, normalize_axis
 from tg_uop import ConstType, dtypes
 from tg_uop.helpers import prod
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from tg_tensor.util import normalize_axis, sum_acc_dtype
+from tg_tensor.engine.util import normalize_axis, sum_acc_dtype
 from tg_uop import Ops, dtypes
 
 if TYPE_CHECKING:

@@ -27,8 +27,8 @@ import functools
 from typing import TYPE_CHECKING
 
 from tg_runtime.device import DeviceSet
-from tg_tensor.realizer import current
-from tg_tensor.util import const_uop, scalar_dtype, sum_acc_dtype
+from tg_tensor.engine.realizer import current
+from tg_tensor.engine.util import const_uop, scalar_dtype, sum_acc_dtype
 from tg_uop import DType, Ops, UOp, dtypes
 from tg_uop.helpers import all_int
 

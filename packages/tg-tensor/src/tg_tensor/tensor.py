@@ -16,33 +16,43 @@ import contextlib
 import itertools
 import sys
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from tg_runtime.device import Device, DeviceSet
-from tg_shape import ShapeTracker, View
+from tg_shape import View
 from tg_tensor import gradient as autograd
-from tg_tensor import multi
 from tg_tensor.activation import ActivationMixin
 from tg_tensor.creation import CreationMixin
 from tg_tensor.custom import CustomKernelMixin
 from tg_tensor.decomp import DecompMixin
 from tg_tensor.disk import disk_assign, disk_to, is_disk
 from tg_tensor.elementwise import ElementwiseMixin
+from tg_tensor.engine import multi
+from tg_tensor.engine.inplace import protect_old_values, rebuild_view, view_chain
+from tg_tensor.engine.ordering import order_items
+from tg_tensor.engine.provenance import note_origin
+from tg_tensor.engine.realizer import Realizer, ScheduleItem, Stages, current
+from tg_tensor.engine.schedule import buffer_of, check_not_stale, create_schedule, movement_st, replay_one, write_view
+from tg_tensor.engine.symbolic import concrete_shape
+from tg_tensor.engine.util import (
+    DTypeError,
+    ShapeError,
+    const_uop,
+    is_contiguous_buffer,
+    np_dtype,
+    shape_of_list,
+    to_dtype,
+)
 from tg_tensor.indexing import IndexingMixin
-from tg_tensor.inplace import rebuild_view, view_chain
 from tg_tensor.linalg import LinalgMixin
 from tg_tensor.mathops import MathOpsMixin
 from tg_tensor.movement import MovementMixin
 from tg_tensor.nn import NNMixin
-from tg_tensor.provenance import note_origin
-from tg_tensor.realizer import ScheduleItem, current
 from tg_tensor.reduce import ReduceMixin
-from tg_tensor.schedule import buffer_of, check_not_stale, write_view
 from tg_tensor.selection import SelectionMixin
 from tg_tensor.shaping import ShapingMixin
 from tg_tensor.sorting import SortingMixin
-from tg_tensor.symbolic import concrete_shape
-from tg_tensor.util import DTypeError, ShapeError, const_uop, is_contiguous_buffer, np_dtype, shape_of_list, to_dtype
+from tg_tensor.visibility import on_schedule
 from tg_uop import ConstType, DType, GroupOp, Ops, UOp, dtypes
 from tg_uop.helpers import DEBUG, TRAINING, all_int, prod
 from tg_uop.trace import TRACE
@@ -92,10 +102,7 @@ def _strided_window(u: UOp) -> tuple[UOp, View] | None:
     base, ops = chain
     if base.shape is None or is_disk(str(base.device)):  # (DISK: never read a whole file for a window)
         return None
-    st = ShapeTracker.from_shape(base.shape)
-    for op, arg in reversed(ops):
-        st = getattr(st, op.name.lower())(arg)  # RESHAPE -> st.reshape(arg), EXPAND -> st.expand(arg), ...
-    st = st.simplify()
+    st = movement_st(base.shape, tuple(reversed(ops))).simplify()
     view = st.views[-1]
     if len(st.views) != 1 or view.mask is not None or not all_int((*view.strides, view.offset)):
         return None
@@ -437,17 +444,19 @@ class Tensor(
         from tg_tensor.jit import check_host_read  # (jit imports this module)
 
         check_host_read("reading values (.numpy()/.item()/.tolist())")
-        if multi.is_multi(self.uop):
-            return multi.to_numpy(self)  # type: ignore[no-any-return]
         import numpy as np
+
+        if multi.is_multi(self.uop):  # each device's shard, joined on the host
+            self.realize()
+            parts, axis = [Tensor(s).numpy() for s in self.uop.src[:-1]], self.uop.arg
+            return parts[0] if axis is None else np.concatenate(parts, axis=axis)
 
         self.realize()  # a lazy tensor gets its own buffer; a view of a buffer stays a view
         shape = concrete_shape(self.shape)
         window = (self.uop.base, View.create(shape)) if is_contiguous_buffer(self.uop) else _strided_window(self.uop)
-        if not all_int(self.shape) and not is_contiguous_buffer(self.uop):
-            # a symbolic shape: a kernel writes the bound part, row-major, at the start of a buffer of the largest size
-            window = (self.contiguous().realize().uop.base, View.create(shape))
-        if window is None:  # a view that a kernel must gather (padding, several views, DISK)
+        # a view that a kernel must gather (padding, several views, DISK), or a symbolic shape (a kernel writes the
+        # bound part, row-major, at the start of a buffer of the largest size)
+        if window is None or not all_int(self.shape) and not is_contiguous_buffer(self.uop):
             window = (self.contiguous().realize().uop.base, View.create(shape))
         base, view = window
         check_not_stale(base)  # a failed realize never wrote it
@@ -574,7 +583,7 @@ class Tensor(
         if value.device != self.device:
             raise ValueError(f"assign: value is on {value.device}, the tensor on {self.device}")
         if multi.is_multi(self.uop):
-            return multi.assign_multi(self, value)
+            return self._assign_shards(value)
         follows = (self.uop,) if self.uop.op is Ops.ASSIGN else ()  # an assign not run yet: this one comes after
         if not follows and (earlier := _assign_below(self.uop)) is not None:
             # a view of an assign's result (`c.assign(x); c[1:2].assign(y)`): that assign is scheduled first, so this
@@ -601,6 +610,17 @@ class Tensor(
         return self
 
     # ---- autograd ----
+    def _assign_shards(self, value: Tensor) -> Tensor:
+        """In-place update of a multi-device tensor: each device assigns its shard (the value resharded to match)."""
+        memo, users = multi.assign_lowering([self.uop, value.uop])
+        target, val = multi.lower(self.uop, memo, users), multi.lower(value.uop, memo, users)
+        if not isinstance(target, multi.Shards) or not isinstance(val, multi.Shards) or target.devices != val.devices:
+            raise ValueError(f"assign: value is on {value.device}, the tensor on {self.device}")
+        val = multi.to_axis(val, target.axis)
+        outs = [Tensor(tu).assign(Tensor(vu)).uop for tu, vu in zip(target.uops, val.uops)]
+        self.uop = multi.multi_node(outs, target.axis, target.devices)
+        return self
+
     def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
         """d(self)/d(target) for each target; `self` must be a scalar unless `gradient` is given.
 
@@ -631,7 +651,8 @@ class Tensor(
             raise RuntimeError("backward: gradients are disabled (Tensor.no_grad is set)")
         seed = self._seed_gradient(gradient)
         graph = self._graph().toposort
-        targets = [(t, n) for t in list(current().grad_tensors) if (n := t._node_in(graph)) is not None]
+        asking = cast("list[Tensor]", list(current().grad_tensors))  # (the engine files them as realizer.Holder)
+        targets = [(t, n) for t in asking if (n := t._node_in(graph)) is not None]
         grads = autograd.compute_gradient(self._graph(), seed.uop, [n for _, n in targets])
         for t, n in targets:
             if not dtypes.is_float(t.dtype):
@@ -688,6 +709,10 @@ class Tensor(
         finally:
             Tensor.no_grad = prev
 
+
+# the engine's scheduling steps and the views of a schedule, handed to the Realizer (which never imports them)
+_steps = (create_schedule, replay_one, protect_old_values, order_items, multi.needs_lowering, multi.schedule_multi)
+Realizer.stages = Stages(*_steps, on_schedule)
 
 _SYMBOLIC_ALUS = (Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.NEG, Ops.SUB, Ops.AND, Ops.OR)
 

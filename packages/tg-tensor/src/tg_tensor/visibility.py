@@ -15,11 +15,10 @@ import tempfile
 import time
 from collections.abc import Sequence
 
+from tg_tensor.engine.provenance import LIBRARY, OURS
+from tg_tensor.engine.realizer import current
 from tg_tensor.front import front
-from tg_tensor.provenance import LIBRARY, OURS
-from tg_tensor.realizer import current
 from tg_uop import GroupOp, Ops, UOp, dtypes
-from tg_uop.dot import render_dots, to_dot, write_dot
 from tg_uop.helpers import DEBUG
 from tg_uop.trace import GRAPH, TRACE
 
@@ -44,6 +43,8 @@ def run_dir() -> str:
 
 def _render_at_exit(run: list[str]) -> None:
     dots = run[1:]
+    from tg_uop.dot import render_dots  # (the DOT writers import subprocess: loaded when GRAPH is used, not at import)
+
     svgs = render_dots(dots) if os.environ.get("GRAPH_RENDER", "1") != "0" else []
     how = f", {len(svgs)} rendered to SVG" if svgs else " (render: dot -Tsvg -O *.dot)"
     print(f"GRAPH: {len(dots)} DOT files in {run[0]}{how}")
@@ -112,6 +113,8 @@ def on_schedule(roots: Sequence[UOp], asts: Sequence[UOp], start_us: float) -> N
             for i, ast in enumerate(asts):
                 TRACE.snapshot_step(f"kernel {i} AST", ast, fold_movement=False)
     if GRAPH.value >= 1:
+        from tg_uop.dot import to_dot, write_dot
+
         d = run_dir()
         paths = write_dot(to_dot(lazy, title=f"realize {n}: lazy graph"), os.path.join(d, f"realize_{n}.dot"), False)
         if GRAPH.value >= 2:

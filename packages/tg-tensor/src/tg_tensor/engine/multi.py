@@ -22,15 +22,13 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, ClassVar
 
 from tg_runtime.device import Device, DeviceSet
+from tg_tensor.engine.realizer import Holder, ScheduleItem, current
 from tg_uop import GroupOp, Ops, UOp, dtypes
 from tg_uop.helpers import prod
 from tg_uop.uop import sint
-
-if TYPE_CHECKING:
-    from tg_tensor.tensor import Tensor
 
 REDUCE_NAMES = {Ops.ADD: "SUM", Ops.MAX: "MAX", Ops.MUL: "PROD"}
 
@@ -150,8 +148,6 @@ def lower(root: UOp, memo: dict[UOp, UOp | Shards], users: Counter[UOp] | None =
     an all-reduced value with a single user keeps its inputs, so that a later split of it becomes a
     reduce-scatter (without `users`, every split slices the all-reduced value).
     """
-    from tg_tensor.realizer import current
-
     realized = current().realized
     for node in root.toposort:  # sources come first
         if node in memo:
@@ -434,24 +430,37 @@ def gather_to(s: Shards, device: str) -> UOp:
     return total
 
 
-# ---- realizing, reading, assigning
+# ---- realizing
 
 
-def schedule_multi(tensors: list[Tensor]) -> list[Any]:
+class _Shard:
+    """A per-device graph being scheduled: what the Realizer needs of a tensor (realizer.Holder), nothing more."""
+
+    no_grad: ClassVar[bool] = True
+    __slots__ = ("uop", "_lazy")
+
+    def __init__(self, u: UOp) -> None:
+        self.uop: UOp = u
+        self._lazy: UOp | None = None
+
+    @property
+    def _uop(self) -> UOp:
+        return self.uop
+
+
+def schedule_multi(tensors: list[Holder]) -> list[ScheduleItem]:
     """Schedule tensors of which some live on several devices: lower them, schedule every device's graph."""
-    from tg_tensor.tensor import Tensor
-
     memo: dict[UOp, UOp | Shards] = {}
-    temps: list[Tensor] = []
-    plans: list[tuple[Tensor, Shards | None, int]] = []
+    temps: list[_Shard] = []
+    plans: list[tuple[Holder, Shards | None, int]] = []
     users = count_users([t.uop for t in tensors])
     for t in tensors:
         low = lower(t.uop, memo, users)
         plans.append((t, low if isinstance(low, Shards) else None, len(temps)))
-        temps.extend(Tensor(u) for u in (low.uops if isinstance(low, Shards) else (low,)))
-    items = temps[0].schedule(*temps[1:])
+        temps.extend(_Shard(u) for u in (low.uops if isinstance(low, Shards) else (low,)))
+    items = current().schedule(temps)
     _remember_lowered(memo)
-    grad_nodes = _grad_nodes()
+    grad_nodes = set() if type(tensors[0]).no_grad else current().grad_nodes()
     for t, sh, start in plans:
         lazy = t.uop
         if sh is None:
@@ -468,8 +477,6 @@ def _remember_lowered(memo: dict[UOp, UOp | Shards]) -> None:
     shards' buffers): the per-device nodes are dropped with the schedule, and a later schedule reading the global
     node (a tensor-parallel decode step writes each layer's cache in a schedule of its own) would lower and compute
     everything under it again."""
-    from tg_tensor.realizer import current
-
     realized = current().realized
     for node, low in memo.items():
         if node in realized or node.op in (Ops.DEVICE, Ops.MULTI, Ops.BUFFER):
@@ -481,16 +488,7 @@ def _remember_lowered(memo: dict[UOp, UOp | Shards]) -> None:
             realized[node] = realized[low]
 
 
-def _grad_nodes() -> set[UOp]:
-    from tg_tensor.realizer import current
-    from tg_tensor.tensor import Tensor
-
-    if Tensor.no_grad:
-        return set()
-    return {n for g in list(current().grad_tensors) for n in (g.uop, g._lazy) if n is not None}
-
-
-def needs_lowering(tensors: list[Tensor]) -> bool:
+def needs_lowering(tensors: list[Holder]) -> bool:
     """Does any of these tensors' graphs reach a tensor on several devices?"""
     if not DeviceSet.made:  # no tensor was ever put on several devices: nothing to look for
         return False
@@ -499,42 +497,6 @@ def needs_lowering(tensors: list[Tensor]) -> bool:
 
 def _on_several(n: UOp) -> bool:
     return n.op is Ops.MULTI or (n.op is Ops.DEVICE and isinstance(n.arg, DeviceSet))
-
-
-def shards_of(t: Tensor) -> tuple[list[Tensor], int | None]:
-    """The realized per-device tensors of a multi-device tensor and its sharded axis."""
-    from tg_tensor.tensor import Tensor
-
-    t.realize()
-    u = t.uop
-    assert u.op is Ops.MULTI
-    return [Tensor(s) for s in u.src[:-1]], u.arg
-
-
-def to_numpy(t: Tensor) -> Any:
-    import numpy as np
-
-    parts, axis = shards_of(t)
-    arrays = [p.numpy() for p in parts]
-    return arrays[0] if axis is None else np.concatenate(arrays, axis=axis)
-
-
-def assign_multi(t: Tensor, value: Tensor) -> Tensor:
-    """In-place update of a multi-device tensor: each device assigns its shard (the value resharded to match)."""
-    from tg_tensor.tensor import Tensor
-
-    memo, users = _assign_lowering([t.uop, value.uop])
-    target, val = lower(t.uop, memo, users), lower(value.uop, memo, users)
-    if not isinstance(target, Shards) or not isinstance(val, Shards) or target.devices != val.devices:
-        raise ValueError(f"assign: value is on {value.device}, the tensor on {t.device}")
-    val = to_axis(val, target.axis)
-    outs = []
-    for tu, vu in zip(target.uops, val.uops):
-        shard = Tensor(tu)
-        shard.assign(Tensor(vu))
-        outs.append(shard.uop)
-    t.uop = multi_node(outs, target.axis, target.devices)
-    return t
 
 
 @dataclass
@@ -546,10 +508,8 @@ class _AssignLowering:
     seen: set[UOp] = field(default_factory=set)
 
 
-def _assign_lowering(roots: list[UOp]) -> tuple[dict[UOp, UOp | Shards], Counter[UOp]]:
+def assign_lowering(roots: list[UOp]) -> tuple[dict[UOp, UOp | Shards], Counter[UOp]]:
     """The shared memo and the users (these roots' graphs counted in) for lowering these roots."""
-    from tg_tensor.realizer import current
-
     st = current().lowerings().setdefault("assign", _AssignLowering())
     st.users.update(roots)
     for root in roots:
@@ -558,8 +518,3 @@ def _assign_lowering(roots: list[UOp]) -> tuple[dict[UOp, UOp | Shards], Counter
                 st.seen.add(node)
                 st.users.update(node.src)
     return st.memo, st.users
-
-
-def pending_multi_writes(tensors: list[Tensor]) -> list[Tensor]:
-    """Multi-device tensors holding an assign not run yet (TinyJit runs them at the end of a recording)."""
-    return [t for t in tensors if t.uop.op is Ops.MULTI and any(s.op is Ops.ASSIGN for s in t.uop.src[:-1])]

@@ -31,8 +31,8 @@ from collections.abc import Callable
 from typing import Any
 
 from tg_runtime.device import Buffer
-from tg_tensor.realizer import ScheduleItem, current
-from tg_tensor.schedule import buffer_of, create_copy_kernel
+from tg_tensor.engine.realizer import ScheduleItem, current
+from tg_tensor.engine.schedule import buffer_of, create_copy_kernel
 from tg_uop import GroupOp, Ops, UOp
 
 
@@ -137,12 +137,13 @@ class _Scan:
 
 
 def pending_writes() -> list[Any]:
-    """Live tensors holding an in-place write (`assign`) that has not run yet.
+    """Live tensors holding an in-place write (`assign`) that has not run yet (on one device, then on several).
 
     TinyJit runs these at the end of the function it records, so the writes are part of the recording.
     """
-    rz = current()
-    return [t for t in list(rz.live_tensors) if t.uop.op is Ops.ASSIGN and t.uop not in rz.realized]
+    rz, live = current(), list(current().live_tensors)
+    ones = [t for t in live if t.uop.op is Ops.ASSIGN and t.uop not in rz.realized]
+    return ones + [t for t in live if t.uop.op is Ops.MULTI and any(s.op is Ops.ASSIGN for s in t.uop.src[:-1])]
 
 
 def rebuild_view(base: UOp, ops: list[tuple[Ops, Any]]) -> UOp:

@@ -9,7 +9,7 @@ Each registered tensor has one plain weak reference (its `ref`, kept on the tens
 `moved` so the index follows the tensor, and a dead tensor leaves the index through the reference's callback.
 
 >>> from tg_tensor import Tensor
->>> from tg_tensor.realizer import fresh
+>>> from tg_tensor.engine.realizer import fresh
 >>> with fresh() as r:
 ...     a = Tensor([1.0, 2.0]) * 4
 ...     b = Tensor(a.uop)
@@ -21,23 +21,22 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import Generic, TypeVar
 
 from tg_uop import UOp
 
-if TYPE_CHECKING:
-    from tg_tensor.tensor import Tensor
+T = TypeVar("T")  # (the front end's tensors: the engine never sees their class)
 
 
-class LiveTensors:
+class LiveTensors(Generic[T]):
     """Every live Tensor of one Realizer, found by its node (`holders`) or all at once (iteration)."""
 
     def __init__(self) -> None:
-        self._by_node: dict[UOp, dict[int, weakref.ref[Tensor]]] = {}  # node -> {id(ref): ref} of its holders
+        self._by_node: dict[UOp, dict[int, weakref.ref[T]]] = {}  # node -> {id(ref): ref} of its holders
         self._node_of: dict[int, UOp] = {}  # id(ref) -> the node that tensor is filed under
         self.visits = 0  # tensors looked at by `holders` (a test checks that a realize visits few)
 
-    def add(self, t: Tensor, node: UOp) -> weakref.ref[Tensor]:
+    def add(self, t: T, node: UOp) -> weakref.ref[T]:
         """File `t` under `node`; returns its reference (kept on the tensor, so `moved` finds it)."""
         ref = weakref.ref(t, self._gone)  # (a plain reference: a subclass with fields costs 5x as much to make)
         key = id(ref)
@@ -48,7 +47,7 @@ class LiveTensors:
             bucket[key] = ref
         return ref
 
-    def moved(self, ref: weakref.ref[Tensor], node: UOp) -> None:
+    def moved(self, ref: weakref.ref[T], node: UOp) -> None:
         """The tensor of `ref` now stands for `node`."""
         key = id(ref)
         old = self._node_of[key]
@@ -64,7 +63,7 @@ class LiveTensors:
         else:
             new[key] = ref
 
-    def _gone(self, ref: weakref.ref[Tensor]) -> None:
+    def _gone(self, ref: weakref.ref[T]) -> None:
         node = self._node_of.pop(id(ref), None)
         if node is None:
             return
@@ -73,7 +72,7 @@ class LiveTensors:
         if not bucket:
             del self._by_node[node]
 
-    def holders(self, node: UOp) -> list[Tensor]:
+    def holders(self, node: UOp) -> list[T]:
         """The live tensors that stand for `node` now."""
         bucket = self._by_node.get(node)
         if bucket is None:
@@ -82,7 +81,7 @@ class LiveTensors:
         self.visits += len(out)
         return out
 
-    def __iter__(self) -> Iterator[Tensor]:
+    def __iter__(self) -> Iterator[T]:
         for bucket in list(self._by_node.values()):
             for e in list(bucket.values()):
                 if (t := e()) is not None:

@@ -1,6 +1,6 @@
 """Small helpers shared by the Tensor modules: shapes, broadcasting, dtypes, constants.
 
->>> from tg_tensor.util import broadcast_shape
+>>> from tg_tensor.engine.util import broadcast_shape
 >>> broadcast_shape((2, 1), (3,))
 (2, 3)
 """

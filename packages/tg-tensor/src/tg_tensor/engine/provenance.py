@@ -16,7 +16,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from tg_tensor.realizer import current
+from tg_tensor.engine.realizer import current
 from tg_uop import Ops, UOp
 
 OURS = ("tg", "tg_uop", "tg_shape", "tg_codegen", "tg_runtime", "tg_tensor", "tg_nn", "tg_llm", "tg_viz")

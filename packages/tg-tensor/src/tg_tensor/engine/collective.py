@@ -21,7 +21,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from tg_runtime.device import Buffer
-from tg_tensor.util import np_dtype
+from tg_tensor.engine.util import np_dtype
 from tg_uop import dtypes
 from tg_uop.helpers import DEBUG
 

@@ -16,13 +16,15 @@ The two entry points:
     writes come after reads (ordering.py), and queue them;
   - `run(items)`: run items, consuming the queue in order (an item still queued runs after every item
     queued before it).
+The modules of those steps import this one: the front end hands them to the Realizer as `Realizer.stages`
+(tensor.py), and tensors reach it as `Holder`s (the engine never imports Tensor).
 
 `Tensor.schedule`/`Tensor.realize` call them on `current()`. A test can isolate itself with
 `with fresh(): ...` (a new, empty Realizer for the block); tensors must not cross Realizers (their
 buffers are registered in the one they were made in).
 
 >>> from tg_tensor import Tensor
->>> from tg_tensor.realizer import current, fresh
+>>> from tg_tensor.engine.realizer import current, fresh
 >>> with fresh() as r:
 ...     t = Tensor([1.0, 2.0]) + 1
 ...     items = r.schedule([t])
@@ -35,21 +37,20 @@ buffers are registered in the one they were made in).
 
 from __future__ import annotations
 
-import functools
 import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from tg_runtime.device import Buffer, Device, DeviceSet
 from tg_runtime.runner import compile_all, get_runner, run_copy
-from tg_tensor.collective import run_collective
-from tg_tensor.live import LiveTensors
-from tg_tensor.symbolic import unbind_ast
-from tg_tensor.util import is_contiguous_buffer
+from tg_tensor.engine.collective import run_collective
+from tg_tensor.engine.live import LiveTensors
+from tg_tensor.engine.symbolic import unbind_ast
+from tg_tensor.engine.util import is_contiguous_buffer
 from tg_uop import Ops, UOp
 from tg_uop.helpers import DEBUG, GlobalCounters, LRUCache, getenv
 from tg_uop.trace import GRAPH, TRACE
@@ -58,9 +59,21 @@ from tg_uop.uop import sint
 K = TypeVar("K")
 V = TypeVar("V")
 
-if TYPE_CHECKING:
-    from tg_tensor.front import FrontState
-    from tg_tensor.tensor import Tensor
+
+class Holder(Protocol):
+    """What the engine needs of a tensor (the front end's Tensor is one; the engine never imports it): the node it
+    stands for (`uop`; `_uop` read without the property), the graph autograd may still differentiate (`_lazy`), and
+    whether autograd is off (`no_grad`)."""
+
+    no_grad: ClassVar[bool]
+    _lazy: UOp | None
+
+    @property
+    def _uop(self) -> UOp: ...
+    @property
+    def uop(self) -> UOp: ...
+    @uop.setter
+    def uop(self, node: UOp) -> None: ...
 
 
 @dataclass
@@ -112,12 +125,29 @@ class WeakMembers(weakref.WeakSet[K]):
     data: set[weakref.ReferenceType[K]]
 
 
+@dataclass(frozen=True)
+class Stages:
+    """The steps of `Realizer.schedule`, from modules above this one (the front end installs them on import as
+    `Realizer.stages`): schedule.py's create and replay, inplace.py's protection, ordering.py, multi.py's
+    lowering, and the views of visibility.py."""
+
+    create_schedule: Callable[[list[UOp]], tuple[list[ScheduleItem], dict[UOp, UOp]]]
+    replay_one: Callable[[Realizer, UOp], tuple[UOp, list[Buffer], dict[UOp, int], UOp] | None]
+    protect_old_values: Callable[[list[ScheduleItem]], tuple[list[ScheduleItem], Callable[[], None]]]
+    order_items: Callable[[list[ScheduleItem]], list[ScheduleItem]]
+    needs_lowering: Callable[[list[Holder]], bool]
+    schedule_multi: Callable[[list[Holder]], list[ScheduleItem]]
+    on_schedule: Callable[[list[UOp], list[UOp], float], None]
+
+
 class StaleReadError(RuntimeError):
     """A graph reads a tensor version that an in-place assign has overwritten."""
 
 
 class Realizer:
     """The registries and caches of realization, with `schedule` and `run` (see the module docstring)."""
+
+    stages: ClassVar[Stages]
 
     def __init__(self) -> None:
         # lazy node -> the realized node (a BUFFER reshaped to the node's shape) that now holds its value
@@ -135,11 +165,11 @@ class Realizer:
         self._queued: set[int] = set()
         # every live Tensor (the possible readers of an overwritten version), indexed by its node; those that
         # asked for gradients
-        self.live_tensors = LiveTensors()
-        self.grad_tensors: WeakMembers[Tensor] = WeakMembers()
+        self.live_tensors: LiveTensors[Holder] = LiveTensors()
+        self.grad_tensors: WeakMembers[Holder] = WeakMembers()
         # tensors re-pointed to another tensor's realized buffer by share_results (an assign must not write it)
         # (by id: a WeakSet compares members with ==, which builds a Tensor)
-        self.shared: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+        self.shared: weakref.WeakValueDictionary[int, Holder] = weakref.WeakValueDictionary()
         # schedules by graph structure (schedule.py), the most recently used SCHEDULE_CACHE_MAX of them
         self.recipes: LRUCache[tuple[object, ...], Any] = LRUCache(getenv("SCHEDULE_CACHE_MAX", 4096))
         # constant families (device, AST with constants as loads) -> first member; one-element constant buffers
@@ -154,8 +184,8 @@ class Realizer:
         self.origins: weakref.WeakKeyDictionary[UOp, str] = weakref.WeakKeyDictionary()
         self.kernel_ops: dict[UOp, list[str]] = {}
         # the front end's caches for this Realizer (front.py: scalar views, the random stream, custom gradients, ...)
-        self.front: FrontState | None = None
-        # what the multi-device assigns made since the last schedule lowered (multi.assign_multi; see `lowerings`)
+        self.front: Any = None
+        # what the multi-device assigns made since the last schedule lowered (Tensor._assign_shards; see `lowerings`)
         self._lowerings: dict[str, Any] = {}
 
     # ---- registries ----
@@ -199,7 +229,7 @@ class Realizer:
         """The version `node` was overwritten while nothing live read it: reading it later raises."""
         self.stale.add(node)
 
-    def unshare(self, t: Tensor) -> bool:
+    def unshare(self, t: Holder) -> bool:
         """Was `t` re-pointed at another tensor's result (share_results)? It no longer is (it gets its own)."""
         if self.shared.get(id(t)) is t:
             del self.shared[id(t)]
@@ -245,7 +275,7 @@ class Realizer:
                     del realized[u]
 
     # ---- realize ----
-    def realize(self, tensors: Sequence[Tensor]) -> None:
+    def realize(self, tensors: Sequence[Holder]) -> None:
         """Schedule the kernels computing `tensors` and run everything queued (`schedule`, then `run_pending`).
 
         One tensor whose graph's structure is in the schedule cache as one kernel, with nothing else queued and
@@ -260,13 +290,13 @@ class Realizer:
         self.schedule(tensors)
         self.run_pending()
 
-    def _realize_replayed(self, t: Tensor) -> bool:
+    def _realize_replayed(self, t: Holder) -> bool:
         if DeviceSet.made or DEBUG.value or TRACE.active or TRACE.profiling or GRAPH.value:
             return False
         if is_contiguous_buffer(t._uop):  # realized already (`loss.item()` after `loss.realize()`): nothing to do
             return True
         root, shape = _strip_reshapes(t._uop)
-        if (hit := _steps().replay_one(self, root)) is None:
+        if (hit := self.stages.replay_one(self, root)) is None:
             return False
         ast, bufs, var_vals, result = hit
         self._point_at_results((t,), [(root, shape)], {root: result})
@@ -286,13 +316,13 @@ class Realizer:
         parameter a value read from one backward graph: lowered once, not once per parameter)."""
         return self._lowerings
 
-    def schedule(self, tensors: Sequence[Tensor]) -> list[ScheduleItem]:
+    def schedule(self, tensors: Sequence[Holder]) -> list[ScheduleItem]:
         """The kernels that realizing `tensors` would run, queued; the tensors now refer to their outputs.
 
         A tensor that is only a reshape of a lazy node realizes that node (so `x.mean()` and the
         mean inside `x.std()` share one kernel).
         """
-        steps = _steps()
+        steps = self.stages
         self._lowerings.clear()
         if DeviceSet.made and steps.needs_lowering(list(tensors)):  # some live on several devices: every device's
             return steps.schedule_multi(list(tensors))  # graph is scheduled (it schedules them through here)
@@ -314,7 +344,7 @@ class Realizer:
         return items
 
     def _point_at_results(
-        self, tensors: Sequence[Tensor], roots: list[tuple[UOp, tuple[sint, ...]]], becomes: dict[UOp, UOp]
+        self, tensors: Sequence[Holder], roots: list[tuple[UOp, tuple[sint, ...]]], becomes: dict[UOp, UOp]
     ) -> None:
         keeps_graph = not type(tensors[0]).no_grad and self.grad_tensors.data
         if len(tensors) == 1 and not keeps_graph:  # (one tensor that autograd does not need: every tiny realize)
@@ -324,10 +354,7 @@ class Realizer:
             if old.op not in _OWN and old is not t._uop:
                 self._share(old, t, (id(t),))
             return
-        grad_nodes: set[UOp] = set()
-        if keeps_graph:  # (a WeakSet's len() is Python)
-            for g in list(self.grad_tensors):
-                grad_nodes.update(n for n in (g.uop, g._lazy) if n is not None)
+        grad_nodes = self.grad_nodes() if keeps_graph else set()
         before = [t._uop for t in tensors]
         for t, (root, shape) in zip(tensors, roots):
             # keep the pre-realize graph only where autograd may still need it: it keeps every
@@ -339,7 +366,7 @@ class Realizer:
             t.uop = result if _shape_of(result) == shape else result.reshape(shape)
         self._share_results(tensors, before)
 
-    def _share_results(self, tensors: Sequence[Tensor], before: list[UOp]) -> None:
+    def _share_results(self, tensors: Sequence[Holder], before: list[UOp]) -> None:
         """Other live tensors that stood for the same lazy node now stand for the same buffer.
 
         Equal specifications are one UOp, so after `A = t * 4; B = t * 4; A.realize()` B is realized
@@ -351,7 +378,7 @@ class Realizer:
             for old, t in done.items():  # only the holders of a computed node are visited (not every live tensor)
                 self._share(old, t, scheduled)
 
-    def _share(self, old: UOp, t: Tensor, skip: Collection[int]) -> None:
+    def _share(self, old: UOp, t: Holder, skip: Collection[int]) -> None:
         """The live tensors that stand for `old` (but those in `skip`, by id) now stand for what `t` does."""
         for other in self.live_tensors.holders(old):
             if id(other) not in skip:
@@ -359,16 +386,21 @@ class Realizer:
                 other.uop = t.uop
                 self.shared[id(other)] = other
 
+    def grad_nodes(self) -> set[UOp]:
+        """The nodes that the tensors asking for gradients stand for, or stood for before they were realized."""
+        return {n for g in list(self.grad_tensors) for n in (g.uop, g._lazy) if n is not None}
+
     def unqueue(self, item: ScheduleItem | None = None) -> None:
         """Take `item` (every item when None) off the queue without running it."""
-        if item is None:
-            self.pending.clear()
-            self._queued.clear()
-        elif id(item) in self._queued:
-            kept = [p for p in self.pending if p is not item]
+        self._drop({id(p) for p in self.pending} if item is None else {id(item)} & self._queued)
+
+    def _drop(self, ids: set[int]) -> None:
+        """Take the items with these ids off the queue."""
+        if ids:
+            kept = [p for p in self.pending if id(p) not in ids]
             self.pending.clear()
             self.pending.extend(kept)
-            self._queued.discard(id(item))
+            self._queued -= ids
 
     # ---- run ----
     def run_pending(self) -> None:
@@ -437,11 +469,7 @@ class Realizer:
 
     def _roll_back(self, lost: list[ScheduleItem], error: BaseException) -> None:
         """Forget the items that did not run: off the queue, their outputs marked failed."""
-        ids = {id(item) for item in lost}
-        kept = [p for p in self.pending if id(p) not in ids]
-        self.pending.clear()
-        self.pending.extend(kept)
-        self._queued -= ids
+        self._drop({id(item) for item in lost})
         outs = {id(b) for item in lost for b in item.bufs[: item.outputs]}
         why = f"{type(error).__name__}: {error}"
         for u, b in list(self.buffers.items()):
@@ -479,26 +507,6 @@ def _reads_any(graph: UOp, nodes: set[UOp]) -> bool:
     return bool(nodes) and any(n in nodes for n in graph.toposort)
 
 
-class _Steps:
-    """The stages of `Realizer.schedule`, from modules that import this one (found once, not per realize)."""
-
-    def __init__(self) -> None:
-        from tg_tensor import multi
-        from tg_tensor.inplace import protect_old_values
-        from tg_tensor.ordering import order_items
-        from tg_tensor.schedule import create_schedule, replay_one
-        from tg_tensor.visibility import on_schedule
-
-        self.needs_lowering, self.schedule_multi = multi.needs_lowering, multi.schedule_multi
-        self.protect_old_values, self.order_items = protect_old_values, order_items
-        self.create_schedule, self.on_schedule, self.replay_one = create_schedule, on_schedule, replay_one
-
-
-@functools.cache
-def _steps() -> _Steps:
-    return _Steps()
-
-
 # nodes whose result is a buffer of their own (an assign's target; `Tensor.zeros(3).contiguous()`, to assign into):
 # other holders of the node do not share it
 _OWN = (Ops.ASSIGN, Ops.CONTIGUOUS)
@@ -509,6 +517,17 @@ _CURRENT = Realizer()  # the Realizer every Tensor uses (swapped only by `fresh`
 def current() -> Realizer:
     """The Realizer in use."""
     return _CURRENT
+
+
+def run_schedule(items: list[ScheduleItem]) -> None:
+    """Execute the items in order (Realizer.run): queued items run after the ones queued before them.
+
+    >>> from tg_tensor import Tensor
+    >>> t = Tensor([1, 2]) * 3
+    >>> run_schedule(t.schedule()); t.tolist()
+    [3, 6]
+    """
+    current().run(items)
 
 
 @contextmanager

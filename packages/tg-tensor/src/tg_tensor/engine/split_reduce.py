@@ -6,7 +6,7 @@ reduction over batch x height x width) has one reduce axis cut in G parts that b
 first kernel (`split_axis`), so it runs G times as many threads; the second kernel sums the G partials.
 Without the split, the conv weight gradient of the MNIST step ran on 18 blocks of an H100's 132 SMs.
 
->>> from tg_tensor.split_reduce import SPLIT_REDUCE_MIN
+>>> from tg_tensor.engine.split_reduce import SPLIT_REDUCE_MIN
 >>> SPLIT_REDUCE_MIN
 32768
 """

@@ -19,8 +19,8 @@ from __future__ import annotations
 from typing import Any
 
 from tg_runtime.device import Buffer
-from tg_tensor.realizer import current
-from tg_tensor.util import np_dtype
+from tg_tensor.engine.realizer import current
+from tg_tensor.engine.util import np_dtype
 from tg_uop import DType, Ops, UOp, dtypes
 
 # The caches live in the Realizer: `families` (device, AST with constants as loads) -> the first member

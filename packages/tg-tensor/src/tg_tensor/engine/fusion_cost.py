@@ -26,7 +26,7 @@ Nodes are decided from the roots down, so a node computed once is an anchor for 
 Reductions follow the same idea elsewhere: a reduction read through an expand is its own kernel (schedule.py),
 and a long reduction to few outputs is split in two kernels (split_reduce.py).
 
->>> from tg_tensor.fusion_cost import worth_computing_once
+>>> from tg_tensor.engine.fusion_cost import worth_computing_once
 >>> worth_computing_once(readers=2, in_bytes=8192, alus=1024, out_bytes=4096)  # a + b, two readers
 False
 >>> worth_computing_once(readers=8, in_bytes=30 * 4096, alus=30 * 1024, out_bytes=4096)  # 30 buffers summed
@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from tg_tensor.split_reduce import compares_with_arange
+from tg_tensor.engine.split_reduce import compares_with_arange
 from tg_uop import GroupOp, Ops, UOp
 from tg_uop.helpers import prod
 

@@ -5,7 +5,7 @@ buffer through an older node wants the values from before the write, so it must 
 that read the new node depend on the write as usual. Items keep their order where nothing forces a
 change.
 
->>> from tg_tensor.ordering import order_items
+>>> from tg_tensor.engine.ordering import order_items
 >>> order_items([])
 []
 """
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import heapq
 
-from tg_tensor.realizer import ScheduleItem
-from tg_tensor.schedule import buffer_of
+from tg_tensor.engine.realizer import ScheduleItem
+from tg_tensor.engine.schedule import buffer_of
 from tg_uop import UOp
 
 

@@ -13,26 +13,27 @@ Each of these is discovered while building the kernel; the offending node is the
 An assign that reads its target at the very element it stores (`x.assign(mask.where(v, x))`) reads it from the
 output buffer itself, so that codegen can store v only where the mask holds (lowerer.keep_old).
 
->>> from tg_tensor.schedule import create_schedule  # doctest: +SKIP
+>>> from tg_tensor.engine.schedule import create_schedule  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 import itertools
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tg_runtime.device import Buffer, Device, DeviceSet
 from tg_shape import ShapeTracker
-from tg_tensor.fusion_cost import FusionCost
-from tg_tensor.lift_consts import lift_changing_consts
-from tg_tensor.provenance import made_by
-from tg_tensor.realizer import Realizer, ScheduleItem, current
-from tg_tensor.siblings import merge_siblings
-from tg_tensor.source import is_source_kernel, source_program
-from tg_tensor.split_reduce import compares_with_arange, split_reduces
-from tg_tensor.symbolic import max_size
-from tg_tensor.util import is_contiguous_buffer
+from tg_tensor.engine.fusion_cost import FusionCost
+from tg_tensor.engine.lift_consts import lift_changing_consts
+from tg_tensor.engine.provenance import made_by
+from tg_tensor.engine.realizer import Realizer, ScheduleItem, current
+from tg_tensor.engine.siblings import merge_siblings
+from tg_tensor.engine.source import is_source_kernel, source_program
+from tg_tensor.engine.split_reduce import compares_with_arange, split_reduces
+from tg_tensor.engine.symbolic import max_size
+from tg_tensor.engine.util import is_contiguous_buffer
 from tg_uop import DType, GroupOp, Ops, UOp, dtypes
 from tg_uop.helpers import DEBUG, prod
 from tg_uop.structure import merge_leaves, structure
@@ -68,27 +69,16 @@ class _TwoVersions(Exception):
         self.node = node
 
 
-def _movement_st(shape: tuple[int, ...], ops: Movement) -> ShapeTracker:
+def movement_st(shape: tuple[sint, ...], ops: Movement) -> ShapeTracker:
+    """The view of a buffer of `shape` through the movement ops `ops` (applied first to last)."""
     st = ShapeTracker.from_shape(shape)
     for op, arg in ops:
-        st = _apply(st, op, arg)
+        st = MOVES[op](st, arg)
     return st
 
 
-def _apply(st: ShapeTracker, op: Ops, arg: object) -> ShapeTracker:
-    if op is Ops.RESHAPE:
-        return st.reshape(arg)  # type: ignore[arg-type]
-    if op is Ops.PERMUTE:
-        return st.permute(arg)  # type: ignore[arg-type]
-    if op is Ops.EXPAND:
-        return st.expand(arg)  # type: ignore[arg-type]
-    if op is Ops.PAD:
-        return st.pad(arg)  # type: ignore[arg-type]
-    if op is Ops.SHRINK:
-        return st.shrink(arg)  # type: ignore[arg-type]
-    if op is Ops.FLIP:
-        return st.flip(arg)  # type: ignore[arg-type]
-    raise ValueError(f"not a movement op: {op}")
+# movement op -> the ShapeTracker method that applies it (named after the op)
+MOVES: dict[Ops, Callable[..., ShapeTracker]] = {op: getattr(ShapeTracker, op.name.lower()) for op in GroupOp.Movement}
 
 
 def _pad_safe(node: UOp) -> bool:
@@ -116,7 +106,7 @@ def write_view(target: UOp) -> ShapeTracker | None:
         raise ValueError(f"assign: the target is not a view of a buffer ({node.op})")
     if all(op is Ops.RESHAPE for op, _ in ops):
         return None
-    st = _movement_st((node.arg[1],), tuple(reversed(ops)))
+    st = movement_st((node.arg[1],), tuple(reversed(ops)))
     view = st.views[-1]
     bad = len(st.views) > 1 or view.mask is not None or any(s == 0 and n > 1 for s, n in zip(view.strides, view.shape))
     if bad:
@@ -147,7 +137,7 @@ class _KernelBuilder:
             return _store(out_buf, view, value)
         space = self._output_space(inner)
         top: Movement = ((Ops.RESHAPE, space),) if space != tuple(root.shape or ()) else ()
-        st = _movement_st((prod(root.shape or ()),), ((Ops.RESHAPE, space),))
+        st = movement_st((prod(root.shape or ()),), ((Ops.RESHAPE, space),))
         if root.op is Ops.ASSIGN:
             self.overwritten = (out_buf, st)
         value = self._build(inner, top)
@@ -214,23 +204,23 @@ class _KernelBuilder:
     def _build_uncached(self, node: UOp, ops: Movement) -> UOp:
         op = node.op
         if op is Ops.BUFFER:
-            return self._load(node, _movement_st((node.arg[1],), ops))
+            return self._load(node, movement_st((node.arg[1],), ops))
         if node is not self.root and self.sched.is_boundary(node, self.root):
             buf = self.sched.realize_first(node)
-            return self._load(buf, _movement_st(tuple(node.shape or ()), ops))
+            return self._load(buf, movement_st(tuple(node.shape or ()), ops))
         if op in GroupOp.Movement:
             return self._build(node.src[0], ((op, node.arg),) + ops)
         if op is Ops.CONST:
-            st = _movement_st((), ops)
+            st = movement_st((), ops)
             return UOp(Ops.CONST, node.dtype, (UOp(Ops.VIEW, dtypes.void, (), st),), node.arg)
         if op is Ops.ARANGE:  # computed from the loop indices, like a load from a buffer holding 0..n-1
-            st = _movement_st((node.arg,), ops)
+            st = movement_st((node.arg,), ops)
             return UOp(Ops.ARANGE, node.dtype, (UOp(Ops.VIEW, dtypes.void, (), st),), node.arg)
         if op in (Ops.DETACH, Ops.CONTIGUOUS):
             return self._build(node.src[0], ops)
         if op in GroupOp.Elementwise:
             if ops:
-                st = _movement_st(tuple(node.shape or ()), ops)
+                st = movement_st(tuple(node.shape or ()), ops)
                 if not _pad_safe(node) and _has_mask(st):
                     raise _Fail(node)
                 if node is not self.root and self._costly_to_repeat(node, st):
@@ -238,7 +228,7 @@ class _KernelBuilder:
             return UOp(op, node.dtype, tuple(self._build(s, ops) for s in node.src), node.arg)
         if op is Ops.REDUCE_AXIS:
             shape = tuple(node.shape or ())
-            if ops and _movement_st(shape, ops) != ShapeTracker.from_shape(shape):
+            if ops and movement_st(shape, ops) != ShapeTracker.from_shape(shape):
                 raise _Fail(node)
             src_shape = tuple(node.src[0].shape or ())
             if self.full_shape is None:

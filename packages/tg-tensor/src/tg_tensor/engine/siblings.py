@@ -18,7 +18,7 @@ kernels share (dY above) read once. Two kernels are siblings when
 At most MAX_OUTPUTS outputs and MAX_BUFFERS buffers a kernel. MERGE_SIBLINGS=0 turns the pass off.
 
 >>> from tg_tensor import Tensor
->>> from tg_tensor.realizer import current
+>>> from tg_tensor.engine.realizer import current
 >>> x = Tensor.ones(4, 8).contiguous().realize()
 >>> items = x.sum(0).schedule((x * x).sum(0))  # two sums over the same loops: one kernel, two outputs
 >>> [len(it.ast.src) for it in items]
@@ -30,7 +30,7 @@ At most MAX_OUTPUTS outputs and MAX_BUFFERS buffers a kernel. MERGE_SIBLINGS=0 t
 from __future__ import annotations
 
 from tg_runtime.device import Buffer
-from tg_tensor.realizer import ScheduleItem, current
+from tg_tensor.engine.realizer import ScheduleItem, current
 from tg_uop import Ops, UOp
 from tg_uop.helpers import ContextVar
 
