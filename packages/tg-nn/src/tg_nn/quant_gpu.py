@@ -2,11 +2,11 @@
 
 `out (M, N) = x (M, K) @ W.T` with W (N, K) in the file's blocks. A workgroup holds ROWS rows of W, 32 lanes each (a
 warp on CUDA), and up to MT rows of x. The lanes of a row split each block in PARTS parts and walk the row 32 /
-PARTS blocks at a time, so neighbouring lanes read neighbouring bytes (coalesced); each reads its part as 16- or
-32-bit words (as the block size aligns them) and x as float4s, unpacks the values and multiplies it with the MT rows
-of x in float32 (the weight bytes are read from memory once for all of them). The 32 partial sums are added with
-warp shuffles (CUDA) or in local memory (OpenCL). One body serves both languages (macros for the qualifiers, ids and
-barrier); the float16 scales are decoded from their bits, so no half type is needed.
+PARTS blocks at a time, so neighbouring lanes read neighbouring bytes (coalesced); each unpacks its part (Q8_0 and
+Q4_K read theirs as 16- or 32-bit words and x as float4s) and multiplies it with the MT rows of x in float32 (the
+weight bytes are read from memory once for all of them). The 32 partial sums are added with warp shuffles (CUDA) or
+in local memory (OpenCL). One body serves both languages (macros for the qualifiers, ids and barrier); the float16
+scales are decoded from their bits, so no half type is needed.
 
 >>> "KERNEL qmm_Q8_0_1_4_32(" in gpu_source("Q8_0", 1, 4, 32, "CL")
 True
@@ -160,23 +160,22 @@ DEV float part_dot(const GLOBAL u8* w, const GLOBAL float* x, int p) {
   return h2f(w) * acc;
 }
 """,
-    # Q4_0 / Q4_1: part p is the 4 bytes 4p .. 4p + 3 (values 4p.. and 16 + 4p..): one 32-bit word (two 16-bit
-    # halves in Q4_0's 2-aligned 18-byte blocks), x as float4s
     "Q4_0": r"""
 DEV float part_dot(const GLOBAL u8* w, const GLOBAL float* x, int p) {
-  const GLOBAL u16* q = (const GLOBAL u16*)(w + 2 + 4 * p);
-  u32 v = (u32)q[0] | ((u32)q[1] << 16);
-  float4 a = LD4(x + 4 * p), b = LD4(x + 16 + 4 * p);
-  float dot = byte_dot(v & 0x0f0f0f0fu, a) + byte_dot((v >> 4) & 0x0f0f0f0fu, b);
-  return h2f(w) * (dot - 8.0f * (a.x + a.y + a.z + a.w + b.x + b.y + b.z + b.w));
+  float acc = 0.0f;
+  for (int i = 4 * p; i < 4 * p + 4; i++)
+    acc += (float)((w[2 + i] & 15) - 8) * x[i] + (float)((w[2 + i] >> 4) - 8) * x[16 + i];
+  return h2f(w) * acc;
 }
 """,
     "Q4_1": r"""
 DEV float part_dot(const GLOBAL u8* w, const GLOBAL float* x, int p) {
-  u32 v = *(const GLOBAL u32*)(w + 4 + 4 * p);
-  float4 a = LD4(x + 4 * p), b = LD4(x + 16 + 4 * p);
-  float dot = byte_dot(v & 0x0f0f0f0fu, a) + byte_dot((v >> 4) & 0x0f0f0f0fu, b);
-  return h2f(w) * dot + h2f(w + 2) * (a.x + a.y + a.z + a.w + b.x + b.y + b.z + b.w);
+  float acc = 0.0f, sum = 0.0f;
+  for (int i = 4 * p; i < 4 * p + 4; i++) {
+    acc += (float)(w[4 + i] & 15) * x[i] + (float)(w[4 + i] >> 4) * x[16 + i];
+    sum += x[i] + x[16 + i];
+  }
+  return h2f(w) * acc + h2f(w + 2) * sum;
 }
 """,
     # Q4_K: part p is 8 values of the 32-value sub-block j = p >> 2: their nibbles from two 32-bit words (a 144-byte
@@ -208,20 +207,14 @@ DEV float part_dot(const GLOBAL u8* w, const GLOBAL float* x, int p) {
   return h2f(w) * (float)sc * dot - h2f(w + 2) * (float)mn * sum;
 }
 """,
-    # Q6_K: part p covers 16 values of the 32-value group (h, k) = (p >> 3, (p >> 1) & 3), one scale: their low
-    # and high bits four at a time from 16-bit words (a 210-byte block is 2-aligned), x as float4s
+    # Q6_K: part p covers 16 values of the 32-value group (h, k) = (p >> 3, (p >> 1) & 3); one scale each
     "Q6_K": r"""
 DEV float part_dot(const GLOBAL u8* w, const GLOBAL float* x, int p) {
   int h = p >> 3, k = (p >> 1) & 3, i0 = 16 * (p & 1), e0 = h * 128 + k * 32;
-  const GLOBAL u16* ql = (const GLOBAL u16*)(w + h * 64 + (k & 1) * 32 + i0);
-  const GLOBAL u16* qh = (const GLOBAL u16*)(w + 128 + h * 32 + i0);
-  int ls = 4 * (k >> 1), hs = 2 * k;
   float acc = 0.0f;
-  for (int t = 0; t < 4; t++) {
-    u32 lo = (u32)ql[2 * t] | ((u32)ql[2 * t + 1] << 16), hi = (u32)qh[2 * t] | ((u32)qh[2 * t + 1] << 16);
-    float4 a = LD4(x + e0 + i0 + 4 * t);
-    u32 q = ((lo >> ls) & 0x0f0f0f0fu) | (((hi >> hs) & 0x03030303u) << 4);
-    acc += byte_dot(q, a) - 32.0f * (a.x + a.y + a.z + a.w);
+  for (int i = i0; i < i0 + 16; i++) {
+    int lo = (w[h * 64 + (k & 1) * 32 + i] >> (4 * (k >> 1))) & 15, hi = (w[128 + h * 32 + i] >> (2 * k)) & 3;
+    acc += (float)((lo | (hi << 4)) - 32) * x[e0 + i];
   }
   return h2f(w + 208) * (float)((const GLOBAL i8*)(w + 192))[(e0 + i0) / 16] * acc;
 }
