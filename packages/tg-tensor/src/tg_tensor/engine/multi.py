@@ -171,10 +171,12 @@ def lower(root: UOp, memo: dict[UOp, UOp | Shards], users: Counter[UOp] | None =
     return memo[root]
 
 
-def count_users(roots: list[UOp]) -> Counter[UOp]:
-    """How many nodes read each node of these graphs (each root counts one more: it is read by its tensor)."""
-    users: Counter[UOp] = Counter(roots)
-    seen: set[UOp] = set()
+def count_users(roots: list[UOp], users: Counter[UOp] | None = None, seen: set[UOp] | None = None) -> Counter[UOp]:
+    """How many nodes read each node of these graphs (each root counts one more: it is read by its tensor); given
+    `users` and the nodes already counted in it (`seen`), these graphs are added to that count."""
+    users = Counter() if users is None else users
+    seen = set() if seen is None else seen
+    users.update(roots)
     for root in roots:
         for node in root.toposort:
             if node not in seen:
@@ -254,18 +256,9 @@ def _add_partials(node: UOp, srcs: list[Shards], ds: DeviceSet) -> Shards:
     are reduced in one collective instead of one each."""
     inputs = []
     for i in range(len(ds.devices)):
-        terms = [
-            s.partial[1][i] if s.partial is not None else s.uops[i] for s in srcs if s.partial is not None or i == 0
-        ]
-        inputs.append(UOp(node.op, node.dtype, tuple(terms)) if len(terms) == len(srcs) else _sum(terms))
+        terms = tuple(s.partial[1][i] if s.partial is not None else s.uops[i] for s in srcs if s.partial or i == 0)
+        inputs.append(terms[0] if node.op is Ops.ADD and len(terms) == 1 else UOp(node.op, node.dtype, terms))
     return replace(allreduce(Shards(tuple(inputs), None, ds), "SUM"), partial=("SUM", tuple(inputs)))
-
-
-def _sum(terms: list[UOp]) -> UOp:
-    out = terms[0]
-    for t in terms[1:]:
-        out = out.alu(Ops.ADD, t)
-    return out
 
 
 def _partial_sum(s: UOp | Shards) -> bool:
@@ -511,10 +504,4 @@ class _AssignLowering:
 def assign_lowering(roots: list[UOp]) -> tuple[dict[UOp, UOp | Shards], Counter[UOp]]:
     """The shared memo and the users (these roots' graphs counted in) for lowering these roots."""
     st = current().lowerings().setdefault("assign", _AssignLowering())
-    st.users.update(roots)
-    for root in roots:
-        for node in root.toposort:
-            if node not in st.seen:
-                st.seen.add(node)
-                st.users.update(node.src)
-    return st.memo, st.users
+    return st.memo, count_users(roots, st.users, st.seen)
