@@ -96,3 +96,31 @@ def test_quantized_matmul_sources_compile(qtype: str) -> None:
     for m in (1, 16):
         src = gpu_source(qtype, m, 64, 512, "CUDA")
         assert COMPILER.compile(src)[:4] == b"\x7fELF"
+
+
+@needs_nvrtc
+def test_a_prompts_products_run_on_tensor_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    """weights.linear(prompt=True) on a device whose tensor cores multiply float16 (sm_90's, given to the CPU's
+    renderer for the graph's construction): x rounded to half, the products summed in float32, rendered as mma
+    instructions for sm_90. On the CPU itself (no tensor cores) the prompt's product is the float32 one."""
+    from tg_llm.weights import linear
+    from tg_runtime import Device
+
+    rng = np.random.default_rng(0)
+    w = Tensor(rng.standard_normal((256, 128)).astype(np.float16)).realize()
+    xs = rng.standard_normal((64, 128)).astype(np.float32)
+    x = Tensor(xs).realize()
+    np.testing.assert_array_equal(linear(x, w, prompt=True).numpy(), linear(x, w).numpy())
+    with monkeypatch.context() as m:
+        m.setattr(Device["CPU"].renderer, "tensor_cores", CUDARenderer("sm_90").tensor_cores)
+        y, scheduled = linear(x, w, prompt=True), linear(x + 1, w, prompt=True) + 0
+    assert y.dtype == dtypes.float32
+    # run on the CPU as C: x rounded to half, each product rounded to half (tensor cores keep it exact), summed
+    want = (xs.astype(np.float16)[:, None, :] * w.numpy()[None, :, :]).astype(np.float64).sum(-1)
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-5, atol=1e-4)
+    items = scheduled.schedule()  # (never run: rendered for sm_90)
+    for item in items:
+        current().unqueue(item)
+    srcs = [get_program(i.ast, CUDARenderer("sm_90")).src for i in items if i.ast.op.name == "SINK"]
+    assert any("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in src for src in srcs)
+    assert COMPILER is not None and all(COMPILER.compile(src)[:4] == b"\x7fELF" for src in srcs)

@@ -249,14 +249,15 @@ def _chat(session: Session, args: Any, stdin: TextIO, stdout: TextIO) -> int:
 
 
 def benchmark(session: Session, n: int, prompt_len: int = 128, load_s: float | None = None) -> list[dict[str, Any]]:
-    """Prefill of a `prompt_len`-token prompt and `n` decode steps (after two warm-up steps that compile
-    and capture the jitted step), as JSON-able figures; with `load_s`, the load time (seconds) first."""
+    """Prefill of a `prompt_len`-token prompt and `n` decode steps (each after two warm-up runs that compile and
+    capture the jitted step), as JSON-able figures; with `load_s`, the load time (seconds) first."""
     model = session.model
     ctx = model.cfg.context_length
     prompt_len = max(2, min(prompt_len, ctx // 2))
     n = max(1, min(n, ctx - prompt_len - 3))
     prompt = [(7 * i + 3) % model.cfg.vocab_size for i in range(prompt_len)]
-    model.forward(prompt, 0, all_logits=False).numpy()  # compile the prefill kernels
+    for _ in range(2):  # compile the prefill kernels (and, where the prompt's length is jitted, capture them)
+        model.forward(prompt, 0, all_logits=False).numpy()
     t0 = time.perf_counter()
     logits = model.forward(prompt, 0, all_logits=False).numpy()
     prefill = time.perf_counter() - t0

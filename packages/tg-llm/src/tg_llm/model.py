@@ -55,7 +55,9 @@ ARGMAX_CHUNK = 256
 # from position 0 and from a bound position): a chat turn's prefill is then a replay, not a schedule of every
 # layer's kernels in Python (~0.2 s for SmolLM2's 30 layers on a 2-core CPU, more than its arithmetic). Longer
 # chunks run layer by layer: a capture holds every layer's intermediates until it is planned (SmolLM2's peak
-# resident memory +74 MB at 32 tokens, +155 MB at 64), and keeps its planned buffers while the model lives.
+# resident memory +74 MB at 32 tokens, +155 MB at 64), and keeps its planned buffers while the model lives. That
+# limit is the CPU's (host memory); on other devices every padded length up to the context is captured (a 1B
+# model's 512-token prefill on an H200: 152 ms scheduled layer by layer, 45 ms replayed).
 PREFILL_JIT_MAX = 32
 
 
@@ -129,12 +131,15 @@ class Block:
         # q, k, v (and gate, up) as row ranges of one matrix when _fuse_projections joined them: one matmul each
         self.wqkv, self.w_gate_up = (fused or {}).get(p + "qkv"), (fused or {}).get(p + "gate_up")
 
-    def project(self, x: Tensor, fused: Weight | None, *ws: Weight, realize: bool = False) -> tuple[Tensor, ...]:
+    def project(
+        self, x: Tensor, fused: Weight | None, *ws: Weight, realize: bool = False, prompt: bool = False
+    ) -> tuple[Tensor, ...]:
         """x @ w.T for each of `ws`: one matmul, split by columns, when `fused` holds their rows in order (on a split
-        layer, `realize`: the product is realized first, for readers scheduled apart)."""
+        layer, `realize`: the product is realized first, for readers scheduled apart; `prompt`: x is a prompt's
+        tokens, weights.linear)."""
         if fused is None:
-            return tuple(linear(x, w, self.int8) for w in ws)
-        out, ret, at = linear(x, fused, self.int8), [], 0
+            return tuple(linear(x, w, self.int8, prompt) for w in ws)
+        out, ret, at = linear(x, fused, self.int8, prompt), [], 0
         if self.split:  # the columns of each device's product are its rows of q, k, v side by side
             out = out.realize() if realize else out
             t, k = int(out.shape[0]), self.split
@@ -150,13 +155,13 @@ class Block:
             at += n
         return tuple(ret)
 
-    def qkv(self, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def qkv(self, x: Tensor, cos: Tensor, sin: Tensor, prompt: bool = False) -> tuple[Tensor, Tensor, Tensor]:
         """The rotated queries (heads, t, hd), realized, and the keys and values (kv_heads, t, hd) of x (t, dim)."""
         cfg = self.cfg
         t, hd, kv = int(x.shape[0]), cfg.head_dim, cfg.n_kv_heads
         # (split over devices: realized, as the sharded KV cache's writes are scheduled apart and would each compute
         # the product again)
-        q, k, v = self.project(x, self.wqkv, self.wq, self.wk, self.wv, realize=bool(self.split))
+        q, k, v = self.project(x, self.wqkv, self.wq, self.wk, self.wv, realize=bool(self.split), prompt=prompt)
         if self.bq is not None and self.bk is not None and self.bv is not None:
             q, k, v = q + self.bq, k + self.bk, v + self.bv
         q = q.reshape(t, cfg.n_heads, hd).permute(1, 0, 2)  # (heads, t, hd)
@@ -170,7 +175,7 @@ class Block:
     def attention(self, x: Tensor, cache: KVCache, start: sint, cos: Tensor, sin: Tensor) -> Tensor:
         cfg = self.cfg
         t, hd, kv, group = int(x.shape[0]), cfg.head_dim, cfg.n_kv_heads, cfg.n_heads // cfg.n_kv_heads
-        q, k, v = self.qkv(x, cos, sin)
+        q, k, v = self.qkv(x, cos, sin, prompt=t > 1)
         keys, values = cache.update(k.reshape(1, kv, t, hd), v.reshape(1, kv, t, hd), start)
         one_cpu = "," not in x.device and x.device.split(":")[0] == "CPU"  # (a device set's name has commas)
         if t == 1 and one_cpu and cache.keys.dtype == dtypes.float32:  # one fused kernel
@@ -186,7 +191,7 @@ class Block:
         # (the probabilities realized: fused into the product with the values, each exp would be taken head_dim times)
         weights = scores.softmax(-1).contiguous().reshape(kv, group * t, n)
         out = (weights @ values).reshape(cfg.n_heads, t, hd).permute(1, 0, 2).reshape(t, cfg.n_heads * hd)
-        return linear(out, self.wo, self.int8)
+        return linear(out, self.wo, self.int8, t > 1)
 
     def batched_attention(
         self, x: Tensor, cache: KVCache, starts: list[UOp], positions: Tensor, cos: Tensor, sin: Tensor
@@ -205,7 +210,7 @@ class Block:
         # the residual stream is realized (the add fused into the matvec before it): left lazy, layer i's norm
         # kernels would re-add all 2i earlier outputs
         attn = self.attention(rms_norm(x, self.attn_norm, self.cfg.norm_eps), cache, start, cos, sin)
-        return self.mlp(x + attn)
+        return self.mlp(x + attn, prompt=int(x.shape[0]) > 1)
 
     def batched(
         self, x: Tensor, cache: KVCache, starts: list[UOp], positions: Tensor, cos: Tensor, sin: Tensor
@@ -216,12 +221,13 @@ class Block:
         )
         return self.mlp(x + attn)
 
-    def mlp(self, x: Tensor) -> Tensor:
-        """x (the residual stream after attention, realized) plus the SwiGLU MLP of its norm, realized."""
+    def mlp(self, x: Tensor, prompt: bool = False) -> Tensor:
+        """x (the residual stream after attention, realized) plus the SwiGLU MLP of its norm, realized (`prompt`: x
+        is a prompt's tokens, weights.linear)."""
         x = x.contiguous()
         h = rms_norm(x, self.ffn_norm, self.cfg.norm_eps)
-        gate, up = self.project(h, self.w_gate_up, self.w_gate, self.w_up)
-        return (x + linear(gate.silu() * up, self.w_down, self.int8)).contiguous()
+        gate, up = self.project(h, self.w_gate_up, self.w_gate, self.w_up, prompt=prompt)
+        return (x + linear(gate.silu() * up, self.w_down, self.int8, prompt)).contiguous()
 
 
 class Llama:
@@ -398,7 +404,7 @@ class Llama:
         if last is not None:
             x = x[last : last + 1]
         x = rms_norm(x, self.output_norm, self.cfg.norm_eps)
-        out = linear(x, self.output, self.int8_activations).cast(dtypes.float32)
+        out = linear(x, self.output, self.int8_activations, int(x.shape[0]) > 1).cast(dtypes.float32)
         return out.to(self.device) if self.devices else out  # (split: each device's vocabulary rows gathered)
 
     def _cache_tensors(self) -> list[Tensor]:
@@ -474,10 +480,11 @@ class Llama:
         One token goes through the jitted decode step (the same kernels at every position). A longer chunk is
         padded to a power of two (when the context has room), so prompts of any length reuse the kernels of a few
         lengths: the padding writes cache slots after the last real token, which no query reads before a later
-        step overwrites them. With `all_logits=False`, a padded chunk of up to PREFILL_JIT_MAX tokens replays a
-        captured step (the logits are then that capture's buffer, overwritten by its next call, as the decode
-        step's are). A longer chunk is not jitted: it runs layer by layer, each layer's intermediate buffers freed
-        (and reused by the next) as it goes (a TinyJit recording would hold every layer's until captured).
+        step overwrites them. With `all_logits=False`, a padded chunk replays a captured step (the logits are then
+        that capture's buffer, overwritten by its next call, as the decode step's are): on the CPU a chunk of up to
+        PREFILL_JIT_MAX tokens, elsewhere any. A longer chunk on the CPU is not jitted: it runs layer by layer, each
+        layer's intermediate buffers freed (and reused by the next) as it goes (a TinyJit recording would hold every
+        layer's until captured).
         """
         if not tokens:
             raise ValueError("Llama: forward needs at least one token")
@@ -498,7 +505,8 @@ class Llama:
         if all_logits:
             return self._step(ids, start)[:n]
         last = UOp.variable("last", 0, size - 1).bind(n - 1)
-        if size > PREFILL_JIT_MAX or size != max(8, 1 << (n - 1).bit_length()) or self.devices:
+        jit_max = PREFILL_JIT_MAX if self.device.split(":")[0] == "CPU" else ctx  # (memory: see PREFILL_JIT_MAX)
+        if size > jit_max or size != max(8, 1 << (n - 1).bit_length()) or self.devices:
             return self._step(ids, start, last)
         jit = self._prefills.setdefault((size, start_pos == 0), TinyJit(self._step))
         out: Tensor = self._run(jit, ids, start, last)

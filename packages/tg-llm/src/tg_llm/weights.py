@@ -14,17 +14,34 @@ import numpy as np
 
 from tg_llm.config import LlamaConfig
 from tg_nn.quant import QuantizedWeight, quantized_matmul
+from tg_runtime import Device
 from tg_tensor import Tensor
+from tg_uop import DType, dtypes
 
 __all__ = ["Weight", "linear"]
 
 Weight = Tensor | QuantizedWeight
 
 
-def linear(x: Tensor, w: Weight, int8: bool = False) -> Tensor:
+def linear(x: Tensor, w: Weight, int8: bool = False, prompt: bool = False) -> Tensor:
     """x @ w.T for a float matrix or one kept in quantized blocks (a fused kernel that reads the blocks; `int8`:
-    with x rounded to 8-bit blocks on the CPU, as llama.cpp does)."""
-    return quantized_matmul(x, w, int8) if isinstance(w, QuantizedWeight) else x @ w.T
+    with x rounded to 8-bit blocks on the CPU, as llama.cpp does).
+
+    `prompt`: x holds a prompt's tokens (prefill). Where the device's tensor cores multiply the weights' type
+    (float16, bfloat16 on a GPU), x is then rounded to that type and the products summed in float32 (compute-bound:
+    the tensor cores' speed, as llama.cpp's CUDA prefill does). Otherwise, and for one token (decode, bandwidth-
+    bound), float32 x multiplies the widened weights."""
+    if isinstance(w, QuantizedWeight):
+        return quantized_matmul(x, w, int8)
+    if prompt and x.dtype == dtypes.float32 and _tensor_cores_take(x.device, w.dtype):
+        return x.cast(w.dtype).dot(w.T, dtype=dtypes.float32)
+    return x @ w.T
+
+
+def _tensor_cores_take(device: str, dtype: DType) -> bool:
+    """Do the tensor cores of `device` (the first of a device set) multiply `dtype`?"""
+    cores = Device[str(device).split(",")[0]].renderer.tensor_cores
+    return any(getattr(tc, "dtype_in", None) == dtype for tc in cores)
 
 
 def _tensor(w: Weight) -> Tensor:
