@@ -1,5 +1,5 @@
 """tg_nn.models.decode_attention (one query per sequence over a KV cache, each at its own position) against numpy:
-the CPU's fused kernel and the graph the other devices run."""
+the fused kernels (C on the CPU, OpenCL C on CL) and the graph the other cases run."""
 
 from __future__ import annotations
 
@@ -41,6 +41,29 @@ def test_matches_numpy_per_sequence_positions(device: str, hd: int) -> None:
     )
     assert got.shape == (b, kv * group, hd) and got.dtype == dtypes.float32
     np.testing.assert_allclose(got.numpy(), reference(q, keys, values, pos, hd**-0.5), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("cache", ["float16", "float32"])
+def test_half_caches_and_which_devices_fuse(device: str, cache: str) -> None:
+    """A float16 cache (the GPU default) read by the fused kernel where the device has one (OpenCL and CUDA: either
+    dtype; the CPU: float32), else by the graph."""
+    from tg_nn.models.decode_attention import has_kernel
+
+    rng = np.random.default_rng(2)
+    b, kv, group, ctx, hd = 2, 2, 4, 300, 32
+    q = rng.standard_normal((b, kv * group, hd)).astype(np.float32)
+    keys = rng.standard_normal((b, kv, ctx, hd)).astype(cache)
+    values = rng.standard_normal((b, kv, hd, ctx)).astype(cache)
+    pos = np.array([299, 40], np.int32)  # (299: more slots than a workgroup's 256 items)
+    args = [Tensor(a, device=device) for a in (q, keys, values, pos)]
+    got = decode_attention(*args, hd**-0.5)
+    family = device.split(":")[0]
+    fused = family in ("CL", "CUDA") or (family == "CPU" and cache == "float32")
+    assert has_kernel(device, hd, ctx, getattr(dtypes, cache)) == fused
+    names = [str(it.ast.arg) for it in decode_attention(*args, hd**-0.5).schedule() if it.ast.op.name == "CUSTOM"]
+    assert any("decode_attn" in n for n in names) == fused, names
+    want = reference(q, keys.astype(np.float32), values.astype(np.float32), pos, hd**-0.5)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-5)
 
 
 def test_jitted_step_reads_new_positions() -> None:

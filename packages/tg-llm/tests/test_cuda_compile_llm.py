@@ -124,3 +124,15 @@ def test_a_prompts_products_run_on_tensor_cores(monkeypatch: pytest.MonkeyPatch)
     srcs = [get_program(i.ast, CUDARenderer("sm_90")).src for i in items if i.ast.op.name == "SINK"]
     assert any("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in src for src in srcs)
     assert COMPILER is not None and all(COMPILER.compile(src)[:4] == b"\x7fELF" for src in srcs)
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("cache", ["half", "float"])
+def test_decode_attention_kernel_compiles(cache: str) -> None:
+    """tg_nn.models.decode_attention's CUDA kernel (one workgroup per query head), 1B-shaped: 8 kv heads of 4."""
+    from tg_nn.models.decode_attention import _source
+
+    dt = getattr(dtypes, cache)
+    made = _source(1, 8, 4, 1024, 64, 0.125, "CUDA", (dtypes.float32, dtypes.float32, dt, dt, dtypes.int32))
+    assert made is not None and made.global_size == (32, 1, 1) and COMPILER is not None
+    assert COMPILER.compile(made.src)[:4] == b"\x7fELF"

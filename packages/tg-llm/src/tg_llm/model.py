@@ -39,7 +39,7 @@ from tg_llm.weights import (
     linear,
 )
 from tg_nn.gguf import dequantize
-from tg_nn.models.decode_attention import decode_attention
+from tg_nn.models.decode_attention import decode_attention, has_kernel
 from tg_nn.models.kv_cache import KVCache, causal_mask
 from tg_nn.quant import QuantizedWeight
 from tg_runtime import Device
@@ -177,8 +177,8 @@ class Block:
         t, hd, kv, group = int(x.shape[0]), cfg.head_dim, cfg.n_kv_heads, cfg.n_heads // cfg.n_kv_heads
         q, k, v = self.qkv(x, cos, sin, prompt=t > 1)
         keys, values = cache.update(k.reshape(1, kv, t, hd), v.reshape(1, kv, t, hd), start)
-        one_cpu = "," not in x.device and x.device.split(":")[0] == "CPU"  # (a device set's name has commas)
-        if t == 1 and one_cpu and cache.keys.dtype == dtypes.float32:  # one fused kernel
+        one_device = "," not in x.device  # (a device set's name has commas)
+        if t == 1 and one_device and has_kernel(x.device, hd, cfg.context_length, cache.keys.dtype):  # one kernel
             position = (Tensor.zeros(1, dtype=dtypes.int32, device=x.device) + start).cast(dtypes.int32)
             out = decode_attention(q.reshape(1, cfg.n_heads, hd), cache.keys, cache.values, position, hd**-0.5)
             return linear(out.reshape(1, cfg.n_heads * hd), self.wo, self.int8)

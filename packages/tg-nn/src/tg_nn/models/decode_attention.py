@@ -1,4 +1,5 @@
-"""Attention of one new token per sequence over a KV cache, on the CPU: one fused C kernel (scores, softmax, values).
+"""Attention of one new token per sequence over a KV cache in one fused kernel (scores, softmax, values): C on the
+CPU, CUDA or OpenCL C on GPUs (see _GPU below).
 
 `decode_attention(q, keys, values, positions, scale)`: q (B, heads, head_dim) holds one query per sequence; keys
 (R, kv_heads, context, head_dim) and values (R, kv_heads, head_dim, context) are a KVCache's buffers (kv_cache.py)
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import functools
 
+from tg_nn.quant_gpu import _LANG as GPU_PRELUDE
 from tg_runtime.device import Device
 from tg_tensor import KernelSource, Tensor, source_kernel
 from tg_uop import DType, dtypes
@@ -111,10 +113,83 @@ void NAME(float* restrict out, const float* restrict q, const float* restrict k,
 """
 
 
+# GPU kernel (CUDA, OpenCL): a workgroup of NT items per (sequence, query head). The scores of slots 0..n-1 go to
+# local memory (CTX floats: the kernel is used up to GPU_CTX_MAX slots), their max and sum are reduced in it, and
+# NT / HD items share each output element, walking the slots side by side.
+_GPU = r"""
+#define NT 256
+#define P (NT / HD)
+KERNEL NAME(GLOBAL float* out, GLOBAL const float* q, GLOBAL const KT* k, GLOBAL const KT* v, GLOBAL const int* pos) {
+  LOCAL_ARR(float, s, CTX);
+  LOCAL_ARR(float, qs, HD);
+  LOCAL_ARR(float, red, NT);
+  int tid = LANE(), bh = GROUP(0), b = bh / (KV * GROUPS), kvh = (bh % (KV * GROUPS)) / GROUPS;
+  int n = pos[b] + 1;
+  n = n > CTX ? CTX : (n < 1 ? 1 : n);
+  const GLOBAL KT* keys = k + ((long)b * KV + kvh) * CTX * HD;
+  const GLOBAL KT* vals = v + ((long)b * KV + kvh) * HD * CTX;
+  for (int i = tid; i < HD; i += NT) qs[i] = q[(long)bh * HD + i] * SCALE;
+  SYNC();
+  float peak = -3.0e38f, total = 0.0f, acc = 0.0f;
+  for (int j = tid; j < n; j += NT) {
+    float dot = 0.0f;
+    for (int i = 0; i < HD; i++) dot += qs[i] * LDV(keys, (long)j * HD + i);
+    s[j] = dot;
+    peak = dot > peak ? dot : peak;
+  }
+  red[tid] = peak;
+  SYNC();
+  for (int st = NT / 2; st > 0; st >>= 1) {
+    if (tid < st && red[tid + st] > red[tid]) red[tid] = red[tid + st];
+    SYNC();
+  }
+  peak = red[0];
+  SYNC();
+  for (int j = tid; j < n; j += NT) total += (s[j] = EXP(s[j] - peak));
+  red[tid] = total;
+  SYNC();
+  for (int st = NT / 2; st > 0; st >>= 1) {
+    if (tid < st) red[tid] += red[tid + st];
+    SYNC();
+  }
+  float inv = 1.0f / red[0];
+  SYNC();
+  int d = tid / P, part = tid % P;
+  const GLOBAL KT* vd = vals + (long)d * CTX;
+  for (int j = part; j < n; j += P) acc += s[j] * LDV(vd, j);
+  red[tid] = acc;
+  SYNC();
+  if (part == 0) {
+    for (int i = 1; i < P; i++) acc += red[tid + i];
+    out[(long)bh * HD + d] = acc * inv;
+  }
+}
+"""
+_GPU_LOADS = {
+    ("CUDA", "half"): "#include <cuda_fp16.h>\n"
+    "#define KT half\n#define LDV(p, i) __half2float((p)[i])\n#define EXP __expf\n",
+    ("CL", "half"): "#define KT half\n#define LDV(p, i) vload_half((i), (p))\n#define EXP exp\n",
+    ("CUDA", "float"): "#define KT float\n#define LDV(p, i) ((p)[i])\n#define EXP __expf\n",
+    ("CL", "float"): "#define KT float\n#define LDV(p, i) ((p)[i])\n#define EXP exp\n",
+}
+GPU_CTX_MAX = 8192  # (the scores in local memory: 32 KB)
+
+
+def has_kernel(device: str, head_dim: int, context: int, cache_dtype: DType) -> bool:
+    """Does `decode_attention` run one fused kernel on `device` for this head size, context and cache dtype (else
+    tg's graph, every slot read and masked)?"""
+    family = device.split(":")[0]
+    if family == "CPU":
+        return head_dim % 8 == 0 and cache_dtype == dtypes.float32
+    fits = 256 % head_dim == 0 and context <= GPU_CTX_MAX
+    return family in ("CUDA", "CL") and fits and cache_dtype in (dtypes.float16, dtypes.float32)
+
+
 def decode_attention(q: Tensor, keys: Tensor, values: Tensor, positions: Tensor, scale: float) -> Tensor:
     """softmax(q . keys[b, :, :positions[b]+1] * scale) @ values, per sequence b: (B, heads, head_dim) float32.
 
-    On the CPU one fused kernel (see the module doc); on other devices tg's graph with a mask of each row's slots.
+    One fused kernel where `has_kernel` says so (the CPU: see the module doc; CUDA and OpenCL: one workgroup per
+    query head); elsewhere tg's graph with a mask of each row's slots.
     """
     if q.ndim != 3 or keys.ndim != 4 or values.ndim != 4 or positions.ndim != 1:
         raise ValueError(
@@ -131,7 +206,7 @@ def decode_attention(q: Tensor, keys: Tensor, values: Tensor, positions: Tensor,
         )
     if int(positions.shape[0]) != b or positions.dtype != dtypes.int32:
         raise ValueError(f"decode_attention: positions must be int32 ({b},), got {positions.dtype} {positions.shape}")
-    if q.device.split(":")[0] != "CPU" or hd % 8 or (keys.dtype, values.dtype) != (dtypes.float32, dtypes.float32):
+    if keys.dtype != values.dtype or not has_kernel(q.device, hd, ctx, keys.dtype):
         return _graph_attention(q, keys, values, positions, scale)
     make = functools.partial(_source, b, kv, heads // kv, ctx, hd, float(scale))
     inputs = [q.cast(dtypes.float32), keys, values, positions]
@@ -142,7 +217,14 @@ def decode_attention(q: Tensor, keys: Tensor, values: Tensor, positions: Tensor,
 def _source(
     b: int, kv: int, group: int, ctx: int, hd: int, scale: float, device: str, dts: tuple[DType, ...]
 ) -> KernelSource | None:
-    if device.split(":")[0] != "CPU":
+    family = device.split(":")[0]
+    if family in ("CUDA", "CL"):
+        name = f"decode_attn_{b}_{kv}_{group}_{ctx}_{hd}_{dts[2].name}"
+        defines = {"KV": kv, "GROUPS": group, "CTX": ctx, "HD": hd, "SCALE": f"{scale!r}f", "NAME": name}
+        head = GPU_PRELUDE[family] + _GPU_LOADS[(family, dts[2].name)]
+        src = head + "".join(f"#define {k} {v}\n" for k, v in defines.items()) + _GPU
+        return KernelSource(src, name, (b * kv * group, 1, 1), (256, 1, 1))
+    if family != "CPU":
         return None
     name = f"decode_attn_{b}_{kv}_{group}_{ctx}_{hd}"
     defines = {"B": b, "KV": kv, "GROUP": group, "CTX": ctx, "HD": hd, "THREADS": Device[device].renderer.threads}
