@@ -50,11 +50,11 @@ def test_half_caches_and_which_devices_fuse(device: str, cache: str) -> None:
     from tg_nn.models.decode_attention import has_kernel
 
     rng = np.random.default_rng(2)
-    b, kv, group, ctx, hd = 2, 2, 4, 300, 32
+    b, kv, group, ctx, hd = 2, 2, 4, 304, 32
     q = rng.standard_normal((b, kv * group, hd)).astype(np.float32)
     keys = rng.standard_normal((b, kv, ctx, hd)).astype(cache)
     values = rng.standard_normal((b, kv, hd, ctx)).astype(cache)
-    pos = np.array([299, 40], np.int32)  # (299: more slots than a workgroup's 256 items)
+    pos = np.array([299, 40], np.int32)  # (300 slots: more than a workgroup's 256 items, not whole reads of 8)
     args = [Tensor(a, device=device) for a in (q, keys, values, pos)]
     got = decode_attention(*args, hd**-0.5)
     family = device.split(":")[0]

@@ -131,9 +131,13 @@ KERNEL NAME(GLOBAL float* out, GLOBAL const float* q, GLOBAL const KT* k, GLOBAL
   for (int i = tid; i < HD; i += NT) qs[i] = q[(long)bh * HD + i] * SCALE;
   SYNC();
   float peak = -3.0e38f, total = 0.0f, acc = 0.0f;
+  float f[8];
   for (int j = tid; j < n; j += NT) {
     float dot = 0.0f;
-    for (int i = 0; i < HD; i++) dot += qs[i] * LDV(keys, (long)j * HD + i);
+    for (int i = 0; i < HD; i += 8) {
+      ld8(keys + (long)j * HD + i, f);
+      for (int e = 0; e < 8; e++) dot += qs[i + e] * f[e];
+    }
     s[j] = dot;
     peak = dot > peak ? dot : peak;
   }
@@ -156,7 +160,12 @@ KERNEL NAME(GLOBAL float* out, GLOBAL const float* q, GLOBAL const KT* k, GLOBAL
   SYNC();
   int d = tid / P, part = tid % P;
   const GLOBAL KT* vd = vals + (long)d * CTX;
-  for (int j = part; j < n; j += P) acc += s[j] * LDV(vd, j);
+  int n8 = n & ~7;
+  for (int j = 8 * part; j < n8; j += 8 * P) {  /* 8 slots a read, the P items of a row side by side */
+    ld8(vd + j, f);
+    for (int e = 0; e < 8; e++) acc += s[j + e] * f[e];
+  }
+  for (int j = n8 + part; j < n; j += P) acc += s[j] * LDV(vd, j);
   red[tid] = acc;
   SYNC();
   if (part == 0) {
@@ -165,12 +174,37 @@ KERNEL NAME(GLOBAL float* out, GLOBAL const float* q, GLOBAL const KT* k, GLOBAL
   }
 }
 """
+# per (language, cache type): KT, one element's load LDV(p, i), and ld8(p, f): 8 elements from p (16- or 32-byte
+# aligned: the head size and the context are multiples of 8) into floats f[0..7]
 _GPU_LOADS = {
-    ("CUDA", "half"): "#include <cuda_fp16.h>\n"
-    "#define KT half\n#define LDV(p, i) __half2float((p)[i])\n#define EXP __expf\n",
-    ("CL", "half"): "#define KT half\n#define LDV(p, i) vload_half((i), (p))\n#define EXP exp\n",
-    ("CUDA", "float"): "#define KT float\n#define LDV(p, i) ((p)[i])\n#define EXP __expf\n",
-    ("CL", "float"): "#define KT float\n#define LDV(p, i) ((p)[i])\n#define EXP exp\n",
+    ("CUDA", "half"): r"""#include <cuda_fp16.h>
+#define KT half
+#define LDV(p, i) __half2float((p)[i])
+#define EXP __expf
+DEV void ld8(const half* p, float* f) {
+  uint4 w = *(const uint4*)p;
+  const half2* h = (const half2*)&w;
+  for (int i = 0; i < 4; i++) { float2 t = __half22float2(h[i]); f[2 * i] = t.x; f[2 * i + 1] = t.y; }
+}
+""",
+    ("CUDA", "float"): r"""#define KT float
+#define LDV(p, i) ((p)[i])
+#define EXP __expf
+DEV void ld8(const float* p, float* f) {
+  float4 a = *(const float4*)p, b = *(const float4*)(p + 4);
+  f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w; f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
+}
+""",
+    ("CL", "half"): r"""#define KT half
+#define LDV(p, i) vload_half((i), (p))
+#define EXP exp
+DEV void ld8(const __global half* p, float* f) { vstore8(vload_half8(0, p), 0, f); }
+""",
+    ("CL", "float"): r"""#define KT float
+#define LDV(p, i) ((p)[i])
+#define EXP exp
+DEV void ld8(const __global float* p, float* f) { vstore8(vload8(0, p), 0, f); }
+""",
 }
 GPU_CTX_MAX = 8192  # (the scores in local memory: 32 KB)
 
@@ -181,7 +215,7 @@ def has_kernel(device: str, head_dim: int, context: int, cache_dtype: DType) -> 
     family = device.split(":")[0]
     if family == "CPU":
         return head_dim % 8 == 0 and cache_dtype == dtypes.float32
-    fits = 256 % head_dim == 0 and context <= GPU_CTX_MAX
+    fits = head_dim % 8 == 0 and 256 % head_dim == 0 and context % 8 == 0 and context <= GPU_CTX_MAX
     return family in ("CUDA", "CL") and fits and cache_dtype in (dtypes.float16, dtypes.float32)
 
 
