@@ -136,3 +136,37 @@ def test_decode_attention_kernel_compiles(cache: str) -> None:
     made = _source(1, 8, 4, 1024, 64, 0.125, "CUDA", (dtypes.float32, dtypes.float32, dt, dt, dtypes.int32))
     assert made is not None and made.global_size == (32, 1, 1) and COMPILER is not None
     assert COMPILER.compile(made.src)[:4] == b"\x7fELF"
+
+
+@needs_nvrtc
+def test_a_long_prompts_products_with_kept_blocks_unpack_them_to_half(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocks kept quantized (Q8_0) and a prompt of more than UNPACK_ROWS rows on a device with float16 tensor cores:
+    the weight unpacked to a half matrix by a kernel of its own, then mma instructions; the values are those of
+    the dequantized weight rounded to half. Shorter prompts keep the fused kernel that reads the blocks."""
+    from tg_llm.weights import UNPACK_ROWS, linear
+    from tg_nn.quant import QuantizedWeight
+    from tg_runtime import Device
+
+    rng = np.random.default_rng(1)
+    blocks = rng.integers(0, 256, (64, 4 * 34), dtype=np.uint8)
+    blocks[:, 1::34] = 0x1C  # (each block's float16 scale: small and finite)
+    w = QuantizedWeight(Tensor(blocks.reshape(-1)).realize(), "Q8_0", (64, 128))
+    xs = rng.standard_normal((UNPACK_ROWS + 16, 128)).astype(np.float32)
+    x = Tensor(xs).realize()
+    with monkeypatch.context() as m:
+        m.setattr(Device["CPU"].renderer, "tensor_cores", CUDARenderer("sm_90").tensor_cores)
+        y, short = linear(x, w, prompt=True), linear(x[:UNPACK_ROWS], w, prompt=True)
+        scheduled = linear(x + 1, w, prompt=True) + 0
+    def custom(t: Tensor) -> str:
+        return str([u.arg for u in t.uop.toposort if u.op.name == "CUSTOM"])
+
+    assert "qmm" in custom(short) and "qmm" not in custom(y)  # (the fused kernel for the short prompt only)
+    wh = w.dequantize().numpy().astype(np.float16)
+    want = (xs.astype(np.float16)[:, None, :] * wh[None, :, :]).astype(np.float64).sum(-1)
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-5, atol=1e-4)
+    items = scheduled.schedule()
+    for item in items:
+        current().unqueue(item)
+    srcs = [get_program(i.ast, CUDARenderer("sm_90")).src for i in items if i.ast.op.name == "SINK"]
+    assert any("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in src for src in srcs)
+    assert COMPILER is not None and all(COMPILER.compile(src)[:4] == b"\x7fELF" for src in srcs)

@@ -23,6 +23,11 @@ __all__ = ["Weight", "linear"]
 Weight = Tensor | QuantizedWeight
 
 
+# a prompt of more rows multiplies blocks kept quantized through a half copy of the weight on tensor cores: the fused
+# kernels (tg_nn.quant_gpu) read the blocks once per 8 rows of x, the copy costs about three reads of them
+UNPACK_ROWS = 16
+
+
 def linear(x: Tensor, w: Weight, int8: bool = False, prompt: bool = False) -> Tensor:
     """x @ w.T for a float matrix or one kept in quantized blocks (a fused kernel that reads the blocks; `int8`:
     with x rounded to 8-bit blocks on the CPU, as llama.cpp does).
@@ -30,8 +35,13 @@ def linear(x: Tensor, w: Weight, int8: bool = False, prompt: bool = False) -> Te
     `prompt`: x holds a prompt's tokens (prefill). Where the device's tensor cores multiply the weights' type
     (float16, bfloat16 on a GPU), x is then rounded to that type and the products summed in float32 (compute-bound:
     the tensor cores' speed, as llama.cpp's CUDA prefill does). Otherwise, and for one token (decode, bandwidth-
-    bound), float32 x multiplies the widened weights."""
+    bound), float32 x multiplies the widened weights. Blocks kept quantized take the same way for a prompt of more
+    than UNPACK_ROWS rows, through a half copy of the weight."""
     if isinstance(w, QuantizedWeight):
+        if prompt and int(x.shape[0]) > UNPACK_ROWS and _tensor_cores_take(x.device, dtypes.float16):
+            # a long prompt: the blocks unpacked to a half matrix once (a kernel of its own), then the tensor cores
+            half = w.dequantize().cast(dtypes.float16).contiguous()
+            return x.cast(dtypes.float16).dot(half.T, dtype=dtypes.float32)
         return quantized_matmul(x, w, int8)
     if prompt and x.dtype == dtypes.float32 and _tensor_cores_take(x.device, w.dtype):
         return x.cast(w.dtype).dot(w.T, dtype=dtypes.float32)
