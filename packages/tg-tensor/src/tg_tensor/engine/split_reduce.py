@@ -124,6 +124,7 @@ SPLIT_K_MIN = 4096  # the reduction per output at least this long (a 1024^3 matm
 SPLIT_K_PART_MIN = 64  # ... and each of the G parts at least this long
 SPLIT_K_TILE = 8192
 SPLIT_K_ROWS = 2048
+SPLIT_K_GEMV = 8  # outputs of a matrix-vector product per block (a 2048-row matvec: 256 blocks, left whole)
 SPLIT_K_WAVES = 2
 SPLIT_K_MAX = 256
 
@@ -133,6 +134,15 @@ def _is_product(u: UOp) -> bool:
     while u.op is Ops.CAST:
         u = u.src[0]
     return u.op is Ops.MUL and all(any(n.op is Ops.EXPAND for n in _chain(s)) for s in u.src)
+
+
+def _is_vector_product(u: UOp, out: tuple[int, ...]) -> bool:
+    """Is `u` (a reduction's input, to `out`) a matrix times a vector: a product of which one operand is broadcast,
+    to one output axis longer than 1?"""
+    while u.op is Ops.CAST:
+        u = u.src[0]
+    broadcast = [any(n.op is Ops.EXPAND for n in _chain(s)) for s in u.src]
+    return u.op is Ops.MUL and sum(broadcast) == 1 and sum(1 for s in out if s != 1) == 1
 
 
 def _chain(u: UOp) -> list[UOp]:
@@ -153,13 +163,18 @@ def split_for_units(node: UOp, units: int) -> UOp | None:
     (256, 1, 384)
     >>> split_for_units(x.r(Ops.ADD, (0,)), units=0) is None  # (a CPU: its threads split the outputs)
     True
+    >>> v, w = UOp.new_buffer("CPU", 8192, dtypes.float32), UOp.new_buffer("CPU", 2048 * 8192, dtypes.float32)
+    >>> mv = (v.reshape((1, 8192)).expand((2048, 8192)) * w.reshape((2048, 8192))).r(Ops.ADD, (1,))
+    >>> split_for_units(mv, units=132) is None  # (a matrix-vector product: 2048 rows fill 256 blocks)
+    True
     """
     src = node.src[0]
     shape, out = tuple(src.shape or ()), tuple(node.shape or ())
     if units <= 0 or not all(isinstance(s, int) for s in shape):
         return None
     outs, red = prod(out), prod(shape) // max(1, prod(out))
-    blocks = -(-outs // (SPLIT_K_TILE if _is_product(src) else SPLIT_K_ROWS))
+    per_block = SPLIT_K_GEMV if _is_vector_product(src, out) else SPLIT_K_TILE if _is_product(src) else SPLIT_K_ROWS
+    blocks = -(-outs // per_block)
     if red < SPLIT_K_MIN or blocks >= units:
         return None
     want = min(SPLIT_K_MAX, red // SPLIT_K_PART_MIN, -(-SPLIT_K_WAVES * units // blocks))
