@@ -80,3 +80,23 @@ def test_source_kernel_is_lazy_jitted_and_names_a_missing_device() -> None:
     lazy = source_kernel((4,), dtypes.float32, [Tensor.ones(4, device="PYTHON")], "twice", make)
     with pytest.raises(NotImplementedError, match="source_kernel 'twice': no source for device PYTHON"):
         lazy.realize()
+
+
+def test_a_source_kernel_reads_a_reshaped_input_from_its_buffer() -> None:
+    """An input that is a reshape of a computed tensor is that tensor's buffer (the same elements in the same order):
+    one kernel computes it, none copies it for the source kernel."""
+    from tg_tensor import KernelSource, source_kernel
+    from tg_tensor.engine.realizer import current
+
+    src = "void twice6(float* restrict o, const float* restrict x) { for (int i = 0; i < 6; i++) o[i] = 2 * x[i]; }"
+
+    def make(device: str, dts: tuple[object, ...]) -> KernelSource | None:
+        return KernelSource(src, "twice6")
+
+    x = np.arange(6, dtype=np.float32)
+    made = (Tensor(x).realize() + 1).contiguous().reshape(3, 2).reshape(2, 3)
+    out = source_kernel((2, 3), dtypes.float32, [made], "twice6", make)
+    items = out.schedule()
+    assert [it.ast.op.name for it in items] == ["SINK", "CUSTOM"], items  # the add, the source kernel
+    current().run_pending()
+    np.testing.assert_allclose(out.numpy(), (2 * (x + 1)).reshape(2, 3))

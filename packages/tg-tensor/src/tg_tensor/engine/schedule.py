@@ -389,11 +389,14 @@ class Scheduler:
         self.r.realized[node] = out.reshape(tuple(node.shape or ()))
 
     def buffer_for(self, node: UOp) -> UOp:
-        """A BUFFER holding `node` contiguously (a kernel is scheduled when it is not one already)."""
+        """A BUFFER holding `node` contiguously (a kernel is scheduled when it is not one already; a reshape's is the
+        buffer of what it reshapes: the same elements in the same order, not a copy)."""
         node = self.r.resolve(node)
         if is_contiguous_buffer(node):
             check_not_stale(node.base)
             return node.base
+        if node.op is Ops.RESHAPE:
+            return self.buffer_for(node.src[0])
         self.forced.add(node)
         return self.realize_first(node)
 
