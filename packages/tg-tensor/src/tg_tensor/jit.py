@@ -117,6 +117,12 @@ class _Launch:
         """The variable values in the kernel's parameter order."""
         return () if self.runner is None else tuple(self.var_vals[v] for v in self.runner.spec.vars)
 
+    def kernel(self, runner: CompiledRunner) -> GraphLaunch:
+        """This launch of its kernel `runner` as graphs and bind_program take it: program, buffer arguments,
+        launch sizes, variable values."""
+        spec = runner.spec
+        return (runner.program, runner.launch_args(self.bufs), spec.global_size, spec.local_size, self.vals())
+
 
 @dataclass
 class _Recording:
@@ -528,10 +534,8 @@ def _bind(launch: _Launch) -> Callable[[], Any]:
         return functools.partial(run_collective, kind, op, launch.bufs[:n], launch.bufs[n:])
     if launch.runner is None:
         return functools.partial(run_copy, launch.bufs[0], launch.bufs[1])
-    program, spec = launch.runner.program, launch.runner.spec
-    opaque = launch.runner.launch_args(launch.bufs)
-    vals = launch.vals()
-    return bind_program(program, *opaque, global_size=spec.global_size, local_size=spec.local_size, vals=vals)
+    program, opaque, global_size, local_size, vals = launch.kernel(launch.runner)
+    return bind_program(program, *opaque, global_size=global_size, local_size=local_size, vals=vals)
 
 
 def _device_graph(launches: list[_Launch]) -> DeviceGraph | None:
@@ -541,17 +545,7 @@ def _device_graph(launches: list[_Launch]) -> DeviceGraph | None:
     if len(devices) != 1 or None in devices:
         return _multi_device_graph(launches)
     (device,) = devices
-    graph_launches: list[GraphLaunch] = [
-        (
-            launch.runner.program,
-            launch.runner.launch_args(launch.bufs),
-            launch.runner.spec.global_size,
-            launch.runner.spec.local_size,
-            launch.vals(),
-        )
-        for launch in launches
-        if launch.runner is not None
-    ]
+    graph_launches = [launch.kernel(launch.runner) for launch in launches if launch.runner is not None]
     return Device[str(device)].graph(graph_launches) if graph_launches else None
 
 
@@ -566,9 +560,7 @@ def _multi_device_graph(launches: list[_Launch]) -> DeviceGraph | None:
         elif launch.runner is None:
             items.append(GraphCopy(launch.bufs[0], launch.bufs[1]))
         else:
-            runner, spec = launch.runner, launch.runner.spec
-            launch_args = (runner.program, runner.launch_args(launch.bufs), spec.global_size, spec.local_size)
-            items.append(GraphKernel(str(runner.device), (*launch_args, launch.vals())))
+            items.append(GraphKernel(str(launch.runner.device), launch.kernel(launch.runner)))
     devices = {b.device for launch in launches for b in launch.bufs}
     if not items or len({d.split(":")[0] for d in devices}) != 1:
         return None
