@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from tg_tensor.engine.util import resolve_axes, sum_acc_dtype, to_dtype
@@ -265,19 +265,15 @@ class ReduceMixin:
         return shifted - shifted.exp().sum(axis, keepdim=True).log()
 
     # ---- cumulative ----
-    def _cumulative(self: Tensor, axis: int, op: Ops) -> Tensor:
-        """out[..., i] = reduce(x[..., :i+1]) through a lower-triangular mask over a new last axis."""
+    def _prefix(self: Tensor, axis: int, fill: ConstType, reduce: Callable[[Tensor], Tensor]) -> Tensor:
+        """out[..., i] = reduce over j <= i of x[..., j] along `axis` (O(n^2)): `reduce` reduces the last axis of
+        (..., i, j), which holds x_j where j <= i and `fill` elsewhere."""
         ax = resolve_axes(axis, self.ndim)[0]
         x = self.transpose(ax, -1) if self.ndim else self.reshape(1)
         n = int(x.shape[-1])
         # j <= i; by tril, as `arange(n) >= arange(n)` compares one node with itself when n == 1 (a fold that loses it)
         mask = type(self).ones(n, n, dtype=dtypes.bool, device=self.device).tril()
-        wide = x.unsqueeze(-2).expand(*x.shape[:-1], n, n)
-        if op is Ops.ADD:
-            ret = mask.where(wide, 0).sum(-1, dtype=x.dtype if dtypes.is_float(x.dtype) else None)
-        else:
-            lowest = -math.inf if dtypes.is_float(x.dtype) else dtypes.min(x.dtype)
-            ret = mask.where(wide, lowest).max(-1)
+        ret = reduce(mask.where(x.unsqueeze(-2).expand(*x.shape[:-1], n, n), fill))
         return ret.transpose(ax, -1) if self.ndim else ret.reshape(())
 
     def cumsum(self: Tensor, axis: int = 0) -> Tensor:
@@ -287,4 +283,4 @@ class ReduceMixin:
         >>> Tensor([1, 2, 3]).cumsum().tolist()
         [1, 3, 6]
         """
-        return self._cumulative(axis, Ops.ADD)
+        return self._prefix(axis, 0, lambda w: w.sum(-1, dtype=w.dtype if dtypes.is_float(w.dtype) else None))
