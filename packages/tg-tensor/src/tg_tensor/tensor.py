@@ -633,34 +633,29 @@ class Tensor(
             raise RuntimeError("gradient: gradients are disabled (Tensor.no_grad is set)")
         if bad := [t for t in (self, *targets) if not dtypes.is_float(t.dtype)]:
             raise RuntimeError(f"gradient: only float tensors have gradients, got {bad[0]!r}")
-        seed = self._seed_gradient(gradient)
-        graph = self._graph().toposort
-        nodes = [t._node_in(graph) for t in targets]
-        grads = autograd.compute_gradient(self._graph(), seed.uop, [n for n in nodes if n is not None])
-        out = []
-        for t, n in zip(targets, nodes):
-            # a target the result does not depend on (through comparisons, casts to int, an empty
-            # reduction...) has a zero gradient of its own shape, as in tinygrad
-            g = grads.get(n) if n is not None else None
-            out.append(Tensor(g) if g is not None else t.zeros_like())
-        return out
+        # a target the result does not depend on has a zero gradient of its own shape, as in tinygrad
+        return [g if g is not None else t.zeros_like() for t, g in zip(targets, self._gradients(gradient, targets))]
 
     def backward(self, gradient: Tensor | None = None) -> Tensor:
         """Accumulate d(self)/dt into `t.grad` for every tensor t in the graph with requires_grad=True."""
         if Tensor.no_grad:
             raise RuntimeError("backward: gradients are disabled (Tensor.no_grad is set)")
-        seed = self._seed_gradient(gradient)
-        graph = self._graph().toposort
         asking = cast("list[Tensor]", list(current().grad_tensors))  # (the engine files them as realizer.Holder)
-        targets = [(t, n) for t in asking if (n := t._node_in(graph)) is not None]
-        grads = autograd.compute_gradient(self._graph(), seed.uop, [n for _, n in targets])
-        for t, n in targets:
-            if not dtypes.is_float(t.dtype):
-                continue
-            g = grads.get(n)  # None: in the graph, but only through comparisons or int casts: a zero gradient
-            g_t = Tensor(g) if g is not None else t.zeros_like()
-            t.grad = g_t if t.grad is None else t.grad + g_t
+        targets = [t for t in asking if dtypes.is_float(t.dtype)]
+        for t, g in zip(targets, self._gradients(gradient, targets)):
+            if g is not None:
+                t.grad = g if t.grad is None else t.grad + g
         return self
+
+    def _gradients(self, gradient: Tensor | None, targets: list[Tensor] | tuple[Tensor, ...]) -> list[Tensor | None]:
+        """d(self)/dt for each target t: None where t is not in self's graph, zeros where it is only through
+        comparisons, casts to int, an empty reduction..."""
+        seed, graph = self._seed_gradient(gradient), self._graph()
+        nodes = [t._node_in(graph.toposort) for t in targets]
+        grads = autograd.compute_gradient(graph, seed.uop, [n for n in nodes if n is not None])
+        return [
+            None if n is None else Tensor(grads[n]) if n in grads else t.zeros_like() for t, n in zip(targets, nodes)
+        ]
 
     def _graph(self) -> UOp:
         """The lazy graph behind this tensor, even after it was realized."""
