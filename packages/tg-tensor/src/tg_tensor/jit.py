@@ -127,20 +127,26 @@ class _Launch:
 @dataclass
 class _Recording:
     launches: list[_Launch]
-    input_slots: list[list[tuple[int, int]]]  # per input: (launch, position) pairs that take it
-    output_slots: list[list[tuple[int, int]]]  # per distinct output buffer: the positions to refresh
     output_bufs: list[Buffer]  # distinct output buffers of the capture (templates for fresh ones)
     output_map: list[tuple[int, tuple[sint, ...]]]  # per returned tensor: its output buffer and (unbound) shape
     ret: Any  # the capture call's return value (its tensors are replaced on each replay)
+    temps: list[Buffer]  # buffers it writes before reading, not returned (jit_file)
+    consts: list[Buffer]  # data the function made from the host (jit_file: "const")
+    input_slots: list[list[tuple[int, int]]] = field(default_factory=list)  # per input: (launch, position) pairs
+    output_slots: list[list[tuple[int, int]]] = field(default_factory=list)  # per output buffer: positions to refresh
     calls: list[Callable[[], Any]] = field(default_factory=list)  # each launch bound to its buffers
     graph: DeviceGraph | None = None  # all launches as one device graph (CUDA graphs), where the device has one
     ops: int = 0
     mem: int = 0
     kernels: int = 0
-    temps: list[Buffer] = field(default_factory=list)  # buffers it writes before reading, not returned (jit_file)
-    consts: list[Buffer] = field(default_factory=list)  # data the function made from the host (jit_file: "const")
 
-    def bind(self) -> None:
+    def bind(self, input_bufs: list[Buffer]) -> None:
+        """Find the positions that take each input and output buffer, allocate every buffer, bind each launch."""
+        for launch in self.launches:
+            for b in launch.bufs:
+                b.ensure_allocated()
+        self.input_slots = [_positions(self.launches, b) for b in input_bufs]
+        self.output_slots = [_positions(self.launches, b) for b in self.output_bufs]
         self.calls = [_bind(launch) for launch in self.launches]
         kernels = [launch.runner.spec for launch in self.launches if launch.runner is not None]
         self.kernels = len(kernels)
@@ -583,23 +589,14 @@ def _record(launches: list[_Launch], input_bufs: list[Buffer], ret: Any, made: l
             "a jitted function must return tensors it computes, not its inputs or existing state "
             "(their buffers would be shared between calls); return `t.contiguous()` instead"
         )
-    input_slots = [_positions(launches, b) for b in input_bufs]
-    output_slots = [_positions(launches, b) for b in out_bufs]
     index = {id(b): i for i, b in enumerate(out_bufs)}
     output_map = [(index[id(buffer_of(t.uop.base))], tuple(_unbound(s) for s in t.shape)) for t in outs]
     keep = {id(b) for b in input_bufs} | {id(b) for b in out_bufs} | _live_buffers()
     plan_memory(launches, born - keep)
     # buffers the recording writes before it reads them (not returned): a file allocates them afresh
-    temps: dict[int, Buffer] = {}
-    out_ids = {id(b) for b in out_bufs}
-    for launch in launches:
-        for b in launch.bufs:
-            b.ensure_allocated()
-            if id(b) in born and id(b) not in out_ids:
-                temps[id(b)] = b
-    rec = _Recording(launches, input_slots, output_slots, out_bufs, output_map, ret, temps=list(temps.values()))
-    rec.consts = made
-    rec.bind()
+    temps = {id(b): b for launch in launches for b in launch.bufs if id(b) in born and id(b) not in index}
+    rec = _Recording(launches, out_bufs, output_map, ret, list(temps.values()), made)
+    rec.bind(input_bufs)
     return rec
 
 

@@ -441,21 +441,19 @@ def from_payload(
 ) -> _Recording:
     """The recording a payload holds, bound to this call's inputs and to `state` (JitCacheError if it cannot
     be: see the module docstring)."""
-    from tg_tensor.jit import _Launch, _Recording
-
     check_identity(payload, fxn, key, specs)
     try:
-        return _build(payload, state, input_bufs, _Launch, _Recording)
+        return _build(payload, state, input_bufs)
     except JitCacheError:
         raise
     except (KeyError, IndexError, TypeError, ValueError, AttributeError, RuntimeError) as e:
         raise JitCacheError(f"the recording in the file is malformed ({type(e).__name__}: {e})") from None
 
 
-def _build(payload: dict[str, Any], state: Mapping[str, Tensor], input_bufs: list[Buffer], launch_cls: Any,
-           rec_cls: Any) -> _Recording:  # fmt: skip
+def _build(payload: dict[str, Any], state: Mapping[str, Tensor], input_bufs: list[Buffer]) -> _Recording:
     from tg_codegen.program_cache import spec_from_data
     from tg_runtime.runner import CompiledRunner
+    from tg_tensor.jit import _Launch, _Recording  # (jit imports this module)
 
     slots: list[dict[str, Any]] = payload["slots"]
     state_bound = _bind_state(slots, state)
@@ -491,7 +489,7 @@ def _build(payload: dict[str, Any], state: Mapping[str, Tensor], input_bufs: lis
     for entry in payload["launches"]:
         row = [bufs[k] for k in entry["slots"]]
         if entry.get("copy"):
-            launches.append(launch_cls(None, row))
+            launches.append(_Launch(None, row))
             continue
         rkey = (int(entry["program"]), str(entry["device"]))
         if rkey not in runners:
@@ -499,21 +497,10 @@ def _build(payload: dict[str, Any], state: Mapping[str, Tensor], input_bufs: lis
                 raise JitCacheError(f"program {rkey[0]} in the file is malformed")
             runners[rkey] = CompiledRunner(spec, None, rkey[1])
         runners[rkey].spec.check_buffers([b.dtype for b in row])
-        launches.append(launch_cls(runners[rkey], row))
-    positions: dict[tuple[str, int], list[tuple[int, int]]] = {}
-    for li, entry in enumerate(payload["launches"]):
-        for p, k in enumerate(entry["slots"]):
-            if slots[k]["kind"] in ("input", "output"):
-                positions.setdefault((slots[k]["kind"], slots[k]["index"]), []).append((li, p))
-    input_slots = [positions.get(("input", i), []) for i in range(len(input_bufs))]
-    output_slots = [positions.get(("output", j), []) for j in range(len(outputs))]
+        launches.append(_Launch(runners[rkey], row))
     output_map = [(int(i), tuple(int(s) for s in shape)) for i, shape in payload["outputs"]]
-    for launch in launches:
-        for b in launch.bufs:
-            b.ensure_allocated()
-    rec: _Recording = rec_cls(launches, input_slots, output_slots, outputs, output_map, _ret_value(payload["ret"]))
-    rec.temps, rec.consts = temps, consts
-    rec.bind()
+    rec = _Recording(launches, outputs, output_map, _ret_value(payload["ret"]), temps, consts)
+    rec.bind(input_bufs)
     return rec
 
 
