@@ -187,6 +187,5 @@ def _complete_basis(u: Tensor) -> Tensor:
     The Q of [u | I] is orthogonal and its first k columns span u's space, so its other columns complete u.
     """
     m, k = int(u.shape[-2]), int(u.shape[-1])
-    eye = type(u).eye(m, dtype=u.dtype, device=u.device).reshape(*([1] * (u.ndim - 2)), m, m)
-    q = u.cat(eye.expand(*u.shape[:-2], m, m), dim=-1).qr()[0]
+    q = u.cat(_eye_like(u, m), dim=-1).qr()[0]
     return u.cat(q[..., :, k:], dim=-1)

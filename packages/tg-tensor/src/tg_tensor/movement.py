@@ -286,10 +286,7 @@ class MovementMixin:
         """Repeat each element `repeats` times along `dim` (the flattened tensor when None)."""
         x = self.flatten() if dim is None else self
         d = 0 if dim is None else x._axis(dim)
-        wide = x.unsqueeze(d + 1)
-        shape = list(wide.shape)
-        shape[d + 1] = repeats
-        return wide.expand(tuple(shape)).flatten(d, d + 1)
+        return x.unsqueeze(d + 1)._expand_axis(d + 1, repeats).flatten(d, d + 1)
 
     def cat(self: Tensor, *others: Tensor, dim: int = 0) -> Tensor:
         """Join tensors along `dim`; the other dims must match. `Tensor.cat([a, b])` takes a list too."""

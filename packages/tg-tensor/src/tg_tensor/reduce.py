@@ -62,7 +62,7 @@ class ReduceMixin:
     __slots__ = ()
 
     def _reduce(self: Tensor, op: Ops, axis: Axis, keepdim: bool) -> Tensor:
-        axes = resolve_axes(axis if axis is None or isinstance(axis, int) else tuple(axis), self.ndim)
+        axes = resolve_axes(axis, self.ndim)
         if self.ndim == 0:
             return self
         if any(self.shape[a] == 0 for a in axes):  # an empty reduction is its identity (max has none)
@@ -80,6 +80,10 @@ class ReduceMixin:
             if red is self.uop and op is Ops.ADD and dtypes.is_float(self.dtype):
                 red = (self + 0.0).uop  # only size-1 axes: still a sum from +0.0 (sum([-0.0]) is 0.0, as numpy)
             ret = type(self)(red)
+        return self._drop_axes(ret, axes, keepdim)
+
+    def _drop_axes(self: Tensor, ret: Tensor, axes: tuple[int, ...], keepdim: bool) -> Tensor:
+        """`ret`, a reduction of this tensor over `axes` with the axes kept (size 1), without them unless keepdim."""
         out_shape = tuple([s for i, s in enumerate(self.shape) if i not in axes])  # (valid by construction)
         return ret if keepdim else type(self)(ret.uop.reshape(out_shape))
 
@@ -132,18 +136,16 @@ class ReduceMixin:
         The division happens before the axes are dropped, so `x.mean()` and the mean inside `x.std()`
         are one node (one kernel).
         """
-        axes = resolve_axes(axis if axis is None or isinstance(axis, int) else tuple(axis), self.ndim)
+        axes = resolve_axes(axis, self.ndim)
         x = self._float()
         count = prod(self.shape[a] for a in axes)
         total = x.sum(axes, keepdim=True)
         ret = total / count if count else total * math.nan
-        ret = ret.cast(x.dtype)
-        out_shape = tuple([s for i, s in enumerate(self.shape) if i not in axes])  # (valid by construction)
-        return ret if keepdim else type(self)(ret.uop.reshape(out_shape))
+        return self._drop_axes(ret.cast(x.dtype), axes, keepdim)
 
     def var(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: int | float = 1) -> Tensor:
         """Variance with `correction` subtracted from the count (1: sample variance, 0: population)."""
-        axes = resolve_axes(axis if axis is None or isinstance(axis, int) else tuple(axis), self.ndim)
+        axes = resolve_axes(axis, self.ndim)
         x = self._float()
         dev = x - x.mean(axes, keepdim=True)
         n = prod(self.shape[a] for a in axes)
@@ -202,7 +204,7 @@ class ReduceMixin:
 
     def _empty_reduce(self: Tensor, axis: Axis, keepdim: bool) -> Tensor:
         """any() of a tensor with no elements: False, in the shape the reduction over `axis` has."""
-        axes = resolve_axes(axis if axis is None or isinstance(axis, int) else tuple(axis), self.ndim)
+        axes = resolve_axes(axis, self.ndim)
         shape = tuple(1 if i in axes else s for i, s in enumerate(self.shape) if keepdim or i not in axes)
         return type(self).full(shape, False, dtypes.bool, self.device)
 
@@ -243,10 +245,7 @@ class ReduceMixin:
         m = self.max(axis, keepdim=True).detach()
         m = m.isinf().where(0.0, m)
         ret = (self - m).exp().sum(axis, keepdim=True).log() + m
-        if keepdim:
-            return ret
-        axes = resolve_axes(axis if axis is None or isinstance(axis, int) else tuple(axis), self.ndim)
-        return ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+        return self._drop_axes(ret, resolve_axes(axis, self.ndim), keepdim)
 
     def softmax(self: Tensor, axis: int = -1, dtype: DType | str | None = None) -> Tensor:
         """exp(x) / sum(exp(x)) along `axis` (shifted by the maximum for stability); `dtype` casts the input first."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from tg_tensor.engine.util import DTypeError, normalize_axis, to_dtype
+from tg_tensor.engine.util import DTypeError, broadcast_shape, normalize_axis, to_dtype
 from tg_uop import ConstType, DType, dtypes
 
 if TYPE_CHECKING:
@@ -65,18 +65,12 @@ class SelectionMixin:
             got = mask.dtype if isinstance(mask, type(self)) else type(mask).__name__
             raise RuntimeError(f"masked_select: expected a bool mask tensor, got {got}")
         _check_size(size, "masked_select")
-        x, m = self._broadcasted_pair(mask)
-        keep = m.flatten()
+        shape = broadcast_shape(self.shape, mask.shape)
+        x, keep = self._broadcast_to(shape), mask._broadcast_to(shape).flatten()
         n_out = int(keep.cast(dtypes.int32).sum().item()) if size is None else size
         if n_out == 0 or keep.numel() == 0:
             return type(self).full((n_out,), fill_value, self.dtype, self.device)
         return _place(x.flatten(), keep, n_out, fill_value)
-
-    def _broadcasted_pair(self: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-        from tg_tensor.engine.util import broadcast_shape
-
-        shape = broadcast_shape(self.shape, mask.shape)
-        return self._broadcast_to(shape), mask._broadcast_to(shape)
 
     def nonzero(self: Tensor, size: int | None = None, fill_value: ConstType = 0) -> Tensor:
         """The indices (int32, shape (count, ndim)) of the non-zero elements in row-major order.

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tg_uop import ConstType, DType, Ops, UOp, dtypes
@@ -126,7 +127,7 @@ def shape_of_list(data: Any) -> tuple[int, ...]:
     return (len(data), *sub[0])
 
 
-def resolve_axes(axis: int | tuple[int, ...] | list[int] | None, ndim: int) -> tuple[int, ...]:
+def resolve_axes(axis: int | Sequence[int] | None, ndim: int) -> tuple[int, ...]:
     """Axes as non-negative ints; None means all. Out-of-range axes raise IndexError."""
     if axis is None:
         return tuple(range(ndim))
