@@ -251,7 +251,7 @@ class CreationMixin:
         if dtypes.is_int(dt) and any(not dtypes.min(dt) <= v <= dtypes.max(dt) for v in ends):
             raise OverflowError(f"arange: values from {start} to {ends[1]} do not fit {dt}")
         values = np.array([start + i * step for i in range(n)], dtype=np.float64 if is_float else np.int64)
-        return cls(values.astype(np_dtype(dt)) if dt != dtypes.bfloat16 else values, device=device, dtype=dt, **kw)
+        return cls(values.astype(np_dtype(dt)), device=device, dtype=dt, **kw)
 
     @classmethod
     def linspace(
@@ -277,7 +277,7 @@ class CreationMixin:
         if dt == dtypes.bool:
             raise ValueError("linspace: a bool dtype is not supported (as in PyTorch and tinygrad)")
         values = np.linspace(start, stop, steps, dtype=np.float64)
-        return cls(values.astype(np_dtype(dt)) if dt != dtypes.bfloat16 else values, device=device, dtype=dt, **kw)
+        return cls(values.astype(np_dtype(dt)), device=device, dtype=dt, **kw)
 
     @classmethod
     def eye(

@@ -237,10 +237,6 @@ def _buffer_entry(buf: Buffer) -> dict[str, Any]:
     return {"size": buf.size, "dtype": buf.dtype.name, "device": buf.device}
 
 
-def _describe(buf: Buffer) -> str:
-    return f"a buffer of {buf.size} {buf.dtype.name} on {buf.device}"
-
-
 def classify(rec: _Recording, state: Mapping[str, Tensor]) -> tuple[list[dict[str, Any]], list[list[int]]]:
     """The slots of the recording's buffers and each launch's slot numbers (JitCacheError for a buffer that
     lives across calls but no name of `state` holds)."""
@@ -283,8 +279,9 @@ def _kind(buf: Buffer, temps: set[int], consts: set[int], named: StateBuffers, l
         return {"kind": "state", "names": list(views), "views": [views[n] for n in views]}
     what = f"kernel {launch.runner.name}" if launch.runner is not None else "a copy"
     raise JitCacheError(
-        f"{_describe(buf)}, used by {what} (launch {li}), lives across calls but no tensor of `state` holds it, so "
-        "another process could not bind it; pass the tensors the function reads and updates as state= (e.g. "
+        f"a buffer of {buf.size} {buf.dtype.name} on {buf.device}, used by {what} (launch {li}), lives across calls "
+        "but no tensor of `state` holds it, so another process could not bind it; pass the tensors the function "
+        "reads and updates as state= (e.g. "
         "{**get_state_dict(model, 'model'), **get_state_dict(optimizer, 'opt')})"
     )
 

@@ -90,8 +90,7 @@ def _from_list(data: list[Any] | tuple[Any, ...], dtype: DType | None, device: s
     dt = dtype or (dtypes.from_py(data) if prod(shape) else dtypes.default_float)
     import numpy as np
 
-    npdt = np_dtype(dt) if dt != dtypes.bfloat16 else np.float32
-    return _from_numpy(np.array(data, dtype=npdt).reshape(shape), dt, device)
+    return _from_numpy(np.array(data, dtype=np_dtype(dt)).reshape(shape), dt, device)
 
 
 def _strided_window(u: UOp) -> tuple[UOp, View] | None:
@@ -477,8 +476,7 @@ class Tensor(
         if 0 in shape:
             import numpy as np
 
-            npdt = np_dtype(self.dtype) if self.dtype != dtypes.bfloat16 else np.float32
-            return np.zeros(shape, dtype=npdt)
+            return np.zeros(shape, dtype=np_dtype(self.dtype))
         return self._data().copy()
 
     def data(self) -> memoryview:

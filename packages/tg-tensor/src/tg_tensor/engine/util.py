@@ -48,7 +48,8 @@ class DTypeNameError(AttributeError, TypeError):
 
 @functools.cache  # (every read of a tensor's values asks)
 def np_dtype(dt: DType) -> np.dtype[Any]:
-    """The numpy dtype matching a tg dtype (bfloat16 has none: callers convert)."""
+    """The numpy dtype matching a tg dtype (float32 for bfloat16, which numpy does not have: its values are carried
+    as float32 on the host)."""
     import numpy as np
 
     return np.dtype(dtypes.to_np_name(dt))
