@@ -72,10 +72,10 @@ class CreationMixin:
         shp = norm_shape(shape)
         dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
         if isinstance(fill_value, UOp):  # a bound Variable (its value at the binding)
-            value = cls(fill_value, device=dev, dtype=_dt(dtype) or dtypes.default_int)
-            return cls(value.uop.reshape((1,) * len(shp)).expand(shp), **kwargs)
-        dt = _dt(dtype) or dtypes.from_py(fill_value)
-        return cls(const_uop(fill_value, dt, dev).reshape((1,) * len(shp)).expand(shp), **kwargs)
+            value = cls(fill_value, device=dev, dtype=_dt(dtype) or dtypes.default_int).uop
+        else:
+            value = const_uop(fill_value, _dt(dtype) or dtypes.from_py(fill_value), dev)
+        return cls(value.reshape((1,) * len(shp)).expand(shp), **kwargs)
 
     @classmethod
     def zeros(

@@ -491,13 +491,8 @@ def _unbound(s: sint) -> sint:
 
 def _host_made(launches: list[_Launch], existing: set[int]) -> list[Buffer]:
     """Buffers the launches read that the function filled from the host (Tensor(data) made inside it)."""
-    made = {id(launch.bufs[p]) for launch in launches for p in launch.born}
-    ret: dict[int, Buffer] = {}
-    for launch in launches:
-        for b in launch.bufs:
-            if id(b) not in made and id(b) not in existing:
-                ret.setdefault(id(b), b)
-    return list(ret.values())
+    made = {id(launch.bufs[p]) for launch in launches for p in launch.born} | existing
+    return list({id(b): b for launch in launches for b in launch.bufs if id(b) not in made}.values())
 
 
 def _check_host_data(name: str, warmup: list[bytes], capture: list[bytes]) -> None:

@@ -84,12 +84,8 @@ class SelectionMixin:
         n_out = int(keep.cast(dtypes.int32).sum().item()) if size is None else size
         if n_out == 0 or self.numel() == 0 or self.ndim == 0:
             return type(self).full((n_out, self.ndim), fill_value, dtypes.int32, self.device)
-        coords = []
-        for ax, s in enumerate(self.shape):
-            shape = [1] * self.ndim
-            shape[ax] = int(s)
-            c = type(self).arange(int(s), device=self.device, dtype=dtypes.int32).reshape(tuple(shape))
-            coords.append(c.expand(self.shape).flatten())
+        ranges = [type(self).arange(int(s), device=self.device, dtype=dtypes.int32) for s in self.shape]
+        coords = [c.flatten() for c in ranges[0].meshgrid(*ranges[1:])]  # each element's index along each dim
         return _place(type(self).stack(*coords, dim=1), keep, n_out, fill_value)
 
     def scatter_reduce(

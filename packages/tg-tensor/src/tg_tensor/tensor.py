@@ -194,10 +194,8 @@ class Tensor(
         if isinstance(data, (list, tuple)):
             return _from_list(data, dtype, dev)
         npm: Any = sys.modules.get("numpy")  # an ndarray exists only once numpy was imported
-        if npm is not None and isinstance(data, npm.ndarray):
-            return _from_numpy(data, dtype, dev)
-        if npm is not None and isinstance(data, npm.generic):
-            return _from_numpy(npm.array(data), dtype, dev)
+        if npm is not None and isinstance(data, (npm.ndarray, npm.generic)):  # (a numpy scalar: as a 0-d array)
+            return _from_numpy(npm.asarray(data), dtype, dev)
         if isinstance(data, (bytes, bytearray, memoryview)):
             import numpy as np
 
