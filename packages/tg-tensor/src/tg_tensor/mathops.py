@@ -95,9 +95,7 @@ class MathOpsMixin:
         [True]
         """
         a, b = self._broadcasted(other)
-        if a.dtype == dtypes.bool:
-            a, b = a.cast(dtypes.default_int), b.cast(dtypes.default_int)
-        if not dtypes.is_float(a.dtype):
+        if not dtypes.is_float(a.dtype):  # (ints and bools compare as floats)
             a, b = a.cast(dtypes.default_float), b.cast(dtypes.default_float)
         finite = a.isfinite() & b.isfinite()
         close = finite & ((a - b).abs() <= atol + rtol * b.abs())

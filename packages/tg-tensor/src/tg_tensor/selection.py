@@ -280,11 +280,7 @@ class SelectionMixin:
         if n <= RANDPERM_HOST_ABOVE:
             return cls(keys.argsort().cast(dt).uop, **kwargs)
         order = np.argsort(keys.numpy(), kind="stable").astype(np.int64)
-        return (
-            cls(order, device=keys.device, **kwargs).cast(dt)
-            if dt != dtypes.int64
-            else cls(order, device=keys.device, **kwargs)
-        )
+        return cls(order, device=keys.device, **kwargs).cast(dt)  # (a cast to int64 itself returns it as it is)
 
 
 def _acc(dt: DType) -> DType:
@@ -294,18 +290,15 @@ def _acc(dt: DType) -> DType:
 def _combine(x: Tensor, part: Tensor, count: Tensor, reduce: str, include_self: bool) -> Tensor:
     """Merge the reduction of the scattered values with self, where anything was scattered."""
     xa = x.cast(part.dtype)
-    touched = count > 0
-    if reduce == "sum":
-        merged = xa + part if include_self else part
-    elif reduce == "prod":
-        merged = xa * part if include_self else part
-    elif reduce == "mean":
+    if reduce == "mean":
         total = xa + part if include_self else part
         denom = count + 1 if include_self else count.maximum(1)
         merged = total / denom if dtypes.is_float(part.dtype) else total.div(denom, rounding_mode="floor")
+    elif include_self:
+        merged = {"sum": xa.add, "prod": xa.mul, "amax": xa.maximum, "amin": xa.minimum}[reduce](part)
     else:
-        merged = (xa.maximum(part) if reduce == "amax" else xa.minimum(part)) if include_self else part
-    return touched.where(merged.cast(part.dtype), xa)
+        merged = part
+    return (count > 0).where(merged.cast(part.dtype), xa)
 
 
 def _unpool_size(
