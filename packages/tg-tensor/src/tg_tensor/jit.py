@@ -66,7 +66,7 @@ from tg_tensor.front import front
 from tg_tensor.jit_args import JitArgError, bind_value, describe_change, flatten_call
 from tg_tensor.tensor import Tensor
 from tg_uop import DType, Ops, UOp
-from tg_uop.helpers import DEBUG, JIT, ContextVar, GlobalCounters
+from tg_uop.helpers import DEBUG, JIT, ContextVar, GlobalCounters, all_int
 from tg_uop.trace import TRACE
 from tg_uop.uop import sint
 
@@ -509,11 +509,7 @@ def _check_host_data(name: str, warmup: list[bytes], capture: list[bytes]) -> No
 
 
 def _spec(t: Tensor) -> Spec:
-    shape = t.shape
-    for dim in shape:
-        if isinstance(dim, UOp):  # (a symbolic shape: compared without its bound values)
-            shape = tuple(_unbound(s) for s in shape)
-            break
+    shape = t.shape if all_int(t.shape) else tuple(_unbound(s) for s in t.shape)  # (symbolic: without bound values)
     return (shape, t.dtype, t.device)
 
 
