@@ -470,13 +470,11 @@ def _build(payload: dict[str, Any], state: Mapping[str, Tensor], input_bufs: lis
             buf = outputs[slot["index"]]
         elif kind == "state":
             buf = state_bound[k]
-        elif kind == "temp":
+        elif kind in ("temp", "const"):  # (fresh buffers: a const gets its stored value)
             buf = Buffer(slot["device"], size, dt)
-            temps.append(buf)
-        elif kind == "const":
-            buf = Buffer(slot["device"], size, dt)
-            buf.copyin(memoryview(decode_bytes(slot["data"], buf.nbytes)))
-            consts.append(buf)
+            if kind == "const":
+                buf.copyin(memoryview(decode_bytes(slot["data"], buf.nbytes)))
+            (temps if kind == "temp" else consts).append(buf)
         else:
             raise JitCacheError(f"slot {k} has the unknown kind {kind!r}")
         bufs.append(buf)

@@ -213,12 +213,11 @@ class SelectionMixin:
         n_cls = int(x.shape[1])
         if weight is not None and weight.shape != (n_cls,):
             raise ValueError(f"nll_loss: weight must have shape ({n_cls},), got {weight.shape}")
-        hit = y.unsqueeze(1).eq(
-            type(self).arange(n_cls, device=self.device, dtype=y.dtype).reshape(n_cls, *([1] * (y.ndim - 1)))
-        )
+        along_cls = (n_cls, *([1] * (y.ndim - 1)))  # (the class axis of x, before y's other dims)
+        hit = y.unsqueeze(1).eq(type(self).arange(n_cls, device=self.device, dtype=y.dtype).reshape(along_cls))
         picked = hit.where(x, 0).sum(1)
         if weight is not None:
-            w = hit.where(weight.reshape(n_cls, *([1] * (y.ndim - 1))), 0).sum(1)
+            w = hit.where(weight.reshape(along_cls), 0).sum(1)
         else:
             w = type(self).ones(*y.shape, dtype=picked.dtype, device=self.device)
         if ignore_index is not None:

@@ -567,17 +567,16 @@ class Tensor(
             disk_assign(self, x if isinstance(x, Tensor) else Tensor(x, dtype=self.dtype))
             return self
         value = x if isinstance(x, Tensor) else Tensor(x, device=self.device, dtype=self.dtype)
-        rz = current()
-        if rz.unshare(self):  # it stood for another tensor's result (share_results): replace it
-            if value.shape == self.shape and value.dtype == self.dtype and value.device == self.device:
-                self.uop = value.uop
-                return self
         if value.shape != self.shape:
             raise ShapeError(f"assign: value of shape {value.shape} does not match the tensor's shape {self.shape}")
         if value.dtype != self.dtype:
             raise DTypeError(f"assign: value of dtype {value.dtype} does not match the tensor's dtype {self.dtype}")
         if value.device != self.device:
             raise ValueError(f"assign: value is on {value.device}, the tensor on {self.device}")
+        rz = current()
+        if rz.unshare(self):  # it stood for another tensor's result (share_results): replace it
+            self.uop = value.uop
+            return self
         if multi.is_multi(self.uop):
             return self._assign_shards(value)
         follows = (self.uop,) if self.uop.op is Ops.ASSIGN else ()  # an assign not run yet: this one comes after
