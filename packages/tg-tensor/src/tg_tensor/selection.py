@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from tg_tensor.conv import _tuple
 from tg_tensor.engine.util import DTypeError, broadcast_shape, normalize_axis, to_dtype
 from tg_uop import ConstType, DType, dtypes
 
@@ -304,16 +305,9 @@ def _unpool_size(
     spatial: list[int], kernel: Any, stride: Any, dilation: Any, padding: Any, output_size: Any
 ) -> list[int]:
     n = len(spatial)
-
-    def tup(v: Any, what: str) -> tuple[int, ...]:
-        t = (v,) * n if isinstance(v, int) else tuple(v)
-        if len(t) != n:
-            raise ValueError(f"max_unpool2d: {what} {v!r} needs {n} entries")
-        return t
-
     if output_size is not None:
         return [int(s) for s in tuple(output_size)[-n:]]
-    k = tup(kernel, "kernel_size")
-    s = k if stride is None else tup(stride, "stride")
-    d, p = tup(dilation, "dilation"), tup(padding, "padding")
+    k = _tuple(kernel, n, "max_unpool2d: kernel_size")
+    s = k if stride is None else _tuple(stride, n, "max_unpool2d: stride")
+    d, p = _tuple(dilation, n, "max_unpool2d: dilation"), _tuple(padding, n, "max_unpool2d: padding")
     return [(i - 1) * s_ - 2 * p_ + d_ * (k_ - 1) + 1 for i, k_, s_, d_, p_ in zip(spatial, k, s, d, p)]
