@@ -29,7 +29,7 @@ from tg_tensor.engine.util import const_uop, norm_shape, np_dtype, to_dtype, var
 from tg_tensor.front import front
 from tg_tensor.rng import RandomState, to_unit_float
 from tg_uop import ConstType, DType, UOp, dtypes
-from tg_uop.helpers import prod
+from tg_uop.helpers import all_int, prod
 from tg_uop.uop import sint
 
 if TYPE_CHECKING:
@@ -319,11 +319,10 @@ class CreationMixin:
     @classmethod
     def _bits(cls: type[Tensor], shape: tuple[Any, ...], device: str | None) -> tuple[tuple[int, ...], str, UOp, UOp]:
         shp = norm_shape(varargs_shape(shape))
-        if not all(isinstance(s, int) for s in shp):
+        if not all_int(shp):
             raise ValueError(f"random: shape {shp} must be made of ints")
         dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
-        ishp = tuple(int(s) for s in shp)
-        return (ishp, dev, *_default_state().bits(ishp, dev))
+        return (shp, dev, *_default_state().bits(shp, dev))
 
     @classmethod
     def rand(

@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from tg_tensor.engine.util import to_dtype
 from tg_uop import ConstType, DType, Ops, dtypes
 
 if TYPE_CHECKING:
@@ -156,7 +155,7 @@ class MathOpsMixin:
         >>> Tensor([1, 2]).const_like(7).tolist()
         [7, 7]
         """
-        return type(self).full(self.shape, b, to_dtype(dtype) if dtype is not None else self.dtype, self.device)
+        return type(self).full(self.shape, b, self.dtype if dtype is None else dtype, self.device)
 
     @classmethod
     def const(cls: type[Tensor], b: ConstType, dtype: DType | str | None = None) -> Tensor:
@@ -166,7 +165,7 @@ class MathOpsMixin:
         >>> Tensor.const(3).item()
         3
         """
-        return cls.full((), b, to_dtype(dtype) if dtype is not None else None)
+        return cls.full((), b, dtype)
 
     def contiguous_backward(self: Tensor) -> Tensor:
         """The same tensor; in tinygrad a hint to make the gradient contiguous, which tg's scheduler decides itself."""
