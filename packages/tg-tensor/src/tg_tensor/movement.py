@@ -355,10 +355,7 @@ class MovementMixin:
         for s, dim in zip(sh, ds):
             d = x._axis(dim)
             n = int(x.shape[d])
-            if n == 0:
-                continue
-            k = s % n
-            if k:
+            if n and (k := s % n):  # (an empty dim, or a whole turn: nothing moves)
                 x = x._slice(d, n - k, n).cat(x._slice(d, 0, n - k), dim=d)
         return x
 
