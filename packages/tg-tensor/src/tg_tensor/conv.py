@@ -267,10 +267,9 @@ class ConvMixin:
         axes = tuple(range(-len(k), 0))
         total = self._float().pad(lead + pads)._pool(k, s, d).sum(axes)
         spatial = type(self).ones(*self.shape[self.ndim - len(k) :], device=self.device)
-        if count_include_pad:
-            spatial = spatial.pad(base, value=1.0)
+        if count_include_pad:  # the padding counts (ones), ceil_mode's extra padding does not (zeros)
             extra = tuple((0, (a2 - a1)) for (_, a1), (_, a2) in zip(base, pads))
-            counts = spatial.pad(extra)._pool(k, s, d).sum(axes)
+            spatial = spatial.pad(base, value=1.0).pad(extra)
         else:
-            counts = spatial.pad(pads)._pool(k, s, d).sum(axes)
-        return total / counts
+            spatial = spatial.pad(pads)
+        return total / spatial._pool(k, s, d).sum(axes)

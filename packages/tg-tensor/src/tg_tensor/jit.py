@@ -359,8 +359,7 @@ class TinyJit(Generic[ReturnType]):
                 "integer (a length, a position) as a bound Variable, Variable('name', lo, hi).bind(value), which one "
                 "recording serves for every value"
             )
-        cap = self.captures[key] = _Capture(key)
-        return cap
+        return self.captures.setdefault(key, _Capture(key))
 
     def _run_python(self, args: Any, kwargs: Any) -> ReturnType:
         running = front().jit_running

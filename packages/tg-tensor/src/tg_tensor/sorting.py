@@ -30,9 +30,7 @@ def _before(a: Tensor, b: Tensor, descending: bool) -> Tensor:
     """Does value `b` sort strictly before value `a` (NaN counts as the largest value)?"""
     first, second = (a, b) if descending else (b, a)  # ascending: b < a
     less = first < second
-    if dtypes.is_float(a.dtype):
-        less = less | (second.isnan() & first.isnan().logical_not())
-    return less
+    return less | (second.isnan() & first.isnan().logical_not()) if dtypes.is_float(a.dtype) else less
 
 
 def _same(a: Tensor, b: Tensor) -> Tensor:
