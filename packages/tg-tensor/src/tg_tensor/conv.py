@@ -113,10 +113,8 @@ class ConvMixin:
         for j in range(nd):  # the first unpooled spatial axis (always at `lead`) becomes (o_j, k_j) at the end
             order = [a for a in range(x.ndim) if a != lead] + [lead]
             x = x.permute(tuple(order))._pool1d_last(k[j], s[j], d[j])
-        # x is now (..., o0, k0, o1, k1, ...) with the lead dims first
-        outs = [lead + 2 * j for j in range(nd)]
-        kers = [lead + 2 * j + 1 for j in range(nd)]
-        return x.permute(tuple(range(lead)) + tuple(outs) + tuple(kers))
+        # x is now (..., o0, k0, o1, k1, ...) with the lead dims first: the o axes, then the k axes
+        return x.permute(*range(lead), *range(lead, lead + 2 * nd, 2), *range(lead + 1, lead + 2 * nd, 2))
 
     def conv2d(
         self: Tensor,

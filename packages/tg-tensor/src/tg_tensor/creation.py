@@ -196,8 +196,7 @@ class CreationMixin:
         """
         if (split := split_of(self.uop)) is not None and split.axis is not None:  # split like self: a buffer each
             dt = _dt(dtype) or self.dtype
-            shapes = [(str(s.device), tuple(s.shape or ())) for s in split.uops]
-            shards = [UOp.new_buffer(d, int(prod(shp)), dt).reshape(shp) for d, shp in shapes]
+            shards = [type(self).empty(s.shape, dtype=dt, device=str(s.device)).uop for s in split.uops]
             return type(self)(multi_node(shards, split.axis, split.devices), **kw)
         return type(self).empty(self.shape, dtype=_dt(dtype) or self.dtype, device=self.device, **kw)
 

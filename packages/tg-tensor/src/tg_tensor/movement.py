@@ -243,9 +243,7 @@ class MovementMixin:
 
     def _expand_axis(self: Tensor, ax: int, times: int) -> Tensor:
         """Expand a size-1 axis `ax` to `times`."""
-        shape = list(self.shape)
-        shape[ax] = times
-        return self.expand(tuple(shape))
+        return self.expand(tuple(times if i == ax else s for i, s in enumerate(self.shape)))
 
     def _slice(self: Tensor, ax: int, start: int, stop: int) -> Tensor:
         arg = tuple((start, stop) if i == ax else (0, s) for i, s in enumerate(self.shape))

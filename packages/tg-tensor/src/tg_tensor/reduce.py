@@ -223,10 +223,8 @@ class ReduceMixin:
         if n == 0:
             raise ValueError(f"argmax/argmin: axis {axis} of shape {self.shape} is empty")
         is_max = self.eq(self.max(ax, keepdim=True))
-        shape = [1] * self.ndim
-        if self.ndim:
-            shape[ax] = n
-        countdown = type(self).arange(n, 0, -1, device=self.device).reshape(tuple(shape))
+        along_ax = tuple(n if i == ax else 1 for i in range(self.ndim))
+        countdown = type(self).arange(n, 0, -1, device=self.device).reshape(along_ax)
         first = (is_max.where(countdown, 0)).max(ax, keepdim=keepdim)
         return (n - first).cast(dtypes.int32)
 

@@ -145,14 +145,11 @@ class ShapingMixin:
                 raise ValueError(f"meshgrid: expected 0-d or 1-D tensors, got shape {t.shape}")
         if len(tensors) == 1:
             return tensors
-        order = list(range(len(tensors)))
+        n = len(tensors)
+        order = list(range(n))
         if indexing == "xy":
             order[0], order[1] = 1, 0
-        shaped = []
-        for pos, t in zip(order, tensors):
-            shape = [1] * len(tensors)
-            shape[pos] = -1
-            shaped.append(t.reshape(tuple(shape)))
+        shaped = [t.reshape(tuple(-1 if i == pos else 1 for i in range(n))) for pos, t in zip(order, tensors)]
         out = broadcast_shape(*(t.shape for t in shaped))
         return tuple(t.expand(out) for t in shaped)
 
