@@ -474,9 +474,7 @@ def _sub(s: sint, bind: dict[UOp, UOp]) -> sint:
 def _shape_values(what: str, t: Tensor, values: dict[UOp, int]) -> None:
     """Add the values of the bound Variables in `t`'s shape to `values` (one value per variable)."""
     for s in t.shape:
-        if not isinstance(s, UOp):
-            continue
-        for u in s.toposort:
+        for u in s.toposort if isinstance(s, UOp) else ():
             if u.op is Ops.BIND:
                 bind_value(values, u, what)
 

@@ -78,8 +78,7 @@ class MathOpsMixin:
         >>> round(Tensor([1000.0]).logaddexp(1000.0).item(), 3)
         1000.693
         """
-        a, b = self._float()._broadcasted(other)
-        a, b = a._float(), b._float()
+        a, b = self._float()._broadcasted(other)  # (both float: a float's common dtype with anything is a float)
         m = a.maximum(b).detach()
         m = m.isinf().where(0.0, m)
         return ((a - m).exp() + (b - m).exp()).log() + m

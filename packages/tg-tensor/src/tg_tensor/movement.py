@@ -185,17 +185,14 @@ class MovementMixin:
         x = self.shrink(shrink) if any(b < 0 or a < 0 for b, a in pairs) else self
         pos = tuple((max(b, 0), max(a, 0)) for b, a in pairs)
         if mode == "constant":
-            return x._pad_constant(pos, value)
+            ret = type(self)(x.uop.pad(pos))
+            if value == 0 or all(p == (0, 0) for p in pos):
+                return ret
+            inside = type(self)(x.ones_like(dtypes.bool).uop.pad(pos))  # (True where x's own values are)
+            return inside.where(ret, value)
         for ax, (b, a) in enumerate(pos):
             x = x._pad_circular(ax, b, a)
         return x
-
-    def _pad_constant(self: Tensor, pos: tuple[tuple[int, int], ...], value: float) -> Tensor:
-        ret = type(self)(self.uop.pad(pos))
-        if value == 0 or all(p == (0, 0) for p in pos):
-            return ret
-        inside = type(self)(self.ones_like(dtypes.bool).uop.pad(pos))
-        return inside.where(ret, value)
 
     def _pad_circular(self: Tensor, ax: int, before: int, after: int) -> Tensor:
         n = int(self.shape[ax])

@@ -189,8 +189,10 @@ class ReduceMixin:
         >>> Tensor([[0, 1], [0, 0]]).any(axis=1).tolist()
         [True, False]
         """
-        if not self.numel():
-            return self._empty_reduce(axis, keepdim)
+        if not self.numel():  # False, in the shape the reduction over `axis` has
+            axes = resolve_axes(axis, self.ndim)
+            shape = tuple(1 if i in axes else s for i, s in enumerate(self.shape) if keepdim or i not in axes)
+            return type(self).full(shape, False, dtypes.bool, self.device)
         return self.cast(dtypes.bool)._reduce(Ops.MAX, axis, keepdim)
 
     def all(self: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
@@ -201,12 +203,6 @@ class ReduceMixin:
         [True, False]
         """
         return self.logical_not().any(axis, keepdim).logical_not()
-
-    def _empty_reduce(self: Tensor, axis: Axis, keepdim: bool) -> Tensor:
-        """any() of a tensor with no elements: False, in the shape the reduction over `axis` has."""
-        axes = resolve_axes(axis, self.ndim)
-        shape = tuple(1 if i in axes else s for i, s in enumerate(self.shape) if keepdim or i not in axes)
-        return type(self).full(shape, False, dtypes.bool, self.device)
 
     # ---- arg reductions ----
     def argmax(self: Tensor, axis: int | None = None, keepdim: bool = False) -> Tensor:
