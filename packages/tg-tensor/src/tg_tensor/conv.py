@@ -113,10 +113,8 @@ class ConvMixin:
         for j in range(nd):  # the first unpooled spatial axis (always at `lead`) becomes (o_j, k_j) at the end
             order = [a for a in range(x.ndim) if a != lead] + [lead]
             x = x.permute(tuple(order))._pool1d_last(k[j], s[j], d[j])
-        # x is now (..., o0, k0, o1, k1, ...) with the lead dims first
-        outs = [lead + 2 * j for j in range(nd)]
-        kers = [lead + 2 * j + 1 for j in range(nd)]
-        return x.permute(tuple(range(lead)) + tuple(outs) + tuple(kers))
+        # x is now (..., o0, k0, o1, k1, ...) with the lead dims first: the o axes, then the k axes
+        return x.permute(*range(lead), *range(lead, lead + 2 * nd, 2), *range(lead + 1, lead + 2 * nd, 2))
 
     def conv2d(
         self: Tensor,
@@ -212,13 +210,16 @@ class ConvMixin:
         return x._slice(ax, 0, max(0, (n - 1) * s + 1))
 
     def _pool_input(
-        self: Tensor, k: tuple[int, ...], s: tuple[int, ...], d: tuple[int, ...], padding: Any, ceil_mode: bool
-    ) -> tuple[tuple[int, int], ...]:
-        """Padding per spatial dim, with the extra right padding ceil_mode needs."""
-        nd = len(k)
+        self: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None, dilation: IntOrTuple, padding: Any, ceil: bool
+    ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[tuple[int, int], ...]]:
+        """A pooling's kernel, stride (default: the kernel) and dilation per spatial dim, and its padding per spatial
+        dim with the extra right padding ceil_mode (`ceil`) needs."""
+        k = _tuple(kernel_size, 2 if isinstance(kernel_size, int) else len(kernel_size), "kernel_size")
+        s = k if stride is None else _tuple(stride, len(k), "stride")
+        d, nd = _tuple(dilation, len(k), "dilation"), len(k)
         pads = _padding_pairs(padding, nd)
-        if not ceil_mode:
-            return pads
+        if not ceil:
+            return k, s, d, pads
         out = []
         for j, (b, a) in enumerate(pads):
             i = int(self.shape[self.ndim - nd + j])
@@ -227,7 +228,7 @@ class ConvMixin:
             if (o - 1) * s[j] >= i + b:
                 o -= 1
             out.append((b, a + max(0, (o - 1) * s[j] + d[j] * (k[j] - 1) + 1 - (i + b + a))))
-        return tuple(out)
+        return k, s, d, tuple(out)
 
     def max_pool2d(
         self: Tensor,
@@ -242,10 +243,7 @@ class ConvMixin:
 
         return_indices=True also returns, per output, the flat spatial index of the window's first maximum.
         """
-        k = _tuple(kernel_size, 2 if isinstance(kernel_size, int) else len(kernel_size), "kernel_size")
-        s = k if stride is None else _tuple(stride, len(k), "stride")
-        d = _tuple(dilation, len(k), "dilation")
-        pads = self._pool_input(k, s, d, padding, ceil_mode)
+        k, s, d, pads = self._pool_input(kernel_size, stride, dilation, padding, ceil_mode)
         lowest = -math.inf if dtypes.is_float(self.dtype) else dtypes.min(self.dtype)
         x = self.pad(((0, 0),) * (self.ndim - len(k)) + pads, value=lowest)
         ret = x._pool(k, s, d).max(tuple(range(-len(k), 0)))
@@ -261,19 +259,15 @@ class ConvMixin:
         count_include_pad: bool = True,
     ) -> Tensor:
         """Mean over windows; padding counts toward the divisor when count_include_pad (not ceil_mode's)."""
-        k = _tuple(kernel_size, 2 if isinstance(kernel_size, int) else len(kernel_size), "kernel_size")
-        s = k if stride is None else _tuple(stride, len(k), "stride")
-        d = _tuple(dilation, len(k), "dilation")
+        k, s, d, pads = self._pool_input(kernel_size, stride, dilation, padding, ceil_mode)
         base = _padding_pairs(padding, len(k))
-        pads = self._pool_input(k, s, d, padding, ceil_mode)
         lead = ((0, 0),) * (self.ndim - len(k))
         axes = tuple(range(-len(k), 0))
         total = self._float().pad(lead + pads)._pool(k, s, d).sum(axes)
         spatial = type(self).ones(*self.shape[self.ndim - len(k) :], device=self.device)
-        if count_include_pad:
-            spatial = spatial.pad(base, value=1.0)
+        if count_include_pad:  # the padding counts (ones), ceil_mode's extra padding does not (zeros)
             extra = tuple((0, (a2 - a1)) for (_, a1), (_, a2) in zip(base, pads))
-            counts = spatial.pad(extra)._pool(k, s, d).sum(axes)
+            spatial = spatial.pad(base, value=1.0).pad(extra)
         else:
-            counts = spatial.pad(pads)._pool(k, s, d).sum(axes)
-        return total / counts
+            spatial = spatial.pad(pads)
+        return total / spatial._pool(k, s, d).sum(axes)

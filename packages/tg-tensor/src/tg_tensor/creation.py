@@ -29,7 +29,7 @@ from tg_tensor.engine.util import const_uop, norm_shape, np_dtype, to_dtype, var
 from tg_tensor.front import front
 from tg_tensor.rng import RandomState, to_unit_float
 from tg_uop import ConstType, DType, UOp, dtypes
-from tg_uop.helpers import prod
+from tg_uop.helpers import all_int, prod
 from tg_uop.uop import sint
 
 if TYPE_CHECKING:
@@ -72,10 +72,10 @@ class CreationMixin:
         shp = norm_shape(shape)
         dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
         if isinstance(fill_value, UOp):  # a bound Variable (its value at the binding)
-            value = cls(fill_value, device=dev, dtype=_dt(dtype) or dtypes.default_int)
-            return cls(value.uop.reshape((1,) * len(shp)).expand(shp), **kwargs)
-        dt = _dt(dtype) or dtypes.from_py(fill_value)
-        return cls(const_uop(fill_value, dt, dev).reshape((1,) * len(shp)).expand(shp), **kwargs)
+            value = cls(fill_value, device=dev, dtype=_dt(dtype) or dtypes.default_int).uop
+        else:
+            value = const_uop(fill_value, _dt(dtype) or dtypes.from_py(fill_value), dev)
+        return cls(value.reshape((1,) * len(shp)).expand(shp), **kwargs)
 
     @classmethod
     def zeros(
@@ -196,8 +196,7 @@ class CreationMixin:
         """
         if (split := split_of(self.uop)) is not None and split.axis is not None:  # split like self: a buffer each
             dt = _dt(dtype) or self.dtype
-            shapes = [(str(s.device), tuple(s.shape or ())) for s in split.uops]
-            shards = [UOp.new_buffer(d, int(prod(shp)), dt).reshape(shp) for d, shp in shapes]
+            shards = [type(self).empty(s.shape, dtype=dt, device=str(s.device)).uop for s in split.uops]
             return type(self)(multi_node(shards, split.axis, split.devices), **kw)
         return type(self).empty(self.shape, dtype=_dt(dtype) or self.dtype, device=self.device, **kw)
 
@@ -251,7 +250,7 @@ class CreationMixin:
         if dtypes.is_int(dt) and any(not dtypes.min(dt) <= v <= dtypes.max(dt) for v in ends):
             raise OverflowError(f"arange: values from {start} to {ends[1]} do not fit {dt}")
         values = np.array([start + i * step for i in range(n)], dtype=np.float64 if is_float else np.int64)
-        return cls(values.astype(np_dtype(dt)) if dt != dtypes.bfloat16 else values, device=device, dtype=dt, **kw)
+        return cls(values.astype(np_dtype(dt)), device=device, dtype=dt, **kw)
 
     @classmethod
     def linspace(
@@ -277,7 +276,7 @@ class CreationMixin:
         if dt == dtypes.bool:
             raise ValueError("linspace: a bool dtype is not supported (as in PyTorch and tinygrad)")
         values = np.linspace(start, stop, steps, dtype=np.float64)
-        return cls(values.astype(np_dtype(dt)) if dt != dtypes.bfloat16 else values, device=device, dtype=dt, **kw)
+        return cls(values.astype(np_dtype(dt)), device=device, dtype=dt, **kw)
 
     @classmethod
     def eye(
@@ -319,11 +318,10 @@ class CreationMixin:
     @classmethod
     def _bits(cls: type[Tensor], shape: tuple[Any, ...], device: str | None) -> tuple[tuple[int, ...], str, UOp, UOp]:
         shp = norm_shape(varargs_shape(shape))
-        if not all(isinstance(s, int) for s in shp):
+        if not all_int(shp):
             raise ValueError(f"random: shape {shp} must be made of ints")
         dev = Device.canonicalize(device) if device is not None else Device.DEFAULT
-        ishp = tuple(int(s) for s in shp)
-        return (ishp, dev, *_default_state().bits(ishp, dev))
+        return (shp, dev, *_default_state().bits(shp, dev))
 
     @classmethod
     def rand(

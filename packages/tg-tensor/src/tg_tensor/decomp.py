@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tg_tensor.engine.util import to_dtype
 from tg_uop import DType, dtypes
 from tg_uop.helpers import prod
 
@@ -144,7 +143,7 @@ class DecompMixin:
     @classmethod
     def invalids(cls: type[Tensor], *shape: Any, device: str | None = None, dtype: DType | str | None = None) -> Tensor:
         """A tensor whose values are unspecified (tinygrad's Invalid fill): tg gives an empty buffer."""
-        return cls.empty(*shape, device=device, dtype=to_dtype(dtype) if dtype is not None else None)
+        return cls.empty(*shape, device=device, dtype=dtype)
 
     @property
     def max_shape(self: Tensor) -> tuple[int, ...]:
@@ -187,6 +186,5 @@ def _complete_basis(u: Tensor) -> Tensor:
     The Q of [u | I] is orthogonal and its first k columns span u's space, so its other columns complete u.
     """
     m, k = int(u.shape[-2]), int(u.shape[-1])
-    eye = type(u).eye(m, dtype=u.dtype, device=u.device).reshape(*([1] * (u.ndim - 2)), m, m)
-    q = u.cat(eye.expand(*u.shape[:-2], m, m), dim=-1).qr()[0]
+    q = u.cat(_eye_like(u, m), dim=-1).qr()[0]
     return u.cat(q[..., :, k:], dim=-1)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tg_tensor.engine.realizer import current
@@ -38,6 +39,15 @@ def _same_device(x: Tensor, y: Tensor) -> None:
             f"operands are on different devices: {x.device} (shape {x.shape}) and {y.device} (shape {y.shape}); "
             f"move one with .to({x.device!r}) or .to({y.device!r}) first"
         )
+
+
+def _reflected(op: Callable[[Tensor, TensorLike, bool], Tensor]) -> Callable[[Tensor, TensorLike], Tensor]:
+    """The reflected operator of a binary op (`2 - t` calls `t.__rsub__(2)`): `op(t, x, reverse=True)`."""
+
+    def reflected(self: Tensor, x: TensorLike) -> Tensor:
+        return op(self, x, True)
+
+    return reflected
 
 
 class ElementwiseMixin:
@@ -623,35 +633,9 @@ class ElementwiseMixin:
     __and__, __or__, __xor__, __lshift__, __rshift__ = bitwise_and, bitwise_or, bitwise_xor, lshift, rshift
     __neg__, __abs__, __invert__ = neg, abs, bitwise_not
 
-    def __radd__(self: Tensor, x: TensorLike) -> Tensor:
-        return self.add(x, True)
-
-    def __rsub__(self: Tensor, x: TensorLike) -> Tensor:
-        return self.sub(x, True)
-
-    def __rmul__(self: Tensor, x: TensorLike) -> Tensor:
-        return self.mul(x, True)
-
-    def __rtruediv__(self: Tensor, x: TensorLike) -> Tensor:
-        return self.div(x, True)
-
-    def __rfloordiv__(self: Tensor, x: TensorLike) -> Tensor:
-        return self.idiv(x, True)
-
-    def __rmod__(self: Tensor, x: TensorLike) -> Tensor:
-        return self.mod(x, True)
-
-    def __rpow__(self: Tensor, x: TensorLike) -> Tensor:
-        return self.pow(x, True)
-
-    def __rand__(self: Tensor, x: TensorLike) -> Tensor:
-        return self.bitwise_and(x, True)
-
-    def __ror__(self: Tensor, x: TensorLike) -> Tensor:
-        return self.bitwise_or(x, True)
-
-    def __rxor__(self: Tensor, x: TensorLike) -> Tensor:
-        return self.bitwise_xor(x, True)
+    __radd__, __rsub__, __rmul__, __rtruediv__ = _reflected(add), _reflected(sub), _reflected(mul), _reflected(div)
+    __rfloordiv__, __rmod__, __rpow__ = _reflected(idiv), _reflected(mod), _reflected(pow)
+    __rand__, __ror__, __rxor__ = _reflected(bitwise_and), _reflected(bitwise_or), _reflected(bitwise_xor)
 
     # ---- casts ----
     def cast(self: Tensor, dtype: DType | str) -> Tensor:

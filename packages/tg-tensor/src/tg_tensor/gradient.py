@@ -35,10 +35,6 @@ def _max_grad(ret: Tensor, g: Tensor, a: Tensor, b: Tensor) -> Grads:
     return g * share, g * (1 - share)
 
 
-def _where_grad(ret: Tensor, g: Tensor, c: Tensor, a: Tensor, b: Tensor) -> Grads:
-    return None, c.where(g, 0.0), c.where(0.0, g)
-
-
 def _reduce_grad(ret: Tensor, g: Tensor, src: Tensor) -> Grads:
     op, _ = ret.uop.arg
     grad = g.expand(src.shape)
@@ -72,14 +68,6 @@ def _expand_grad(ret: Tensor, g: Tensor, src: Tensor) -> Grads:
     return (g.sum(axes, keepdim=True).cast(g.dtype),)
 
 
-def _pad_grad(ret: Tensor, g: Tensor, src: Tensor) -> Grads:
-    return (g.shrink(tuple((b, b + s) for (b, _), s in zip(ret.uop.arg, src.shape))),)
-
-
-def _shrink_grad(ret: Tensor, g: Tensor, src: Tensor) -> Grads:
-    return (g.pad(tuple((b, s - e) for (b, e), s in zip(ret.uop.arg, src.shape))),)
-
-
 def _multi_grad(ret: Tensor, g: Tensor, *shards: Tensor) -> Grads:
     """Each shard gets its slice of the gradient on its own device; a replicated tensor's goes to the first copy."""
     axis, n = ret.uop.arg, len(shards)
@@ -90,21 +78,13 @@ def _multi_grad(ret: Tensor, g: Tensor, *shards: Tensor) -> Grads:
     return tuple(g.shrink(sl).to(s.device) for sl, s in zip(slices, shards))
 
 
-def _flip_grad(ret: Tensor, g: Tensor, src: Tensor) -> Grads:
-    return (g.flip(tuple(i for i, f in enumerate(ret.uop.arg) if f)),)
-
-
-def _cast_grad(ret: Tensor, g: Tensor, src: Tensor) -> Grads:
-    return (g.cast(src.dtype) if dtypes.is_float(src.dtype) else None,)
-
-
 GRAD_RULES: dict[Ops, Rule] = {
     Ops.ADD: lambda ret, g, a, b: (g, g),
     Ops.SUB: lambda ret, g, a, b: (g, -g),
     Ops.MUL: lambda ret, g, a, b: (g * b, g * a),
     Ops.FDIV: lambda ret, g, a, b: (g / b, -g * a / (b * b)),
     Ops.MAX: _max_grad,
-    Ops.WHERE: _where_grad,
+    Ops.WHERE: lambda ret, g, c, a, b: (None, c.where(g, 0.0), c.where(0.0, g)),
     Ops.NEG: lambda ret, g, a: (-g,),
     Ops.RECIP: lambda ret, g, a: (-g * ret * ret,),
     Ops.SQRT: lambda ret, g, a: (g / (ret * 2),),
@@ -112,14 +92,14 @@ GRAD_RULES: dict[Ops, Rule] = {
     Ops.LOG2: lambda ret, g, a: (g / (a * LN2),),
     Ops.SIN: lambda ret, g, a: (g * a.cos(),),
     Ops.TRUNC: lambda ret, g, a: (g.zeros_like(),),
-    Ops.CAST: _cast_grad,
+    Ops.CAST: lambda ret, g, a: (g.cast(a.dtype) if dtypes.is_float(a.dtype) else None,),
     Ops.REDUCE_AXIS: _reduce_grad,
     Ops.RESHAPE: lambda ret, g, a: (g.reshape(a.shape),),
     Ops.PERMUTE: lambda ret, g, a: (g.permute(tuple(argsort(ret.uop.arg))),),
     Ops.EXPAND: _expand_grad,
-    Ops.PAD: _pad_grad,
-    Ops.SHRINK: _shrink_grad,
-    Ops.FLIP: _flip_grad,
+    Ops.PAD: lambda ret, g, a: (g.shrink(tuple((b, b + s) for (b, _), s in zip(ret.uop.arg, a.shape))),),
+    Ops.SHRINK: lambda ret, g, a: (g.pad(tuple((b, s - e) for (b, e), s in zip(ret.uop.arg, a.shape))),),
+    Ops.FLIP: lambda ret, g, a: (g.flip(tuple(i for i, f in enumerate(ret.uop.arg) if f)),),
     Ops.CONTIGUOUS: lambda ret, g, a: (g,),
     Ops.COPY: lambda ret, g, a, dev=None: (g.to(a.device),),
     Ops.MULTI: _multi_grad,

@@ -66,7 +66,7 @@ from tg_tensor.front import front
 from tg_tensor.jit_args import JitArgError, bind_value, describe_change, flatten_call
 from tg_tensor.tensor import Tensor
 from tg_uop import DType, Ops, UOp
-from tg_uop.helpers import DEBUG, JIT, ContextVar, GlobalCounters
+from tg_uop.helpers import DEBUG, JIT, ContextVar, GlobalCounters, all_int
 from tg_uop.trace import TRACE
 from tg_uop.uop import sint
 
@@ -117,24 +117,36 @@ class _Launch:
         """The variable values in the kernel's parameter order."""
         return () if self.runner is None else tuple(self.var_vals[v] for v in self.runner.spec.vars)
 
+    def kernel(self, runner: CompiledRunner) -> GraphLaunch:
+        """This launch of its kernel `runner` as graphs and bind_program take it: program, buffer arguments,
+        launch sizes, variable values."""
+        spec = runner.spec
+        return (runner.program, runner.launch_args(self.bufs), spec.global_size, spec.local_size, self.vals())
+
 
 @dataclass
 class _Recording:
     launches: list[_Launch]
-    input_slots: list[list[tuple[int, int]]]  # per input: (launch, position) pairs that take it
-    output_slots: list[list[tuple[int, int]]]  # per distinct output buffer: the positions to refresh
     output_bufs: list[Buffer]  # distinct output buffers of the capture (templates for fresh ones)
     output_map: list[tuple[int, tuple[sint, ...]]]  # per returned tensor: its output buffer and (unbound) shape
     ret: Any  # the capture call's return value (its tensors are replaced on each replay)
+    temps: list[Buffer]  # buffers it writes before reading, not returned (jit_file)
+    consts: list[Buffer]  # data the function made from the host (jit_file: "const")
+    input_slots: list[list[tuple[int, int]]] = field(default_factory=list)  # per input: (launch, position) pairs
+    output_slots: list[list[tuple[int, int]]] = field(default_factory=list)  # per output buffer: positions to refresh
     calls: list[Callable[[], Any]] = field(default_factory=list)  # each launch bound to its buffers
     graph: DeviceGraph | None = None  # all launches as one device graph (CUDA graphs), where the device has one
     ops: int = 0
     mem: int = 0
     kernels: int = 0
-    temps: list[Buffer] = field(default_factory=list)  # buffers it writes before reading, not returned (jit_file)
-    consts: list[Buffer] = field(default_factory=list)  # data the function made from the host (jit_file: "const")
 
-    def bind(self) -> None:
+    def bind(self, input_bufs: list[Buffer]) -> None:
+        """Find the positions that take each input and output buffer, allocate every buffer, bind each launch."""
+        for launch in self.launches:
+            for b in launch.bufs:
+                b.ensure_allocated()
+        self.input_slots = [_positions(self.launches, b) for b in input_bufs]
+        self.output_slots = [_positions(self.launches, b) for b in self.output_bufs]
         self.calls = [_bind(launch) for launch in self.launches]
         kernels = [launch.runner.spec for launch in self.launches if launch.runner is not None]
         self.kernels = len(kernels)
@@ -347,8 +359,7 @@ class TinyJit(Generic[ReturnType]):
                 "integer (a length, a position) as a bound Variable, Variable('name', lo, hi).bind(value), which one "
                 "recording serves for every value"
             )
-        cap = self.captures[key] = _Capture(key)
-        return cap
+        return self.captures.setdefault(key, _Capture(key))
 
     def _run_python(self, args: Any, kwargs: Any) -> ReturnType:
         running = front().jit_running
@@ -463,9 +474,7 @@ def _sub(s: sint, bind: dict[UOp, UOp]) -> sint:
 def _shape_values(what: str, t: Tensor, values: dict[UOp, int]) -> None:
     """Add the values of the bound Variables in `t`'s shape to `values` (one value per variable)."""
     for s in t.shape:
-        if not isinstance(s, UOp):
-            continue
-        for u in s.toposort:
+        for u in s.toposort if isinstance(s, UOp) else ():
             if u.op is Ops.BIND:
                 bind_value(values, u, what)
 
@@ -479,13 +488,8 @@ def _unbound(s: sint) -> sint:
 
 def _host_made(launches: list[_Launch], existing: set[int]) -> list[Buffer]:
     """Buffers the launches read that the function filled from the host (Tensor(data) made inside it)."""
-    made = {id(launch.bufs[p]) for launch in launches for p in launch.born}
-    ret: dict[int, Buffer] = {}
-    for launch in launches:
-        for b in launch.bufs:
-            if id(b) not in made and id(b) not in existing:
-                ret.setdefault(id(b), b)
-    return list(ret.values())
+    made = {id(launch.bufs[p]) for launch in launches for p in launch.born} | existing
+    return list({id(b): b for launch in launches for b in launch.bufs if id(b) not in made}.values())
 
 
 def _check_host_data(name: str, warmup: list[bytes], capture: list[bytes]) -> None:
@@ -502,11 +506,7 @@ def _check_host_data(name: str, warmup: list[bytes], capture: list[bytes]) -> No
 
 
 def _spec(t: Tensor) -> Spec:
-    shape = t.shape
-    for dim in shape:
-        if isinstance(dim, UOp):  # (a symbolic shape: compared without its bound values)
-            shape = tuple(_unbound(s) for s in shape)
-            break
+    shape = t.shape if all_int(t.shape) else tuple(_unbound(s) for s in t.shape)  # (symbolic: without bound values)
     return (shape, t.dtype, t.device)
 
 
@@ -528,10 +528,8 @@ def _bind(launch: _Launch) -> Callable[[], Any]:
         return functools.partial(run_collective, kind, op, launch.bufs[:n], launch.bufs[n:])
     if launch.runner is None:
         return functools.partial(run_copy, launch.bufs[0], launch.bufs[1])
-    program, spec = launch.runner.program, launch.runner.spec
-    opaque = launch.runner.launch_args(launch.bufs)
-    vals = launch.vals()
-    return bind_program(program, *opaque, global_size=spec.global_size, local_size=spec.local_size, vals=vals)
+    program, opaque, global_size, local_size, vals = launch.kernel(launch.runner)
+    return bind_program(program, *opaque, global_size=global_size, local_size=local_size, vals=vals)
 
 
 def _device_graph(launches: list[_Launch]) -> DeviceGraph | None:
@@ -541,17 +539,7 @@ def _device_graph(launches: list[_Launch]) -> DeviceGraph | None:
     if len(devices) != 1 or None in devices:
         return _multi_device_graph(launches)
     (device,) = devices
-    graph_launches: list[GraphLaunch] = [
-        (
-            launch.runner.program,
-            launch.runner.launch_args(launch.bufs),
-            launch.runner.spec.global_size,
-            launch.runner.spec.local_size,
-            launch.vals(),
-        )
-        for launch in launches
-        if launch.runner is not None
-    ]
+    graph_launches = [launch.kernel(launch.runner) for launch in launches if launch.runner is not None]
     return Device[str(device)].graph(graph_launches) if graph_launches else None
 
 
@@ -566,9 +554,7 @@ def _multi_device_graph(launches: list[_Launch]) -> DeviceGraph | None:
         elif launch.runner is None:
             items.append(GraphCopy(launch.bufs[0], launch.bufs[1]))
         else:
-            runner, spec = launch.runner, launch.runner.spec
-            launch_args = (runner.program, runner.launch_args(launch.bufs), spec.global_size, spec.local_size)
-            items.append(GraphKernel(str(runner.device), (*launch_args, launch.vals())))
+            items.append(GraphKernel(str(launch.runner.device), launch.kernel(launch.runner)))
     devices = {b.device for launch in launches for b in launch.bufs}
     if not items or len({d.split(":")[0] for d in devices}) != 1:
         return None
@@ -591,23 +577,14 @@ def _record(launches: list[_Launch], input_bufs: list[Buffer], ret: Any, made: l
             "a jitted function must return tensors it computes, not its inputs or existing state "
             "(their buffers would be shared between calls); return `t.contiguous()` instead"
         )
-    input_slots = [_positions(launches, b) for b in input_bufs]
-    output_slots = [_positions(launches, b) for b in out_bufs]
     index = {id(b): i for i, b in enumerate(out_bufs)}
     output_map = [(index[id(buffer_of(t.uop.base))], tuple(_unbound(s) for s in t.shape)) for t in outs]
     keep = {id(b) for b in input_bufs} | {id(b) for b in out_bufs} | _live_buffers()
     plan_memory(launches, born - keep)
     # buffers the recording writes before it reads them (not returned): a file allocates them afresh
-    temps: dict[int, Buffer] = {}
-    out_ids = {id(b) for b in out_bufs}
-    for launch in launches:
-        for b in launch.bufs:
-            b.ensure_allocated()
-            if id(b) in born and id(b) not in out_ids:
-                temps[id(b)] = b
-    rec = _Recording(launches, input_slots, output_slots, out_bufs, output_map, ret, temps=list(temps.values()))
-    rec.consts = made
-    rec.bind()
+    temps = {id(b): b for launch in launches for b in launch.bufs if id(b) in born and id(b) not in index}
+    rec = _Recording(launches, out_bufs, output_map, ret, list(temps.values()), made)
+    rec.bind(input_bufs)
     return rec
 
 

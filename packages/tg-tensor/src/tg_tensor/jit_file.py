@@ -237,10 +237,6 @@ def _buffer_entry(buf: Buffer) -> dict[str, Any]:
     return {"size": buf.size, "dtype": buf.dtype.name, "device": buf.device}
 
 
-def _describe(buf: Buffer) -> str:
-    return f"a buffer of {buf.size} {buf.dtype.name} on {buf.device}"
-
-
 def classify(rec: _Recording, state: Mapping[str, Tensor]) -> tuple[list[dict[str, Any]], list[list[int]]]:
     """The slots of the recording's buffers and each launch's slot numbers (JitCacheError for a buffer that
     lives across calls but no name of `state` holds)."""
@@ -283,8 +279,9 @@ def _kind(buf: Buffer, temps: set[int], consts: set[int], named: StateBuffers, l
         return {"kind": "state", "names": list(views), "views": [views[n] for n in views]}
     what = f"kernel {launch.runner.name}" if launch.runner is not None else "a copy"
     raise JitCacheError(
-        f"{_describe(buf)}, used by {what} (launch {li}), lives across calls but no tensor of `state` holds it, so "
-        "another process could not bind it; pass the tensors the function reads and updates as state= (e.g. "
+        f"a buffer of {buf.size} {buf.dtype.name} on {buf.device}, used by {what} (launch {li}), lives across calls "
+        "but no tensor of `state` holds it, so another process could not bind it; pass the tensors the function "
+        "reads and updates as state= (e.g. "
         "{**get_state_dict(model, 'model'), **get_state_dict(optimizer, 'opt')})"
     )
 
@@ -441,21 +438,19 @@ def from_payload(
 ) -> _Recording:
     """The recording a payload holds, bound to this call's inputs and to `state` (JitCacheError if it cannot
     be: see the module docstring)."""
-    from tg_tensor.jit import _Launch, _Recording
-
     check_identity(payload, fxn, key, specs)
     try:
-        return _build(payload, state, input_bufs, _Launch, _Recording)
+        return _build(payload, state, input_bufs)
     except JitCacheError:
         raise
     except (KeyError, IndexError, TypeError, ValueError, AttributeError, RuntimeError) as e:
         raise JitCacheError(f"the recording in the file is malformed ({type(e).__name__}: {e})") from None
 
 
-def _build(payload: dict[str, Any], state: Mapping[str, Tensor], input_bufs: list[Buffer], launch_cls: Any,
-           rec_cls: Any) -> _Recording:  # fmt: skip
+def _build(payload: dict[str, Any], state: Mapping[str, Tensor], input_bufs: list[Buffer]) -> _Recording:
     from tg_codegen.program_cache import spec_from_data
     from tg_runtime.runner import CompiledRunner
+    from tg_tensor.jit import _Launch, _Recording  # (jit imports this module)
 
     slots: list[dict[str, Any]] = payload["slots"]
     state_bound = _bind_state(slots, state)
@@ -475,13 +470,11 @@ def _build(payload: dict[str, Any], state: Mapping[str, Tensor], input_bufs: lis
             buf = outputs[slot["index"]]
         elif kind == "state":
             buf = state_bound[k]
-        elif kind == "temp":
+        elif kind in ("temp", "const"):  # (fresh buffers: a const gets its stored value)
             buf = Buffer(slot["device"], size, dt)
-            temps.append(buf)
-        elif kind == "const":
-            buf = Buffer(slot["device"], size, dt)
-            buf.copyin(memoryview(decode_bytes(slot["data"], buf.nbytes)))
-            consts.append(buf)
+            if kind == "const":
+                buf.copyin(memoryview(decode_bytes(slot["data"], buf.nbytes)))
+            (temps if kind == "temp" else consts).append(buf)
         else:
             raise JitCacheError(f"slot {k} has the unknown kind {kind!r}")
         bufs.append(buf)
@@ -491,7 +484,7 @@ def _build(payload: dict[str, Any], state: Mapping[str, Tensor], input_bufs: lis
     for entry in payload["launches"]:
         row = [bufs[k] for k in entry["slots"]]
         if entry.get("copy"):
-            launches.append(launch_cls(None, row))
+            launches.append(_Launch(None, row))
             continue
         rkey = (int(entry["program"]), str(entry["device"]))
         if rkey not in runners:
@@ -499,21 +492,10 @@ def _build(payload: dict[str, Any], state: Mapping[str, Tensor], input_bufs: lis
                 raise JitCacheError(f"program {rkey[0]} in the file is malformed")
             runners[rkey] = CompiledRunner(spec, None, rkey[1])
         runners[rkey].spec.check_buffers([b.dtype for b in row])
-        launches.append(launch_cls(runners[rkey], row))
-    positions: dict[tuple[str, int], list[tuple[int, int]]] = {}
-    for li, entry in enumerate(payload["launches"]):
-        for p, k in enumerate(entry["slots"]):
-            if slots[k]["kind"] in ("input", "output"):
-                positions.setdefault((slots[k]["kind"], slots[k]["index"]), []).append((li, p))
-    input_slots = [positions.get(("input", i), []) for i in range(len(input_bufs))]
-    output_slots = [positions.get(("output", j), []) for j in range(len(outputs))]
+        launches.append(_Launch(runners[rkey], row))
     output_map = [(int(i), tuple(int(s) for s in shape)) for i, shape in payload["outputs"]]
-    for launch in launches:
-        for b in launch.bufs:
-            b.ensure_allocated()
-    rec: _Recording = rec_cls(launches, input_slots, output_slots, outputs, output_map, _ret_value(payload["ret"]))
-    rec.temps, rec.consts = temps, consts
-    rec.bind()
+    rec = _Recording(launches, outputs, output_map, _ret_value(payload["ret"]), temps, consts)
+    rec.bind(input_bufs)
     return rec
 
 

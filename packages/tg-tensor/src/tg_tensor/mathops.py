@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from tg_tensor.engine.util import to_dtype
 from tg_uop import ConstType, DType, Ops, dtypes
 
 if TYPE_CHECKING:
@@ -79,8 +78,7 @@ class MathOpsMixin:
         >>> round(Tensor([1000.0]).logaddexp(1000.0).item(), 3)
         1000.693
         """
-        a, b = self._float()._broadcasted(other)
-        a, b = a._float(), b._float()
+        a, b = self._float()._broadcasted(other)  # (both float: a float's common dtype with anything is a float)
         m = a.maximum(b).detach()
         m = m.isinf().where(0.0, m)
         return ((a - m).exp() + (b - m).exp()).log() + m
@@ -95,9 +93,7 @@ class MathOpsMixin:
         [True]
         """
         a, b = self._broadcasted(other)
-        if a.dtype == dtypes.bool:
-            a, b = a.cast(dtypes.default_int), b.cast(dtypes.default_int)
-        if not dtypes.is_float(a.dtype):
+        if not dtypes.is_float(a.dtype):  # (ints and bools compare as floats)
             a, b = a.cast(dtypes.default_float), b.cast(dtypes.default_float)
         finite = a.isfinite() & b.isfinite()
         close = finite & ((a - b).abs() <= atol + rtol * b.abs())
@@ -158,7 +154,7 @@ class MathOpsMixin:
         >>> Tensor([1, 2]).const_like(7).tolist()
         [7, 7]
         """
-        return type(self).full(self.shape, b, to_dtype(dtype) if dtype is not None else self.dtype, self.device)
+        return type(self).full(self.shape, b, self.dtype if dtype is None else dtype, self.device)
 
     @classmethod
     def const(cls: type[Tensor], b: ConstType, dtype: DType | str | None = None) -> Tensor:
@@ -168,7 +164,7 @@ class MathOpsMixin:
         >>> Tensor.const(3).item()
         3
         """
-        return cls.full((), b, to_dtype(dtype) if dtype is not None else None)
+        return cls.full((), b, dtype)
 
     def contiguous_backward(self: Tensor) -> Tensor:
         """The same tensor; in tinygrad a hint to make the gradient contiguous, which tg's scheduler decides itself."""

@@ -185,17 +185,14 @@ class MovementMixin:
         x = self.shrink(shrink) if any(b < 0 or a < 0 for b, a in pairs) else self
         pos = tuple((max(b, 0), max(a, 0)) for b, a in pairs)
         if mode == "constant":
-            return x._pad_constant(pos, value)
+            ret = type(self)(x.uop.pad(pos))
+            if value == 0 or all(p == (0, 0) for p in pos):
+                return ret
+            inside = type(self)(x.ones_like(dtypes.bool).uop.pad(pos))  # (True where x's own values are)
+            return inside.where(ret, value)
         for ax, (b, a) in enumerate(pos):
             x = x._pad_circular(ax, b, a)
         return x
-
-    def _pad_constant(self: Tensor, pos: tuple[tuple[int, int], ...], value: float) -> Tensor:
-        ret = type(self)(self.uop.pad(pos))
-        if value == 0 or all(p == (0, 0) for p in pos):
-            return ret
-        inside = type(self)(self.ones_like(dtypes.bool).uop.pad(pos))
-        return inside.where(ret, value)
 
     def _pad_circular(self: Tensor, ax: int, before: int, after: int) -> Tensor:
         n = int(self.shape[ax])
@@ -243,9 +240,7 @@ class MovementMixin:
 
     def _expand_axis(self: Tensor, ax: int, times: int) -> Tensor:
         """Expand a size-1 axis `ax` to `times`."""
-        shape = list(self.shape)
-        shape[ax] = times
-        return self.expand(tuple(shape))
+        return self.expand(tuple(times if i == ax else s for i, s in enumerate(self.shape)))
 
     def _slice(self: Tensor, ax: int, start: int, stop: int) -> Tensor:
         arg = tuple((start, stop) if i == ax else (0, s) for i, s in enumerate(self.shape))
@@ -286,10 +281,7 @@ class MovementMixin:
         """Repeat each element `repeats` times along `dim` (the flattened tensor when None)."""
         x = self.flatten() if dim is None else self
         d = 0 if dim is None else x._axis(dim)
-        wide = x.unsqueeze(d + 1)
-        shape = list(wide.shape)
-        shape[d + 1] = repeats
-        return wide.expand(tuple(shape)).flatten(d, d + 1)
+        return x.unsqueeze(d + 1)._expand_axis(d + 1, repeats).flatten(d, d + 1)
 
     def cat(self: Tensor, *others: Tensor, dim: int = 0) -> Tensor:
         """Join tensors along `dim`; the other dims must match. `Tensor.cat([a, b])` takes a list too."""
@@ -358,10 +350,7 @@ class MovementMixin:
         for s, dim in zip(sh, ds):
             d = x._axis(dim)
             n = int(x.shape[d])
-            if n == 0:
-                continue
-            k = s % n
-            if k:
+            if n and (k := s % n):  # (an empty dim, or a whole turn: nothing moves)
                 x = x._slice(d, n - k, n).cat(x._slice(d, 0, n - k), dim=d)
         return x
 

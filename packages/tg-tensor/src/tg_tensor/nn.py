@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tg_tensor.conv import ConvMixin
-from tg_tensor.engine.util import ArgumentError, ShapeError
+from tg_tensor.engine.util import ArgumentError, ShapeError, resolve_axes
 from tg_tensor.rng import RandomState, to_unit_float
 from tg_uop import dtypes
 
@@ -59,8 +59,7 @@ class NNMixin(ConvMixin):
         axis: int | tuple[int, ...] = 1,
     ) -> Tensor:
         """(x - mean) * invstd * weight + bias, with the parameters laid along `axis`."""
-        axes = (axis,) if isinstance(axis, int) else tuple(axis)
-        axes = tuple(self._axis(a) for a in axes)
+        axes = resolve_axes(axis, self.ndim)
         shape = tuple(s if i in axes else 1 for i, s in enumerate(self.shape))
         x = self - mean.reshape(shape)
         if weight is not None:

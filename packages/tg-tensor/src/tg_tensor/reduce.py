@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from tg_tensor.engine.util import resolve_axes, sum_acc_dtype, to_dtype
@@ -62,7 +62,7 @@ class ReduceMixin:
     __slots__ = ()
 
     def _reduce(self: Tensor, op: Ops, axis: Axis, keepdim: bool) -> Tensor:
-        axes = resolve_axes(axis if axis is None or isinstance(axis, int) else tuple(axis), self.ndim)
+        axes = resolve_axes(axis, self.ndim)
         if self.ndim == 0:
             return self
         if any(self.shape[a] == 0 for a in axes):  # an empty reduction is its identity (max has none)
@@ -80,6 +80,10 @@ class ReduceMixin:
             if red is self.uop and op is Ops.ADD and dtypes.is_float(self.dtype):
                 red = (self + 0.0).uop  # only size-1 axes: still a sum from +0.0 (sum([-0.0]) is 0.0, as numpy)
             ret = type(self)(red)
+        return self._drop_axes(ret, axes, keepdim)
+
+    def _drop_axes(self: Tensor, ret: Tensor, axes: tuple[int, ...], keepdim: bool) -> Tensor:
+        """`ret`, a reduction of this tensor over `axes` with the axes kept (size 1), without them unless keepdim."""
         out_shape = tuple([s for i, s in enumerate(self.shape) if i not in axes])  # (valid by construction)
         return ret if keepdim else type(self)(ret.uop.reshape(out_shape))
 
@@ -132,18 +136,16 @@ class ReduceMixin:
         The division happens before the axes are dropped, so `x.mean()` and the mean inside `x.std()`
         are one node (one kernel).
         """
-        axes = resolve_axes(axis if axis is None or isinstance(axis, int) else tuple(axis), self.ndim)
+        axes = resolve_axes(axis, self.ndim)
         x = self._float()
         count = prod(self.shape[a] for a in axes)
         total = x.sum(axes, keepdim=True)
         ret = total / count if count else total * math.nan
-        ret = ret.cast(x.dtype)
-        out_shape = tuple([s for i, s in enumerate(self.shape) if i not in axes])  # (valid by construction)
-        return ret if keepdim else type(self)(ret.uop.reshape(out_shape))
+        return self._drop_axes(ret.cast(x.dtype), axes, keepdim)
 
     def var(self: Tensor, axis: Axis = None, keepdim: bool = False, correction: int | float = 1) -> Tensor:
         """Variance with `correction` subtracted from the count (1: sample variance, 0: population)."""
-        axes = resolve_axes(axis if axis is None or isinstance(axis, int) else tuple(axis), self.ndim)
+        axes = resolve_axes(axis, self.ndim)
         x = self._float()
         dev = x - x.mean(axes, keepdim=True)
         n = prod(self.shape[a] for a in axes)
@@ -187,8 +189,10 @@ class ReduceMixin:
         >>> Tensor([[0, 1], [0, 0]]).any(axis=1).tolist()
         [True, False]
         """
-        if not self.numel():
-            return self._empty_reduce(axis, keepdim)
+        if not self.numel():  # False, in the shape the reduction over `axis` has
+            axes = resolve_axes(axis, self.ndim)
+            shape = tuple(1 if i in axes else s for i, s in enumerate(self.shape) if keepdim or i not in axes)
+            return type(self).full(shape, False, dtypes.bool, self.device)
         return self.cast(dtypes.bool)._reduce(Ops.MAX, axis, keepdim)
 
     def all(self: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
@@ -199,12 +203,6 @@ class ReduceMixin:
         [True, False]
         """
         return self.logical_not().any(axis, keepdim).logical_not()
-
-    def _empty_reduce(self: Tensor, axis: Axis, keepdim: bool) -> Tensor:
-        """any() of a tensor with no elements: False, in the shape the reduction over `axis` has."""
-        axes = resolve_axes(axis if axis is None or isinstance(axis, int) else tuple(axis), self.ndim)
-        shape = tuple(1 if i in axes else s for i, s in enumerate(self.shape) if keepdim or i not in axes)
-        return type(self).full(shape, False, dtypes.bool, self.device)
 
     # ---- arg reductions ----
     def argmax(self: Tensor, axis: int | None = None, keepdim: bool = False) -> Tensor:
@@ -221,10 +219,8 @@ class ReduceMixin:
         if n == 0:
             raise ValueError(f"argmax/argmin: axis {axis} of shape {self.shape} is empty")
         is_max = self.eq(self.max(ax, keepdim=True))
-        shape = [1] * self.ndim
-        if self.ndim:
-            shape[ax] = n
-        countdown = type(self).arange(n, 0, -1, device=self.device).reshape(tuple(shape))
+        along_ax = tuple(n if i == ax else 1 for i in range(self.ndim))
+        countdown = type(self).arange(n, 0, -1, device=self.device).reshape(along_ax)
         first = (is_max.where(countdown, 0)).max(ax, keepdim=keepdim)
         return (n - first).cast(dtypes.int32)
 
@@ -243,10 +239,7 @@ class ReduceMixin:
         m = self.max(axis, keepdim=True).detach()
         m = m.isinf().where(0.0, m)
         ret = (self - m).exp().sum(axis, keepdim=True).log() + m
-        if keepdim:
-            return ret
-        axes = resolve_axes(axis if axis is None or isinstance(axis, int) else tuple(axis), self.ndim)
-        return ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+        return self._drop_axes(ret, resolve_axes(axis, self.ndim), keepdim)
 
     def softmax(self: Tensor, axis: int = -1, dtype: DType | str | None = None) -> Tensor:
         """exp(x) / sum(exp(x)) along `axis` (shifted by the maximum for stability); `dtype` casts the input first."""
@@ -265,19 +258,15 @@ class ReduceMixin:
         return shifted - shifted.exp().sum(axis, keepdim=True).log()
 
     # ---- cumulative ----
-    def _cumulative(self: Tensor, axis: int, op: Ops) -> Tensor:
-        """out[..., i] = reduce(x[..., :i+1]) through a lower-triangular mask over a new last axis."""
+    def _prefix(self: Tensor, axis: int, fill: ConstType, reduce: Callable[[Tensor], Tensor]) -> Tensor:
+        """out[..., i] = reduce over j <= i of x[..., j] along `axis` (O(n^2)): `reduce` reduces the last axis of
+        (..., i, j), which holds x_j where j <= i and `fill` elsewhere."""
         ax = resolve_axes(axis, self.ndim)[0]
         x = self.transpose(ax, -1) if self.ndim else self.reshape(1)
         n = int(x.shape[-1])
         # j <= i; by tril, as `arange(n) >= arange(n)` compares one node with itself when n == 1 (a fold that loses it)
         mask = type(self).ones(n, n, dtype=dtypes.bool, device=self.device).tril()
-        wide = x.unsqueeze(-2).expand(*x.shape[:-1], n, n)
-        if op is Ops.ADD:
-            ret = mask.where(wide, 0).sum(-1, dtype=x.dtype if dtypes.is_float(x.dtype) else None)
-        else:
-            lowest = -math.inf if dtypes.is_float(x.dtype) else dtypes.min(x.dtype)
-            ret = mask.where(wide, lowest).max(-1)
+        ret = reduce(mask.where(x.unsqueeze(-2).expand(*x.shape[:-1], n, n), fill))
         return ret.transpose(ax, -1) if self.ndim else ret.reshape(())
 
     def cumsum(self: Tensor, axis: int = 0) -> Tensor:
@@ -287,4 +276,4 @@ class ReduceMixin:
         >>> Tensor([1, 2, 3]).cumsum().tolist()
         [1, 3, 6]
         """
-        return self._cumulative(axis, Ops.ADD)
+        return self._prefix(axis, 0, lambda w: w.sum(-1, dtype=w.dtype if dtypes.is_float(w.dtype) else None))

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from tg_tensor.engine.util import const_uop
 from tg_tensor.front import front
 from tg_uop import Ops, UOp, dtypes
+from tg_uop.helpers import prod
 
 if TYPE_CHECKING:
     import numpy as np
@@ -130,9 +131,7 @@ def _arange(n: int, device: str) -> UOp:
 
 def element_index(shape: tuple[int, ...], device: str) -> UOp:
     """Each element's row-major position (uint32), built from one small range per dim."""
-    total = 1
-    for s in shape:
-        total *= s
+    total = prod(shape)
     if total >= 1 << 32:
         raise ValueError(f"random: {total} elements (shape {shape}) do not fit the 32-bit element counter")
     index: UOp | None = None

@@ -19,7 +19,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from tg_tensor.engine.util import DTypeError, normalize_axis, to_dtype
+from tg_tensor.conv import _tuple
+from tg_tensor.engine.util import DTypeError, broadcast_shape, normalize_axis, to_dtype
 from tg_uop import ConstType, DType, dtypes
 
 if TYPE_CHECKING:
@@ -65,18 +66,12 @@ class SelectionMixin:
             got = mask.dtype if isinstance(mask, type(self)) else type(mask).__name__
             raise RuntimeError(f"masked_select: expected a bool mask tensor, got {got}")
         _check_size(size, "masked_select")
-        x, m = self._broadcasted_pair(mask)
-        keep = m.flatten()
+        shape = broadcast_shape(self.shape, mask.shape)
+        x, keep = self._broadcast_to(shape), mask._broadcast_to(shape).flatten()
         n_out = int(keep.cast(dtypes.int32).sum().item()) if size is None else size
         if n_out == 0 or keep.numel() == 0:
             return type(self).full((n_out,), fill_value, self.dtype, self.device)
         return _place(x.flatten(), keep, n_out, fill_value)
-
-    def _broadcasted_pair(self: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-        from tg_tensor.engine.util import broadcast_shape
-
-        shape = broadcast_shape(self.shape, mask.shape)
-        return self._broadcast_to(shape), mask._broadcast_to(shape)
 
     def nonzero(self: Tensor, size: int | None = None, fill_value: ConstType = 0) -> Tensor:
         """The indices (int32, shape (count, ndim)) of the non-zero elements in row-major order.
@@ -90,12 +85,8 @@ class SelectionMixin:
         n_out = int(keep.cast(dtypes.int32).sum().item()) if size is None else size
         if n_out == 0 or self.numel() == 0 or self.ndim == 0:
             return type(self).full((n_out, self.ndim), fill_value, dtypes.int32, self.device)
-        coords = []
-        for ax, s in enumerate(self.shape):
-            shape = [1] * self.ndim
-            shape[ax] = int(s)
-            c = type(self).arange(int(s), device=self.device, dtype=dtypes.int32).reshape(tuple(shape))
-            coords.append(c.expand(self.shape).flatten())
+        ranges = [type(self).arange(int(s), device=self.device, dtype=dtypes.int32) for s in self.shape]
+        coords = [c.flatten() for c in ranges[0].meshgrid(*ranges[1:])]  # each element's index along each dim
         return _place(type(self).stack(*coords, dim=1), keep, n_out, fill_value)
 
     def scatter_reduce(
@@ -223,12 +214,11 @@ class SelectionMixin:
         n_cls = int(x.shape[1])
         if weight is not None and weight.shape != (n_cls,):
             raise ValueError(f"nll_loss: weight must have shape ({n_cls},), got {weight.shape}")
-        hit = y.unsqueeze(1).eq(
-            type(self).arange(n_cls, device=self.device, dtype=y.dtype).reshape(n_cls, *([1] * (y.ndim - 1)))
-        )
+        along_cls = (n_cls, *([1] * (y.ndim - 1)))  # (the class axis of x, before y's other dims)
+        hit = y.unsqueeze(1).eq(type(self).arange(n_cls, device=self.device, dtype=y.dtype).reshape(along_cls))
         picked = hit.where(x, 0).sum(1)
         if weight is not None:
-            w = hit.where(weight.reshape(n_cls, *([1] * (y.ndim - 1))), 0).sum(1)
+            w = hit.where(weight.reshape(along_cls), 0).sum(1)
         else:
             w = type(self).ones(*y.shape, dtype=picked.dtype, device=self.device)
         if ignore_index is not None:
@@ -290,11 +280,7 @@ class SelectionMixin:
         if n <= RANDPERM_HOST_ABOVE:
             return cls(keys.argsort().cast(dt).uop, **kwargs)
         order = np.argsort(keys.numpy(), kind="stable").astype(np.int64)
-        return (
-            cls(order, device=keys.device, **kwargs).cast(dt)
-            if dt != dtypes.int64
-            else cls(order, device=keys.device, **kwargs)
-        )
+        return cls(order, device=keys.device, **kwargs).cast(dt)  # (a cast to int64 itself returns it as it is)
 
 
 def _acc(dt: DType) -> DType:
@@ -304,34 +290,24 @@ def _acc(dt: DType) -> DType:
 def _combine(x: Tensor, part: Tensor, count: Tensor, reduce: str, include_self: bool) -> Tensor:
     """Merge the reduction of the scattered values with self, where anything was scattered."""
     xa = x.cast(part.dtype)
-    touched = count > 0
-    if reduce == "sum":
-        merged = xa + part if include_self else part
-    elif reduce == "prod":
-        merged = xa * part if include_self else part
-    elif reduce == "mean":
+    if reduce == "mean":
         total = xa + part if include_self else part
         denom = count + 1 if include_self else count.maximum(1)
         merged = total / denom if dtypes.is_float(part.dtype) else total.div(denom, rounding_mode="floor")
+    elif include_self:
+        merged = {"sum": xa.add, "prod": xa.mul, "amax": xa.maximum, "amin": xa.minimum}[reduce](part)
     else:
-        merged = (xa.maximum(part) if reduce == "amax" else xa.minimum(part)) if include_self else part
-    return touched.where(merged.cast(part.dtype), xa)
+        merged = part
+    return (count > 0).where(merged.cast(part.dtype), xa)
 
 
 def _unpool_size(
     spatial: list[int], kernel: Any, stride: Any, dilation: Any, padding: Any, output_size: Any
 ) -> list[int]:
     n = len(spatial)
-
-    def tup(v: Any, what: str) -> tuple[int, ...]:
-        t = (v,) * n if isinstance(v, int) else tuple(v)
-        if len(t) != n:
-            raise ValueError(f"max_unpool2d: {what} {v!r} needs {n} entries")
-        return t
-
     if output_size is not None:
         return [int(s) for s in tuple(output_size)[-n:]]
-    k = tup(kernel, "kernel_size")
-    s = k if stride is None else tup(stride, "stride")
-    d, p = tup(dilation, "dilation"), tup(padding, "padding")
+    k = _tuple(kernel, n, "max_unpool2d: kernel_size")
+    s = k if stride is None else _tuple(stride, n, "max_unpool2d: stride")
+    d, p = _tuple(dilation, n, "max_unpool2d: dilation"), _tuple(padding, n, "max_unpool2d: padding")
     return [(i - 1) * s_ - 2 * p_ + d_ * (k_ - 1) + 1 for i, k_, s_, d_, p_ in zip(spatial, k, s, d, p)]

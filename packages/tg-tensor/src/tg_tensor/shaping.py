@@ -21,12 +21,14 @@ if TYPE_CHECKING:
     from tg_tensor.tensor import Tensor
 
 
-def _shape_args(shape: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
-    """`f(2, None)` and `f((2, None))` both mean (2, None)."""
+def _shape_args(x: Tensor, shape: Any, args: tuple[Any, ...], what: str) -> tuple[Any, ...]:
+    """`f(2, None)` and `f((2, None))` both mean (2, None): one size (or None) per dim of `x`."""
     entries = tuple(shape) if isinstance(shape, (tuple, list)) and not args else (shape, *args)
     for s in entries:
         if s is not None and (not isinstance(s, int) or isinstance(s, bool)):
             raise TypeError(f"shape entries must be ints or None, got {entries}")
+    if len(entries) != x.ndim:
+        raise ValueError(f"{what}: {len(entries)} sizes for a tensor of {x.ndim} dims (shape {x.shape})")
     return entries
 
 
@@ -42,9 +44,7 @@ class ShapingMixin:
         >>> Tensor([1, 2]).pad_to(4).tolist()
         [1, 2, 0, 0]
         """
-        new = _shape_args(shape, args)
-        if len(new) != self.ndim:
-            raise ValueError(f"pad_to: {len(new)} sizes for a tensor of {self.ndim} dims (shape {self.shape})")
+        new = _shape_args(self, shape, args, "pad_to")
         if any(n is not None and n < s for n, s in zip(new, self.shape)):
             raise ValueError(f"pad_to: target {new} is smaller than the shape {self.shape}")
         pads = tuple((0, 0 if n is None else n - s) for n, s in zip(new, self.shape))
@@ -58,9 +58,7 @@ class ShapingMixin:
         >>> Tensor([[1, 2], [3, 4]]).shrink_to(1, None).tolist()
         [[1, 2]]
         """
-        new = _shape_args(shape, args)
-        if len(new) != self.ndim:
-            raise ValueError(f"shrink_to: {len(new)} sizes for a tensor of {self.ndim} dims (shape {self.shape})")
+        new = _shape_args(self, shape, args, "shrink_to")
         if any(n is not None and not 0 <= n <= s for n, s in zip(new, self.shape)):
             raise ValueError(f"shrink_to: target {new} does not fit in the shape {self.shape}")
         return self.shrink(tuple(None if n is None else (0, n) for n in new))
@@ -147,14 +145,11 @@ class ShapingMixin:
                 raise ValueError(f"meshgrid: expected 0-d or 1-D tensors, got shape {t.shape}")
         if len(tensors) == 1:
             return tensors
-        order = list(range(len(tensors)))
+        n = len(tensors)
+        order = list(range(n))
         if indexing == "xy":
             order[0], order[1] = 1, 0
-        shaped = []
-        for pos, t in zip(order, tensors):
-            shape = [1] * len(tensors)
-            shape[pos] = -1
-            shaped.append(t.reshape(tuple(shape)))
+        shaped = [t.reshape(tuple(-1 if i == pos else 1 for i in range(n))) for pos, t in zip(order, tensors)]
         out = broadcast_shape(*(t.shape for t in shaped))
         return tuple(t.expand(out) for t in shaped)
 

@@ -20,7 +20,7 @@ import math
 from typing import TYPE_CHECKING
 
 from tg_tensor.engine.util import normalize_axis, sum_acc_dtype
-from tg_uop import Ops, dtypes
+from tg_uop import dtypes
 
 if TYPE_CHECKING:
     from tg_tensor.tensor import Tensor
@@ -30,9 +30,7 @@ def _before(a: Tensor, b: Tensor, descending: bool) -> Tensor:
     """Does value `b` sort strictly before value `a` (NaN counts as the largest value)?"""
     first, second = (a, b) if descending else (b, a)  # ascending: b < a
     less = first < second
-    if dtypes.is_float(a.dtype):
-        less = less | (second.isnan() & first.isnan().logical_not())
-    return less
+    return less | (second.isnan() & first.isnan().logical_not()) if dtypes.is_float(a.dtype) else less
 
 
 def _same(a: Tensor, b: Tensor) -> Tensor:
@@ -106,25 +104,6 @@ class SortingMixin:
         return values._slice(d, 0, k), indices._slice(d, 0, k)
 
     # ---- running reductions ----
-    def _running(self: Tensor, axis: int, op: Ops) -> Tensor:
-        """out[..., i] = op-reduce(x[..., :i+1]) along `axis`, through a lower-triangular mask (O(n^2))."""
-        ax = normalize_axis(axis, self.ndim)
-        if self.ndim == 0:  # a running reduction of one element is that element
-            return self
-        x = self.transpose(ax, -1)
-        n = int(x.shape[-1])
-        if x.numel() == 0:
-            return self
-        mask = _lower(self, n, strict=False)  # (i, j): j <= i
-        wide = x.unsqueeze(-2)  # (..., 1, j)
-        if op is Ops.MUL:
-            acc = x.dtype if dtypes.is_float(x.dtype) else sum_acc_dtype(x.dtype)
-            ret = mask.where(wide, 1).prod(-1, dtype=acc).cast(x.dtype)  # keeps the dtype (ints wrap), as tinygrad
-        else:  # log-sum-exp
-            lowest = mask.where(wide, -math.inf)
-            ret = lowest.logsumexp(-1)
-        return ret.transpose(ax, -1)
-
     def _running_arg(self: Tensor, axis: int, largest: bool) -> tuple[Tensor, Tensor]:
         """Running max/min with the index of its first occurrence (as tinygrad)."""
         ax = normalize_axis(axis, self.ndim)
@@ -133,7 +112,8 @@ class SortingMixin:
         x = self.transpose(ax, -1)
         n = int(x.shape[-1])
         key = x if largest else x._inverted()
-        values = key._cumulative(-1, Ops.MAX)
+        lowest = -math.inf if dtypes.is_float(key.dtype) else dtypes.min(key.dtype)
+        values = key._prefix(-1, lowest, lambda w: w.max(-1))
         idx = type(self).arange(n, device=self.device, dtype=dtypes.int32)
         mask = _lower(self, n, strict=False)  # (i, j): j <= i
         hit = mask & key.unsqueeze(-2).eq(values.unsqueeze(-1))  # (..., i, j): x_j equals the running value at i
@@ -168,7 +148,12 @@ class SortingMixin:
         >>> Tensor([1, 2, 3]).cumprod(0).tolist()
         [1, 2, 6]
         """
-        return self._running(axis, Ops.MUL)
+        normalize_axis(axis, self.ndim)  # (checked before the shortcut)
+        if self.ndim == 0 or self.numel() == 0:
+            return self
+        acc = self.dtype if dtypes.is_float(self.dtype) else sum_acc_dtype(self.dtype)
+        # keeps the dtype (ints wrap), as tinygrad
+        return self._prefix(axis, 1, lambda w: w.prod(-1, dtype=acc).cast(self.dtype))
 
     def logcumsumexp(self: Tensor, axis: int = 0) -> Tensor:
         """log(cumsum(exp(x))) along `axis`, computed stably (each prefix is shifted by its own maximum).
@@ -177,4 +162,8 @@ class SortingMixin:
         >>> round(Tensor([0.0, 0.0]).logcumsumexp().tolist()[1], 4)
         0.6931
         """
-        return self._float()._running(axis, Ops.ADD)
+        x = self._float()
+        normalize_axis(axis, self.ndim)  # (checked before the shortcut)
+        if self.ndim == 0 or self.numel() == 0:  # (and an empty axis has no maximum to shift by)
+            return x
+        return x._prefix(axis, -math.inf, lambda w: w.logsumexp(-1))

@@ -65,16 +65,16 @@ def take_rows(x: Tensor, idx: Tensor) -> Tensor | None:
     # _index_tensor: (idx < 0).where(idx + n, idx)
     wrapped = _node(Ops.WHERE, it, _node(Ops.CMPLT, dtypes.bool, iu, small), _node(Ops.ADD, it, iu, big), iu)
     # _apply_advanced: the one-hot mask idx[..., None] == arange(n), written ne(ne(a, b), True)
-    at = _cast(_view(Ops.RESHAPE, wrapped, ishape, ishape + (1,)), _index_dtype(it))
+    at = _view(Ops.RESHAPE, wrapped, ishape, ishape + (1,)).cast(_index_dtype(it))
     ne = _node(Ops.CMPNE, dtypes.bool, _view(Ops.EXPAND, at, ishape + (1,), hit_shape), arange)
     mask = _view(Ops.RESHAPE, _node(Ops.CMPNE, dtypes.bool, ne, true), hit_shape, hit_shape + (1,) * len(rest))
     mask = _view(Ops.EXPAND, mask, hit_shape + (1,) * len(rest), full)
-    vals = _cast(_view(Ops.RESHAPE, u, xs, (1,) * nb + xs), common)
+    vals = _view(Ops.RESHAPE, u, xs, (1,) * nb + xs).cast(common)
     vals = _view(Ops.EXPAND, vals, (1,) * nb + xs, full)
     picked = _node(Ops.WHERE, common, mask, vals, zero)
     acc = xt if dtypes.is_float(xt) else sum_acc_dtype(common)  # (indexing.py's _sum_dtype, then sum's default)
-    summed = UOp(Ops.REDUCE_AXIS, acc, (_cast(picked, acc),), (Ops.ADD, (nb,)))  # (n > 1: never a no-op)
-    return type(x)(_cast(_view(Ops.RESHAPE, summed, ishape + (1,) + rest, ishape + rest), xt))
+    summed = UOp(Ops.REDUCE_AXIS, acc, (picked.cast(acc),), (Ops.ADD, (nb,)))  # (n > 1: never a no-op)
+    return type(x)(_view(Ops.RESHAPE, summed, ishape + (1,) + rest, ishape + rest).cast(xt))
 
 
 def _node(op: Ops, dt: DType, *src: UOp) -> UOp:
@@ -85,10 +85,6 @@ def _node(op: Ops, dt: DType, *src: UOp) -> UOp:
 def _view(op: Ops, u: UOp, cur: Shape, shape: Shape) -> UOp:
     """RESHAPE or EXPAND of `u` (of shape `cur`) to `shape`, or `u` when that changes nothing (as UOp.reshape)."""
     return u if shape == cur else UOp(op, u.dtype, (u,), shape)
-
-
-def _cast(u: UOp, dt: DType) -> UOp:
-    return u if u.dtype == dt else UOp(Ops.CAST, dt, (u,))
 
 
 def _simple(x: Tensor, idx: Tensor) -> bool:

@@ -90,8 +90,7 @@ def _from_list(data: list[Any] | tuple[Any, ...], dtype: DType | None, device: s
     dt = dtype or (dtypes.from_py(data) if prod(shape) else dtypes.default_float)
     import numpy as np
 
-    npdt = np_dtype(dt) if dt != dtypes.bfloat16 else np.float32
-    return _from_numpy(np.array(data, dtype=npdt).reshape(shape), dt, device)
+    return _from_numpy(np.array(data, dtype=np_dtype(dt)).reshape(shape), dt, device)
 
 
 def _strided_window(u: UOp) -> tuple[UOp, View] | None:
@@ -195,10 +194,8 @@ class Tensor(
         if isinstance(data, (list, tuple)):
             return _from_list(data, dtype, dev)
         npm: Any = sys.modules.get("numpy")  # an ndarray exists only once numpy was imported
-        if npm is not None and isinstance(data, npm.ndarray):
-            return _from_numpy(data, dtype, dev)
-        if npm is not None and isinstance(data, npm.generic):
-            return _from_numpy(npm.array(data), dtype, dev)
+        if npm is not None and isinstance(data, (npm.ndarray, npm.generic)):  # (a numpy scalar: as a 0-d array)
+            return _from_numpy(npm.asarray(data), dtype, dev)
         if isinstance(data, (bytes, bytearray, memoryview)):
             import numpy as np
 
@@ -477,8 +474,7 @@ class Tensor(
         if 0 in shape:
             import numpy as np
 
-            npdt = np_dtype(self.dtype) if self.dtype != dtypes.bfloat16 else np.float32
-            return np.zeros(shape, dtype=npdt)
+            return np.zeros(shape, dtype=np_dtype(self.dtype))
         return self._data().copy()
 
     def data(self) -> memoryview:
@@ -571,17 +567,16 @@ class Tensor(
             disk_assign(self, x if isinstance(x, Tensor) else Tensor(x, dtype=self.dtype))
             return self
         value = x if isinstance(x, Tensor) else Tensor(x, device=self.device, dtype=self.dtype)
-        rz = current()
-        if rz.unshare(self):  # it stood for another tensor's result (share_results): replace it
-            if value.shape == self.shape and value.dtype == self.dtype and value.device == self.device:
-                self.uop = value.uop
-                return self
         if value.shape != self.shape:
             raise ShapeError(f"assign: value of shape {value.shape} does not match the tensor's shape {self.shape}")
         if value.dtype != self.dtype:
             raise DTypeError(f"assign: value of dtype {value.dtype} does not match the tensor's dtype {self.dtype}")
         if value.device != self.device:
             raise ValueError(f"assign: value is on {value.device}, the tensor on {self.device}")
+        rz = current()
+        if rz.unshare(self):  # it stood for another tensor's result (share_results): replace it
+            self.uop = value.uop
+            return self
         if multi.is_multi(self.uop):
             return self._assign_shards(value)
         follows = (self.uop,) if self.uop.op is Ops.ASSIGN else ()  # an assign not run yet: this one comes after
@@ -633,34 +628,29 @@ class Tensor(
             raise RuntimeError("gradient: gradients are disabled (Tensor.no_grad is set)")
         if bad := [t for t in (self, *targets) if not dtypes.is_float(t.dtype)]:
             raise RuntimeError(f"gradient: only float tensors have gradients, got {bad[0]!r}")
-        seed = self._seed_gradient(gradient)
-        graph = self._graph().toposort
-        nodes = [t._node_in(graph) for t in targets]
-        grads = autograd.compute_gradient(self._graph(), seed.uop, [n for n in nodes if n is not None])
-        out = []
-        for t, n in zip(targets, nodes):
-            # a target the result does not depend on (through comparisons, casts to int, an empty
-            # reduction...) has a zero gradient of its own shape, as in tinygrad
-            g = grads.get(n) if n is not None else None
-            out.append(Tensor(g) if g is not None else t.zeros_like())
-        return out
+        # a target the result does not depend on has a zero gradient of its own shape, as in tinygrad
+        return [g if g is not None else t.zeros_like() for t, g in zip(targets, self._gradients(gradient, targets))]
 
     def backward(self, gradient: Tensor | None = None) -> Tensor:
         """Accumulate d(self)/dt into `t.grad` for every tensor t in the graph with requires_grad=True."""
         if Tensor.no_grad:
             raise RuntimeError("backward: gradients are disabled (Tensor.no_grad is set)")
-        seed = self._seed_gradient(gradient)
-        graph = self._graph().toposort
         asking = cast("list[Tensor]", list(current().grad_tensors))  # (the engine files them as realizer.Holder)
-        targets = [(t, n) for t in asking if (n := t._node_in(graph)) is not None]
-        grads = autograd.compute_gradient(self._graph(), seed.uop, [n for _, n in targets])
-        for t, n in targets:
-            if not dtypes.is_float(t.dtype):
-                continue
-            g = grads.get(n)  # None: in the graph, but only through comparisons or int casts: a zero gradient
-            g_t = Tensor(g) if g is not None else t.zeros_like()
-            t.grad = g_t if t.grad is None else t.grad + g_t
+        targets = [t for t in asking if dtypes.is_float(t.dtype)]
+        for t, g in zip(targets, self._gradients(gradient, targets)):
+            if g is not None:
+                t.grad = g if t.grad is None else t.grad + g
         return self
+
+    def _gradients(self, gradient: Tensor | None, targets: list[Tensor] | tuple[Tensor, ...]) -> list[Tensor | None]:
+        """d(self)/dt for each target t: None where t is not in self's graph, zeros where it is only through
+        comparisons, casts to int, an empty reduction..."""
+        seed, graph = self._seed_gradient(gradient), self._graph()
+        nodes = [t._node_in(graph.toposort) for t in targets]
+        grads = autograd.compute_gradient(graph, seed.uop, [n for n in nodes if n is not None])
+        return [
+            None if n is None else Tensor(grads[n]) if n in grads else t.zeros_like() for t, n in zip(targets, nodes)
+        ]
 
     def _graph(self) -> UOp:
         """The lazy graph behind this tensor, even after it was realized."""

@@ -82,11 +82,8 @@ def ast_ops(ast: UOp) -> list[str]:
     names: list[str] = []
     for u in ast.toposort:
         if u.op in GroupOp.ALU or u.op is Ops.REDUCE_AXIS:
-            name = (
-                "SUM"
-                if u.op is Ops.REDUCE_AXIS and u.arg[0] is Ops.ADD
-                else (f"{u.arg[0].name}-REDUCE" if u.op is Ops.REDUCE_AXIS else u.op.name)
-            )
+            reduced = u.arg[0] if u.op is Ops.REDUCE_AXIS else None
+            name = u.op.name if reduced is None else "SUM" if reduced is Ops.ADD else f"{reduced.name}-REDUCE"
             if name not in names:
                 names.append(name)
     return names

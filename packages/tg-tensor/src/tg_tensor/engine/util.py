@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tg_uop import ConstType, DType, Ops, UOp, dtypes
@@ -47,7 +48,8 @@ class DTypeNameError(AttributeError, TypeError):
 
 @functools.cache  # (every read of a tensor's values asks)
 def np_dtype(dt: DType) -> np.dtype[Any]:
-    """The numpy dtype matching a tg dtype (bfloat16 has none: callers convert)."""
+    """The numpy dtype matching a tg dtype (float32 for bfloat16, which numpy does not have: its values are carried
+    as float32 on the host)."""
     import numpy as np
 
     return np.dtype(dtypes.to_np_name(dt))
@@ -126,7 +128,7 @@ def shape_of_list(data: Any) -> tuple[int, ...]:
     return (len(data), *sub[0])
 
 
-def resolve_axes(axis: int | tuple[int, ...] | list[int] | None, ndim: int) -> tuple[int, ...]:
+def resolve_axes(axis: int | Sequence[int] | None, ndim: int) -> tuple[int, ...]:
     """Axes as non-negative ints; None means all. Out-of-range axes raise IndexError."""
     if axis is None:
         return tuple(range(ndim))
