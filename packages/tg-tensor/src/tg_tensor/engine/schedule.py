@@ -581,20 +581,29 @@ def _replay(rz: Realizer, recipe: _Recipe, leaves: list[UOp]) -> tuple[list[Sche
     return [ScheduleItem.replayed(*launch) for launch in launches], views
 
 
+def _cached(rz: Realizer, roots: list[UOp]) -> tuple[list[UOp], tuple[object, ...], list[UOp], _Recipe | None] | None:
+    """The schedule cache's view of `roots` (both ways to a replay go through it): the nodes standing for them now,
+    their structure key and leaves, and the recipe cached under that key (None when there is none, or when it holds
+    constants and plain buffers are asked for); None when a root is a realized buffer already (no kernel to find)."""
+    resolved = [rz.resolve(r) for r in roots] if rz.realized.data else roots
+    for r in resolved:
+        if r.op is Ops.BUFFER or r.base.op is Ops.BUFFER:
+            return None
+    key, leaves = _structure(rz, roots)
+    recipe = rz.recipes.get(key)
+    return resolved, key, leaves, None if recipe is None or (rz.plain_only and recipe.fixed) else recipe
+
+
 def replay_one(rz: Realizer, root: UOp) -> tuple[UOp, list[Buffer], dict[UOp, int], UOp] | None:
     """(AST, buffers, variable values, the realized node standing for `root`) of the one kernel computing `root`,
     when the schedule cache holds `root`'s structure as one kernel with one output (else None, and nothing
     changed): create_schedule's hit for one root, without a ScheduleItem (the tiny realize's short way).
     The output BUFFER node and its Buffer are filed, and `root` is recorded as realized by it."""
-    node = rz.resolve(root) if rz.realized.data else root
-    if node.op is Ops.BUFFER or node.base.op is Ops.BUFFER:
+    found = _cached(rz, [root])
+    if found is None or (recipe := found[3]) is None or len(recipe.items) != 1 or len(recipe.outs) != 1:
         return None
-    key, leaves = _structure(rz, [root])
-    recipe = rz.recipes.get(key)
-    if recipe is None or len(recipe.items) != 1 or len(recipe.outs) != 1 or (rz.plain_only and recipe.fixed):
-        return None
-    ((ast, bufs, var_vals),), (result,) = _replay_launches(rz, recipe, leaves)
-    rz.realized[node] = result
+    ((ast, bufs, var_vals),), (result,) = _replay_launches(rz, recipe, found[2])
+    rz.realized[found[0][0]] = result
     return ast, bufs, var_vals, result
 
 
@@ -605,12 +614,10 @@ def create_schedule(roots: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp
     shapes and buffer sizes; other buffers) reuses the kernels found then without running the scheduler.
     """
     rz = current()
-    resolved = [rz.resolve(r) for r in roots] if rz.realized.data else roots
-    for r in resolved:
-        if r.op is Ops.BUFFER or r.base.op is Ops.BUFFER:
-            return _create_schedule(roots)
-    key, leaves = _structure(rz, roots)
-    if (recipe := rz.recipes.get(key)) is not None and not (rz.plain_only and recipe.fixed):
+    if (found := _cached(rz, roots)) is None:
+        return _create_schedule(roots)
+    resolved, key, leaves, recipe = found
+    if recipe is not None:
         items, results = _replay(rz, recipe, leaves)
         realized = rz.realized
         for root, res in zip(resolved, results):
