@@ -91,6 +91,17 @@ def test_generic_c_body_matches(qtype: str, int8: bool) -> None:
     check(_run_cpu_source(src, x, raw, qtype, n, int8, "generic"), x, w, int8)
 
 
+@pytest.mark.parametrize("qtype", QUANTIZED_TYPES)
+def test_avx2_float_body_matches(qtype: str) -> None:
+    """The float kernels' AVX2 bodies, selected even where the compiler targets AVX-512 (whose bodies the other tests
+    run there): 4-row tiles and single rows."""
+    m, n, k = 6, 17, 512
+    raw, w = blocks(qtype, n, k, seed=5)
+    x = np.random.default_rng(6).standard_normal((m, k)).astype(np.float32)
+    src = cpu_float_source(qtype, m, n, k, avx512=False)
+    check(_run_cpu_source(src, x, raw, qtype, n, False, "avx2"), x, w, False)
+
+
 def test_jitted_product_replays_with_new_inputs(device: str) -> None:
     """A source kernel is recorded by TinyJit like tg's own kernels: replays read the new x."""
     raw, w = blocks("Q4_1", 16, 64, seed=5)
@@ -137,9 +148,10 @@ def test_small_products_stay_on_one_thread() -> None:
 @pytest.mark.parametrize("qtype", ["Q8_0", "Q4_0", "Q4_1", "Q4_K"])
 def test_a_row_gets_the_same_bits_alone_or_in_a_batch(qtype: str, int8: bool) -> None:
     """Each row of x is multiplied by the same operations whatever rows are beside it (a batched decode step gives
-    a sequence the logits it gets alone), with float32 or 8-bit activations: the rows of a 7-row product (a 4-row
-    tile, then 3 alone) equal, bit for bit, the products of each row by itself."""
-    m, n, k = 7, 24, 256
+    a sequence the logits it gets alone), with float32 or 8-bit activations: the rows of an 11-row product (tiles of
+    8 and 4 rows, then rows alone; 27 weight rows: tiles of 2 or 4 and the rest) equal, bit for bit, the products of
+    each row by itself."""
+    m, n, k = 11, 27, 256
     raw, _ = blocks(qtype, n, k, seed=11)
     x = np.random.default_rng(12).standard_normal((m, k)).astype(np.float32)
     qw = QuantizedWeight(Tensor(raw, device="CPU").realize(), qtype, (n, k))
