@@ -65,6 +65,31 @@ def test_fused_product_matches_dequantize_then_matmul(device: str, qtype: str, i
         check(got, x, w, int8 and device == "CPU")  # (int8 is the CPU's: CL and PYTHON multiply in float32)
 
 
+def _silu_mul(gu: np.ndarray) -> np.ndarray:
+    g, u = np.split(gu.astype(np.float64), 2, axis=-1)
+    return g / (1 + np.exp(-g)) * u
+
+
+@pytest.mark.parametrize("int8", [False, True])
+@pytest.mark.parametrize("qtype", ["Q4_1", "Q8_0", "Q6_K"])
+def test_glu_product_matches_numpy(device: str, qtype: str, int8: bool) -> None:
+    """glu=True: silu(gate) * up @ W.T from x = (gate, up) side by side (on the CPU in float32, the activation inside
+    the product's kernel: vector exponentials, and x taken in chunks of rows when it is long: 45 rows of 2 x 1536)."""
+    for i, (m, n, k) in enumerate([(1, 40, 512), (5, 33, 256), (45, 8, 1536)]):
+        raw, w = blocks(qtype, n, k, seed=30 + i)
+        gu = (np.random.default_rng(40 + i).standard_normal((m, 2 * k)) * 3).astype(np.float32)
+        gu[0, :4] = [-100.0, 100.0, 0.0, -30.0]  # (exponentials out of range either side, and zero)
+        qw = QuantizedWeight(Tensor(raw, device=device), qtype, (n, k))
+        got = quantized_matmul(Tensor(gu, device=device), qw, int8=int8, glu=True).numpy()
+        check(got, _silu_mul(gu), w, int8 and device == "CPU")
+
+
+def test_glu_width_is_checked() -> None:
+    qw = QuantizedWeight(Tensor(np.zeros(34, np.uint8)), "Q8_0", (1, 32))
+    with pytest.raises(ValueError, match="64 columns \\(glu: gate and up"):
+        quantized_matmul(Tensor.ones(2, 32), qw, glu=True)
+
+
 def _run_cpu_source(
     src: str, x: np.ndarray, raw: np.ndarray, qtype: str, n: int, int8: bool, variant: str
 ) -> np.ndarray:

@@ -227,11 +227,45 @@ static void tgq_chunk(void* p, int c) {{  /* weight rows c * N / CHUNKS .. (c + 
 #endif
   }}
 }}
+#if GLU
+typedef float tgq_v8 __attribute__((vector_size(32), aligned(4)));
+typedef int tgq_i8 __attribute__((vector_size(32), aligned(4)));
+static inline tgq_v8 tgq_select(tgq_i8 m, tgq_v8 a, tgq_v8 b) {{ return (tgq_v8)(((tgq_i8)a & m) | ((tgq_i8)b & ~m)); }}
+static inline tgq_v8 tgq_exp8(tgq_v8 x) {{  /* e^x, 8 lanes: 2^n * e^r, |r| <= ln(2) / 2 (relative error < 2e-7) */
+  const tgq_v8 lo = {{-87.0f, -87.0f, -87.0f, -87.0f, -87.0f, -87.0f, -87.0f, -87.0f}};
+  const tgq_v8 hi = {{88.0f, 88.0f, 88.0f, 88.0f, 88.0f, 88.0f, 88.0f, 88.0f}};
+  tgq_i8 under = x < lo, over = x > hi;
+  x = tgq_select(under, lo, tgq_select(over, hi, x));
+  tgq_v8 n = x * 1.44269504f;
+  n = n + 12582912.0f - 12582912.0f;  /* round to nearest (1.5 * 2^23) */
+  tgq_v8 r = x - n * 0.693145752f - n * 1.42860677e-6f;  /* ln 2 in two parts */
+  tgq_v8 p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
+  tgq_i8 e = (__builtin_convertvector(n, tgq_i8) + 127) << 23;
+  tgq_v8 inf = hi * 1e38f;  /* (overflows to +inf) */
+  return tgq_select(under, (tgq_v8){{0}}, tgq_select(over, inf, p * (tgq_v8)e));
+}}
+/* out (mc, K) = silu(g) * u of mc rows of gu (2K wide: g, then u) */
+static void tgq_glu(const float* restrict gu, float* restrict out, int mc) {{
+  for (int m = 0; m < mc; m++)
+    for (int i = 0; i < K; i += 8) {{
+      tgq_v8 g = *(const tgq_v8*)(gu + (long)m * 2 * K + i), u = *(const tgq_v8*)(gu + (long)m * 2 * K + K + i);
+      *(tgq_v8*)(out + (long)m * K + i) = g / (1.0f + tgq_exp8(-g)) * u;
+    }}
+}}
+#endif
 void {name}(float* restrict out, const float* restrict x, const uint8_t* restrict w) {{
   float xs[MC * (K / 32)];  /* the sum of each 32 values of x, for MC rows at a time */
+#if GLU
+  float xg[MC * K];  /* x is (M, 2K): gate and up; the product reads silu(gate) * up, MC rows at a time */
+#endif
   for (int m0 = 0; m0 < M; m0 += MC) {{
     int mc = M - m0 < MC ? M - m0 : MC;
+#if GLU
+    tgq_glu(x + (long)m0 * 2 * K, xg, mc);
+    const float* xm = xg;
+#else
     const float* xm = x + (long)m0 * K;
+#endif
 #ifndef TGQ_TILES  /* (the tiles fold a block's offset into its weights) */
     for (int i = 0; i < mc * (K / 32); i++) {{
       float s = 0.0f;
@@ -247,24 +281,36 @@ void {name}(float* restrict out, const float* restrict x, const uint8_t* restric
 
 
 def cpu_float_source(
-    qtype: str, m: int, n: int, k: int, threads: int = 1, generic: bool = False, avx512: bool = True
+    qtype: str,
+    m: int,
+    n: int,
+    k: int,
+    threads: int = 1,
+    generic: bool = False,
+    avx512: bool = True,
+    glu: bool = False,
 ) -> str:
     """C source of `qmm_f_{qtype}_{m}_{n}_{k}(out, x, w)`: out (m, n) = x (m, k) @ W.T in float32 activations,
     W (n, k) as `qtype` blocks, on up to `threads` threads; `generic`: the plain C body even where AVX2 is there;
-    `avx512=False`: the AVX2 body even where AVX-512 is there (tests run every body the host can)."""
+    `avx512=False`: the AVX2 body even where AVX-512 is there (tests run every body the host can). `glu`: x is
+    (m, 2k), gate then up, and the product is silu(gate) * up @ W.T (a SwiGLU MLP's down projection, its
+    activation computed as the kernel reads it: `qmm_glu_...`)."""
     if qtype not in CPU_TYPES:
         raise ValueError(f"quantized matmul: no CPU kernel for {qtype}; tg has {', '.join(CPU_TYPES)}")
     bs, bb = CPU_TYPES[qtype]
     if k % bs:
         raise ValueError(f"quantized matmul: rows of {k} are not whole {qtype} blocks of {bs}")
     mc = max(1, min(m, (1 << 16) // (k // 32)))  # at most 256 KiB of block sums on the stack at a time
+    if glu:  # and the activations of at most 256 KiB of x
+        mc = max(1, min(mc, (1 << 16) // k))
     # rows of x multiplied with each weight row in turn: a multiple of 8 (the tiles), ~16 KiB of x (L1 holds them);
     # all rows at once re-read x from L2 for every weight row (a 64-row prompt's Q4_1 3072x576 product on 2 threads:
     # 9.7 ms, blocked 1.85)
     xrows = max(TILE_X, min(64, (16384 // (4 * k)) // TILE_X * TILE_X))
     defines = (
         f"#define M {m}\n#define N {n}\n#define K {k}\n#define BS {bs}\n#define BB {bb}\n#define ROWB {k // bs * bb}\n"
-        f"#define MC {mc}\n#define XROWS {xrows}\n" + parallel_defines(m, n, k // bs * bb, threads)
+        f"#define MC {mc}\n#define XROWS {xrows}\n#define GLU {int(glu)}\n"
+        + parallel_defines(m, n, k // bs * bb, threads)
     )
     unpack, update = _ROWF.get(qtype, ("", ""))
     rows = "".join(_ROWS.format(R=r, unpack=unpack, update=update) for r in (1, 4)) if qtype in _ROWF else ""
@@ -274,7 +320,7 @@ def cpu_float_source(
         rows=rows,
         fast512=int(qtype in _UNPACK512),
         rows512=rows512,
-        name=f"qmm_f_{qtype}_{m}_{n}_{k}",
+        name=f"qmm_{'glu' if glu else 'f'}_{qtype}_{m}_{n}_{k}",
     )
     prelude = _PRELUDE + ("#undef TGQ_AVX2\n" if generic else "")
     return prelude + _C + ("" if avx512 else "#undef TGQ_AVX512\n") + _COMMON + _BLOCK[qtype] + defines + body
