@@ -11,6 +11,7 @@ import tg_tensor.jit as jit
 from tg import Tensor, TinyJit
 from tg_codegen import get_program
 from tg_codegen.renderer.cuda import CUDARenderer
+from tg_runtime.cpu_graph import CPUGraph
 from tg_tensor.engine.realizer import current
 from tg_tensor.engine.schedule import buffer_of
 from tg_uop import dtypes
@@ -20,9 +21,10 @@ from tg_uop.helpers import Context, prod
 def test_refilled_inputs_rebind_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     step = TinyJit(lambda x, p: ((x * 2).sum(-1, keepdim=True) + p).contiguous())
     x, p = Tensor.empty(1, 16).realize(), Tensor.empty(1, 1).realize()
-    rebinds: list[int] = []
-    real_bind = jit._bind
+    rebinds: list[int] = []  # launches rebound: a call prepared again, or a graph's launch updated (the CPU's)
+    real_bind, real_update = jit._bind, CPUGraph.update
     monkeypatch.setattr(jit, "_bind", lambda launch: rebinds.append(1) or real_bind(launch))
+    monkeypatch.setattr(CPUGraph, "update", lambda g, *a: rebinds.append(1) or real_update(g, *a))
     rng = np.random.default_rng(0)
     for i in range(5):
         xs, ps = rng.standard_normal((1, 16)).astype(np.float32), np.array([[float(i)]], np.float32)

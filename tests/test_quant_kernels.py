@@ -65,6 +65,31 @@ def test_fused_product_matches_dequantize_then_matmul(device: str, qtype: str, i
         check(got, x, w, int8 and device == "CPU")  # (int8 is the CPU's: CL and PYTHON multiply in float32)
 
 
+def _silu_mul(gu: np.ndarray) -> np.ndarray:
+    g, u = np.split(gu.astype(np.float64), 2, axis=-1)
+    return g / (1 + np.exp(-g)) * u
+
+
+@pytest.mark.parametrize("int8", [False, True])
+@pytest.mark.parametrize("qtype", ["Q4_1", "Q8_0", "Q6_K"])
+def test_glu_product_matches_numpy(device: str, qtype: str, int8: bool) -> None:
+    """glu=True: silu(gate) * up @ W.T from x = (gate, up) side by side (on the CPU in float32, the activation inside
+    the product's kernel: vector exponentials, and x taken in chunks of rows when it is long: 45 rows of 2 x 1536)."""
+    for i, (m, n, k) in enumerate([(1, 40, 512), (5, 33, 256), (45, 8, 1536)]):
+        raw, w = blocks(qtype, n, k, seed=30 + i)
+        gu = (np.random.default_rng(40 + i).standard_normal((m, 2 * k)) * 3).astype(np.float32)
+        gu[0, :4] = [-100.0, 100.0, 0.0, -30.0]  # (exponentials out of range either side, and zero)
+        qw = QuantizedWeight(Tensor(raw, device=device), qtype, (n, k))
+        got = quantized_matmul(Tensor(gu, device=device), qw, int8=int8, glu=True).numpy()
+        check(got, _silu_mul(gu), w, int8 and device == "CPU")
+
+
+def test_glu_width_is_checked() -> None:
+    qw = QuantizedWeight(Tensor(np.zeros(34, np.uint8)), "Q8_0", (1, 32))
+    with pytest.raises(ValueError, match="64 columns \\(glu: gate and up"):
+        quantized_matmul(Tensor.ones(2, 32), qw, glu=True)
+
+
 def _run_cpu_source(
     src: str, x: np.ndarray, raw: np.ndarray, qtype: str, n: int, int8: bool, variant: str
 ) -> np.ndarray:
@@ -89,6 +114,17 @@ def test_generic_c_body_matches(qtype: str, int8: bool) -> None:
     x = np.random.default_rng(4).standard_normal((m, k)).astype(np.float32)
     src = cpu_source(qtype, m, n, k, generic=True) if int8 else cpu_float_source(qtype, m, n, k, generic=True)
     check(_run_cpu_source(src, x, raw, qtype, n, int8, "generic"), x, w, int8)
+
+
+@pytest.mark.parametrize("qtype", QUANTIZED_TYPES)
+def test_avx2_float_body_matches(qtype: str) -> None:
+    """The float kernels' AVX2 bodies, selected even where the compiler targets AVX-512 (whose bodies the other tests
+    run there): 4-row tiles and single rows."""
+    m, n, k = 6, 17, 512
+    raw, w = blocks(qtype, n, k, seed=5)
+    x = np.random.default_rng(6).standard_normal((m, k)).astype(np.float32)
+    src = cpu_float_source(qtype, m, n, k, avx512=False)
+    check(_run_cpu_source(src, x, raw, qtype, n, False, "avx2"), x, w, False)
 
 
 def test_jitted_product_replays_with_new_inputs(device: str) -> None:
@@ -137,9 +173,10 @@ def test_small_products_stay_on_one_thread() -> None:
 @pytest.mark.parametrize("qtype", ["Q8_0", "Q4_0", "Q4_1", "Q4_K"])
 def test_a_row_gets_the_same_bits_alone_or_in_a_batch(qtype: str, int8: bool) -> None:
     """Each row of x is multiplied by the same operations whatever rows are beside it (a batched decode step gives
-    a sequence the logits it gets alone), with float32 or 8-bit activations: the rows of a 7-row product (a 4-row
-    tile, then 3 alone) equal, bit for bit, the products of each row by itself."""
-    m, n, k = 7, 24, 256
+    a sequence the logits it gets alone), with float32 or 8-bit activations: the rows of an 11-row product (tiles of
+    8 and 4 rows, then rows alone; 27 weight rows: tiles of 2 or 4 and the rest) equal, bit for bit, the products of
+    each row by itself."""
+    m, n, k = 11, 27, 256
     raw, _ = blocks(qtype, n, k, seed=11)
     x = np.random.default_rng(12).standard_normal((m, k)).astype(np.float32)
     qw = QuantizedWeight(Tensor(raw, device="CPU").realize(), qtype, (n, k))

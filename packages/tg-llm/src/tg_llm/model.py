@@ -41,7 +41,7 @@ from tg_llm.weights import (
 from tg_nn.gguf import dequantize
 from tg_nn.models.decode_attention import decode_attention, has_kernel
 from tg_nn.models.kv_cache import KVCache, causal_mask
-from tg_nn.quant import QuantizedWeight
+from tg_nn.quant import QuantizedWeight, quantized_matmul
 from tg_runtime import Device
 from tg_runtime.device import DeviceSet
 from tg_tensor import Tensor, TinyJit
@@ -226,6 +226,11 @@ class Block:
         is a prompt's tokens, weights.linear)."""
         x = x.contiguous()
         h = rms_norm(x, self.ffn_norm, self.cfg.norm_eps)
+        if isinstance(self.w_down, QuantizedWeight) and self.w_gate_up is not None and not self.split:
+            # (the activation computed by the down projection's kernel as it reads gate and up: on the CPU one small
+            # kernel fewer per layer and vector exponentials)
+            gate_up = linear(h, self.w_gate_up, self.int8, prompt)
+            return (x + quantized_matmul(gate_up, self.w_down, self.int8, glu=True)).contiguous()
         gate, up = self.project(h, self.w_gate_up, self.w_gate, self.w_up, prompt=prompt)
         return (x + linear(gate.silu() * up, self.w_down, self.int8, prompt)).contiguous()
 

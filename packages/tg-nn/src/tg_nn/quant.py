@@ -88,34 +88,48 @@ class QuantizedWeight:
         return QuantizedWeight(blocks, parts[0].qtype, (sum(p.shape[0] for p in parts), parts[0].shape[1]))
 
 
-def quantized_matmul(x: Tensor, w: QuantizedWeight, int8: bool = False) -> Tensor:
+def quantized_matmul(x: Tensor, w: QuantizedWeight, int8: bool = False, glu: bool = False) -> Tensor:
     """x (..., cols) @ W.T -> (..., rows), float32, W kept in its blocks (see the module doc). `int8`: on the CPU,
     round the rows of x to 8-bit blocks of 32 and multiply in integers (llama.cpp's numerics: faster, results move
-    by ~0.5%); by default x is used in float32 (the float product of the dequantized weights)."""
+    by ~0.5%); by default x is used in float32 (the float product of the dequantized weights). `glu`: x is
+    (..., 2 * cols), a gate then an up projection, and the product is `silu(gate) * up @ W.T` (a SwiGLU MLP's down
+    projection; on the CPU in float32 the activation is computed by the product's kernel, as it reads x)."""
     rows, cols = w.shape
-    if int(x.shape[-1]) != cols:
-        raise ValueError(f"quantized_matmul: x of shape {x.shape} does not match W of shape {w.shape}: {cols} columns")
+    width = 2 * cols if glu else cols
+    if int(x.shape[-1]) != width:
+        raise ValueError(
+            f"quantized_matmul: x of shape {x.shape} does not match W of shape {w.shape}: {width} columns"
+            + (" (glu: gate and up, each as wide as W)" if glu else "")
+        )
     lead = tuple(int(s) for s in x.shape[:-1])
     m = 1
     for s in lead:
         m *= s
     family = x.device.split(":")[0]
-    if family not in ("CPU", "CL", "CUDA") or os.getenv("TG_QUANT_GRAPH") == "1" or m == 0:
+    fused_glu = glu and family == "CPU" and not int8
+    graph = family not in ("CPU", "CL", "CUDA") or os.getenv("TG_QUANT_GRAPH") == "1" or m == 0
+    if glu and (graph or not fused_glu):  # the activation in tg's graph, then the plain product
+        x, glu, width = x[..., :cols].silu() * x[..., cols:], False, cols
+    if graph:
         return x.cast(dtypes.float32) @ w.dequantize().T
-    xf = x.reshape(m, cols).cast(dtypes.float32)
-    make = functools.partial(_source, w.qtype, m, rows, cols, int8)
-    out = source_kernel((m, rows), dtypes.float32, [xf, w.blocks], ("qmm", w.qtype, m, rows, cols, int8), make)
+    xf = x.reshape(m, width).cast(dtypes.float32)
+    make = functools.partial(_source, w.qtype, m, rows, cols, int8, glu)
+    key = ("qmm", w.qtype, m, rows, cols, int8, glu)
+    out = source_kernel((m, rows), dtypes.float32, [xf, w.blocks], key, make)
     return out.reshape(*lead, rows)
 
 
-def _source(qtype: str, m: int, n: int, k: int, int8: bool, device: str, dts: tuple[DType, ...]) -> KernelSource | None:
+def _source(
+    qtype: str, m: int, n: int, k: int, int8: bool, glu: bool, device: str, dts: tuple[DType, ...]
+) -> KernelSource | None:
     family = device.split(":")[0]
     name = f"qmm_{qtype}_{m}_{n}_{k}"
     if family == "CPU":
         threads = Device[device].renderer.threads
         if int8:
             return KernelSource(cpu_source(qtype, m, n, k, threads), name)
-        return KernelSource(cpu_float_source(qtype, m, n, k, threads), f"qmm_f_{qtype}_{m}_{n}_{k}")
+        kind = "glu" if glu else "f"
+        return KernelSource(cpu_float_source(qtype, m, n, k, threads, glu=glu), f"qmm_{kind}_{qtype}_{m}_{n}_{k}")
     if family in ("CL", "CUDA"):
         return KernelSource(gpu_source(qtype, m, n, k, family), name, *gpu_launch(m, n))
     return None

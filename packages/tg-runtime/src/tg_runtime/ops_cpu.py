@@ -22,12 +22,13 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from tg_codegen.diskcache import diskcache_get, diskcache_put
 from tg_codegen.renderer.cstyle import ClangRenderer
 from tg_codegen.renderer.threadpool import THREAD_POOL_C
-from tg_runtime.device import Allocator, Compiled, Compiler, UnusableCompilerError
+from tg_runtime.cpu_graph import CPUGraph
+from tg_runtime.device import Allocator, Compiled, Compiler, GraphLaunch, UnusableCompilerError
 
 
 class CompileError(RuntimeError):
@@ -459,13 +460,21 @@ def host_vector_bytes() -> int:
     return 64 if platform.machine() in ("x86_64", "AMD64") and "avx512f" in flags and "avx512vl" in flags else 32
 
 
+class CPUDevice(Compiled):
+    """The CPU: a TinyJit replay is one call into C (tg_runtime.cpu_graph)."""
+
+    def graph(self, launches: list[GraphLaunch]) -> CPUGraph:
+        compiler = cast(ClangCompiler, self.compiler)  # (open_device's)
+        return CPUGraph(launches, lambda src: compiler.compile_library(src, ()), load_library)
+
+
 def open_device(name: str) -> Compiled:
     threads = int(os.getenv("THREADS", "0")) or len(os.sched_getaffinity(0))
     compiler = ClangCompiler()
     if threads > 1 and not load_thread_pool(compiler):
         threads = 1
     renderer = ClangRenderer(threads, host_vector_bytes(), half=half_type(compiler.cc))
-    dev = Compiled(name, CPUAllocator(), renderer, compiler, CPUProgram)
+    dev = CPUDevice(name, CPUAllocator(), renderer, compiler, CPUProgram)
     if threads > 1:
         wake = _pools[0].tg_pool_wake
         wake.restype = None
