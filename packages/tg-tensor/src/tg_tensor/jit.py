@@ -9,8 +9,8 @@ are baked into the kernels, so each set of their values gets its own recording (
 jit_args.py); tensors inside lists, tuples and dicts are inputs like the others. Returned
 tensors get fresh buffers on every replay, so a result is never overwritten by the next call.
 Intermediate buffers of the recording share memory where their lifetimes do not overlap (the
-memory planner). `JIT=0` turns the JIT off. On devices that make graphs (CUDA), a replay is one
-graph launch; `JIT=2` launches the kernels one by one instead. Only the launches whose buffers
+memory planner). `JIT=0` turns the JIT off. On devices that make graphs (CUDA; the CPU, as one call into C), a
+replay is one graph launch; `JIT=2` launches the kernels one by one instead. Only the launches whose buffers
 changed since their last run are rebound (a graph node update each), so a caller that passes the
 same input tensors every time, refilled in place, pays for none (a decode step of an LLM reads
 its position in ~10 kernels per layer).
@@ -135,7 +135,7 @@ class _Recording:
     input_slots: list[list[tuple[int, int]]] = field(default_factory=list)  # per input: (launch, position) pairs
     output_slots: list[list[tuple[int, int]]] = field(default_factory=list)  # per output buffer: positions to refresh
     calls: list[Callable[[], Any]] = field(default_factory=list)  # each launch bound to its buffers
-    graph: DeviceGraph | None = None  # all launches as one device graph (CUDA graphs), where the device has one
+    graph: DeviceGraph | None = None  # all launches as one device graph (CUDA's, the CPU's C caller) where it has one
     ops: int = 0
     mem: int = 0
     kernels: int = 0
