@@ -170,3 +170,27 @@ def test_a_long_prompts_products_with_kept_blocks_unpack_them_to_half(monkeypatc
     srcs = [get_program(i.ast, CUDARenderer("sm_90")).src for i in items if i.ast.op.name == "SINK"]
     assert any("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in src for src in srcs)
     assert COMPILER is not None and all(COMPILER.compile(src)[:4] == b"\x7fELF" for src in srcs)
+
+
+def test_a_gpu_prompts_mlp_with_kept_blocks_takes_the_tensor_cores(tmp_path: pathlib.Path) -> None:
+    """Off the CPU, a long prompt's MLP with blocks kept quantized multiplies both projections through half copies
+    (weights.linear): the CPU-only fused SwiGLU of the down projection is not taken. On OpenCL (PoCL in CI), its
+    renderer given sm_90's tensor cores while the graph is built; only the graph is inspected."""
+    from tg_runtime import Device
+
+    try:
+        renderer = Device["CL"].renderer
+    except Exception as e:  # (no OpenCL platform: the bare machine)
+        pytest.skip(f"CL unavailable: {e}")
+    path = tmp_path / "m.gguf"
+    write_random_gguf(path, qtype="Q8_0", dim=256, hidden_dim=256, n_heads=4, n_kv_heads=2, n_layers=1)
+    model, _ = load_model(path, "CL", keep_quantized=True)
+    h = Tensor(np.random.default_rng(0).standard_normal((32, 256)).astype(np.float32), device="CL").realize()
+    old = renderer.tensor_cores
+    renderer.tensor_cores = CUDARenderer("sm_90").tensor_cores
+    try:
+        out = model.blocks[0].mlp(h, prompt=True)
+    finally:
+        renderer.tensor_cores = old
+    kernels = str([u.arg for u in out.uop.toposort if u.op.name == "CUSTOM"])
+    assert "qmm" not in kernels and any(u.op.name == "CAST" and u.dtype == dtypes.float16 for u in out.uop.toposort)

@@ -226,7 +226,9 @@ class Block:
         is a prompt's tokens, weights.linear)."""
         x = x.contiguous()
         h = rms_norm(x, self.ffn_norm, self.cfg.norm_eps)
-        if isinstance(self.w_down, QuantizedWeight) and self.w_gate_up is not None and not self.split:
+        on_cpu = x.device.split(":")[0] == "CPU"  # (elsewhere the activation is tg's graph either way, and a GPU's
+        # long prompt takes weights.linear's tensor-core product)
+        if isinstance(self.w_down, QuantizedWeight) and self.w_gate_up is not None and not self.split and on_cpu:
             # (the activation computed by the down projection's kernel as it reads gate and up: on the CPU one small
             # kernel fewer per layer and vector exponentials)
             gate_up = linear(h, self.w_gate_up, self.int8, prompt)
