@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from tg_nn.quant_cpu import CPU_TYPES
 
-__all__ = ["gpu_launch", "gpu_source"]
+__all__ = ["GPU_PRELUDE", "gpu_launch", "gpu_source"]
 
-_LANG = {
+GPU_PRELUDE = {  # per language: the macros that let one kernel source be OpenCL C and CUDA C
     "CL": r"""
 #define KERNEL __kernel void
 #define GLOBAL __global
@@ -271,4 +271,4 @@ def gpu_source(qtype: str, m: int, n: int, k: int, lang: str) -> str:
     fields = dict(rows=ROWS, mt=min(m, MT), parts=PARTS[qtype], nb=k // bs, rowb=k // bs * bb, bb=bb, bs=bs, k=k)
     local = f"LOCAL_ARR(float, part, {ROWS * 32});" if lang == "CL" else ""
     body = _KERNEL.format(name=f"qmm_{qtype}_{m}_{n}_{k}", m=m, n=n, reduce=_REDUCE[lang], local=local, **fields)
-    return _LANG[lang] + _COMMON + _GPU_COMMON + _PART[qtype] + body
+    return GPU_PRELUDE[lang] + _COMMON + _GPU_COMMON + _PART[qtype] + body

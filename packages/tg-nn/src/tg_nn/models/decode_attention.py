@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import functools
 
-from tg_nn.quant_gpu import _LANG as GPU_PRELUDE
+from tg_nn.quant_gpu import GPU_PRELUDE
 from tg_runtime.device import Device
 from tg_tensor import KernelSource, Tensor, source_kernel
 from tg_uop import DType, dtypes
