@@ -45,14 +45,24 @@ typedef unsigned char u8; typedef signed char i8; typedef unsigned int u32; type
 """,
 }
 
-# (GPU kernels only) a signed byte's value; the dot product of 4 bytes of a word with 4 floats
+# (GPU kernels only) the value of a word's low byte, unsigned (u8f) and signed (s8), and the dot product of a word's
+# 4 bytes with 4 floats. The bytes become floats without an int-to-float conversion, which GPUs run at a quarter of
+# their float rate (it bounded the kernels' speed): the byte is put in the low bits of 2^23's mantissa (exact) and
+# 2^23 subtracted
 _GPU_COMMON = r"""
-DEV float s8(u32 b) { return (float)((int)((b & 255u) ^ 128u) - 128); }
+DEV float u8f(u32 b) { return BITS_F(0x4b000000u | (b & 255u)) - 8388608.0f; }
+DEV float s8(u32 b) { return BITS_F(0x4b000000u | ((b ^ 128u) & 255u)) - 8388736.0f; }
 DEV float byte_dot(u32 q, float4 a) {
-  return (float)(q & 255u) * a.x + (float)((q >> 8) & 255u) * a.y + (float)((q >> 16) & 255u) * a.z
-         + (float)(q >> 24) * a.w;
+  return u8f(q) * a.x + u8f(q >> 8) * a.y + u8f(q >> 16) * a.z + u8f(q >> 24) * a.w;
 }
 """
+
+# (GPU kernels only) hf(p): the float16 at p (2-byte aligned: every block and every scale in one is), converted by
+# the hardware
+_HF = {
+    "CUDA": "#include <cuda_fp16.h>\nDEV float hf(const u8* p) { return __half2float(*(const __half*)p); }\n",
+    "CL": "DEV float hf(const GLOBAL u8* p) { return vload_half(0, (const GLOBAL half*)p); }\n",
+}
 
 _COMMON = r"""
 DEV float h2f(const GLOBAL u8* p) {
@@ -157,25 +167,25 @@ DEV float part_dot(const GLOBAL u8* w, const GLOBAL float* x, int p) {
   float4 a = LD4(x + 8 * p), b = LD4(x + 8 * p + 4);
   float acc = s8(q0) * a.x + s8(q0 >> 8) * a.y + s8(q1) * a.z + s8(q1 >> 8) * a.w;
   acc += s8(q2) * b.x + s8(q2 >> 8) * b.y + s8(q3) * b.z + s8(q3 >> 8) * b.w;
-  return h2f(w) * acc;
+  return hf(w) * acc;
 }
 """,
     "Q4_0": r"""
 DEV float part_dot(const GLOBAL u8* w, const GLOBAL float* x, int p) {
   float acc = 0.0f;
   for (int i = 4 * p; i < 4 * p + 4; i++)
-    acc += (float)((w[2 + i] & 15) - 8) * x[i] + (float)((w[2 + i] >> 4) - 8) * x[16 + i];
-  return h2f(w) * acc;
+    acc += (u8f(w[2 + i] & 15) - 8.0f) * x[i] + (u8f(w[2 + i] >> 4) - 8.0f) * x[16 + i];
+  return hf(w) * acc;
 }
 """,
     "Q4_1": r"""
 DEV float part_dot(const GLOBAL u8* w, const GLOBAL float* x, int p) {
   float acc = 0.0f, sum = 0.0f;
   for (int i = 4 * p; i < 4 * p + 4; i++) {
-    acc += (float)(w[4 + i] & 15) * x[i] + (float)(w[4 + i] >> 4) * x[16 + i];
+    acc += u8f(w[4 + i] & 15) * x[i] + u8f(w[4 + i] >> 4) * x[16 + i];
     sum += x[i] + x[16 + i];
   }
-  return h2f(w) * acc + h2f(w + 2) * sum;
+  return hf(w) * acc + hf(w + 2) * sum;
 }
 """,
     # Q4_K: part p is 8 values of the 32-value sub-block j = p >> 2: their nibbles from two 32-bit words (a 144-byte
@@ -189,7 +199,7 @@ DEV float part_dot(const GLOBAL u8* w, const GLOBAL float* x, int p) {
   float4 a = LD4(x), b = LD4(x + 4);
   float dot = byte_dot((q[0] >> shift) & 0x0f0f0f0fu, a) + byte_dot((q[1] >> shift) & 0x0f0f0f0fu, b);
   float sum = a.x + a.y + a.z + a.w + b.x + b.y + b.z + b.w;
-  return h2f(w) * (float)sc * dot - h2f(w + 2) * (float)mn * sum;
+  return hf(w) * (float)sc * dot - hf(w + 2) * (float)mn * sum;
 }
 """,
     # Q5_K: part p is the half p & 1 (16 values) of the 32-value sub-block j = p >> 1
@@ -201,10 +211,10 @@ DEV float part_dot(const GLOBAL u8* w, const GLOBAL float* x, int p) {
   float dot = 0.0f, sum = 0.0f;
   for (int i = i0; i < i0 + 16; i++) {
     int q = ((w[48 + (j / 2) * 32 + i] >> shift) & 15) | (((w[16 + i] >> j) & 1) << 4);
-    dot += (float)q * x[i];
+    dot += u8f(q) * x[i];
     sum += x[i];
   }
-  return h2f(w) * (float)sc * dot - h2f(w + 2) * (float)mn * sum;
+  return hf(w) * (float)sc * dot - hf(w + 2) * (float)mn * sum;
 }
 """,
     # Q6_K: part p covers 16 values of the 32-value group (h, k) = (p >> 3, (p >> 1) & 3); one scale each
@@ -214,9 +224,9 @@ DEV float part_dot(const GLOBAL u8* w, const GLOBAL float* x, int p) {
   float acc = 0.0f;
   for (int i = i0; i < i0 + 16; i++) {
     int lo = (w[h * 64 + (k & 1) * 32 + i] >> (4 * (k >> 1))) & 15, hi = (w[128 + h * 32 + i] >> (2 * k)) & 3;
-    acc += (float)((lo | (hi << 4)) - 32) * x[e0 + i];
+    acc += (u8f(lo | (hi << 4)) - 32.0f) * x[e0 + i];
   }
-  return h2f(w + 208) * (float)((const GLOBAL i8*)(w + 192))[(e0 + i0) / 16] * acc;
+  return hf(w + 208) * (float)((const GLOBAL i8*)(w + 192))[(e0 + i0) / 16] * acc;
 }
 """,
 }
@@ -271,4 +281,4 @@ def gpu_source(qtype: str, m: int, n: int, k: int, lang: str) -> str:
     fields = dict(rows=ROWS, mt=min(m, MT), parts=PARTS[qtype], nb=k // bs, rowb=k // bs * bb, bb=bb, bs=bs, k=k)
     local = f"LOCAL_ARR(float, part, {ROWS * 32});" if lang == "CL" else ""
     body = _KERNEL.format(name=f"qmm_{qtype}_{m}_{n}_{k}", m=m, n=n, reduce=_REDUCE[lang], local=local, **fields)
-    return GPU_PRELUDE[lang] + _COMMON + _GPU_COMMON + _PART[qtype] + body
+    return GPU_PRELUDE[lang] + _HF[lang] + _COMMON + _GPU_COMMON + _PART[qtype] + body
