@@ -221,3 +221,34 @@ def test_captured_prefill_gives_the_logits_of_the_uncaptured_one(
         assert got.argmax() == want.argmax()
         np.testing.assert_allclose(captured.forward([7], start + n).numpy(), after, rtol=0, atol=1e-5)
     assert {8, 16, 32} <= {size for size, _ in captured._prefills} and not plain._prefills
+
+
+def test_gpu_decode_products_are_fused_kernels(tmp_path: pathlib.Path) -> None:
+    """On a GPU device (OpenCL here, through PoCL) a decode step's products of half weights are tg_nn.matvec's
+    kernels, the norms, residual adds and the SwiGLU activation inside them, and its logits and greedy tokens are
+    the numpy Llama's."""
+    from tg_runtime import Device
+    from tg_runtime.device import DeviceUnavailableError
+    from tg_uop import dtypes
+
+    try:
+        Device["CL"]
+    except DeviceUnavailableError as e:  # (no OpenCL platform: the bare-machine pass)
+        pytest.skip(str(e))
+    path = str(tmp_path / "m.gguf")
+    write_random_gguf(path, qtype="F16", **SHAPE)  # type: ignore[arg-type]
+    meta, weights = ref.read_weights(path)
+    model, _ = load_model(path, "CL", dtype=dtypes.float16)
+    got, tokens = [model.forward([5, 9, 2], 0).numpy()], [5, 9, 2]
+    for _ in range(3):
+        tokens.append(int(got[-1][-1].argmax()))
+        got.append(model.forward([tokens[-1]], len(tokens) - 1).numpy())
+    want = ref.forward(meta, weights, tokens)
+    np.testing.assert_allclose(np.concatenate(got), want, atol=5e-3 * np.abs(want).max(), rtol=1e-2)
+    chained = list(model.greedy_tokens(tokens[-1], len(tokens) - 1, 2))  # (the captured decode step)
+    assert chained[0] == int(got[-1][0].argmax())
+    names = [launch.runner.spec.name for launch in model._chain.jit_cache if launch.runner is not None]
+    layers, vocab = SHAPE["n_layers"], int(model.cfg.vocab_size)
+    for name, count in {"512_256_norm": layers, "512_256_norm_glu": layers, "256_256_res": 2 * layers}.items():
+        assert names.count(f"matvec_half_1_{name}") == count, names  # (q/k/v; gate/up; o and down)
+    assert f"matvec_half_1_{vocab}_256_norm" in names, names  # (the head, after the final norm)

@@ -27,7 +27,7 @@ import functools
 
 import numpy as np
 
-from tg_llm.model import Llama, rms_norm
+from tg_llm.model import Llama
 from tg_llm.weights import linear
 from tg_nn.models.kv_cache import KVCache
 from tg_tensor import Tensor, TinyJit
@@ -124,8 +124,8 @@ class BatchDecoder:
         cos, sin = angles.cos(), angles.sin()
         for block, cache in zip(model.blocks, self.caches):
             x = block.batched(x, cache, list(starts), positions, cos, sin)
-        x = rms_norm(x, model.output_norm, model.cfg.norm_eps)
-        logits = linear(x, model.output, model.int8_activations).cast(dtypes.float32)
+        norm = (model.output_norm, model.cfg.norm_eps)
+        logits = linear(x, model.output, model.int8_activations, norm=norm).cast(dtypes.float32)
         Tensor.realize(logits, *[c.keys for c in self.caches], *[c.values for c in self.caches])
         return logits
 

@@ -28,6 +28,7 @@ import numpy as np
 from tg_llm.config import ARCHITECTURES, LlamaConfig, with_context
 from tg_llm.tensor_parallel import HOME, check_split, fuse_split_projections, shard_axis
 from tg_llm.weights import (
+    Norm,
     Weight,
     _fuse_projections,
     _inv_freq,
@@ -39,6 +40,7 @@ from tg_llm.weights import (
     linear,
 )
 from tg_nn.gguf import dequantize
+from tg_nn.matvec import rms_norm
 from tg_nn.models.decode_attention import decode_attention, has_kernel
 from tg_nn.models.kv_cache import KVCache, causal_mask
 from tg_nn.quant import QuantizedWeight, quantized_matmul
@@ -91,12 +93,6 @@ def argmax_rows(x: Tensor) -> Tensor:
     return (peak == best).where(first, chunks * ARGMAX_CHUNK).min(-1).cast(dtypes.int32)
 
 
-def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
-    """x / rms(x) * weight over the last axis. The 1/rms factors are realized by the sum's kernel, so that for one
-    row (a decode step) the scaling is cheap enough to fuse into the matrix-vector product that reads it."""
-    return x * (x.square().mean(-1, keepdim=True) + eps).rsqrt().contiguous() * weight
-
-
 def rope(x: Tensor, cos: Tensor, sin: Tensor, style: str) -> Tensor:
     """Rotate x (..., t, head_dim) by the angles whose cos/sin are (t, head_dim/2)."""
     half = int(x.shape[-1]) // 2
@@ -132,14 +128,15 @@ class Block:
         self.wqkv, self.w_gate_up = (fused or {}).get(p + "qkv"), (fused or {}).get(p + "gate_up")
 
     def project(
-        self, x: Tensor, fused: Weight | None, *ws: Weight, realize: bool = False, prompt: bool = False
+        self, x: Tensor, fused: Weight | None, *ws: Weight, realize: bool = False, prompt: bool = False, norm: Norm
     ) -> tuple[Tensor, ...]:
-        """x @ w.T for each of `ws`: one matmul, split by columns, when `fused` holds their rows in order (on a split
-        layer, `realize`: the product is realized first, for readers scheduled apart; `prompt`: x is a prompt's
-        tokens, weights.linear)."""
+        """rms_norm(x, *norm) @ w.T for each of `ws`: one matmul, split by columns, when `fused` holds their rows in
+        order (on a split layer, `realize`: the product is realized first, for readers scheduled apart; `prompt`: x
+        is a prompt's tokens, weights.linear, which fuses the norm where it can)."""
         if fused is None:
+            x = rms_norm(x, *norm)
             return tuple(linear(x, w, self.int8, prompt) for w in ws)
-        out, ret, at = linear(x, fused, self.int8, prompt), [], 0
+        out, ret, at = linear(x, fused, self.int8, prompt, norm=norm), [], 0
         if self.split:  # the columns of each device's product are its rows of q, k, v side by side
             out = out.realize() if realize else out
             t, k = int(out.shape[0]), self.split
@@ -156,12 +153,14 @@ class Block:
         return tuple(ret)
 
     def qkv(self, x: Tensor, cos: Tensor, sin: Tensor, prompt: bool = False) -> tuple[Tensor, Tensor, Tensor]:
-        """The rotated queries (heads, t, hd), realized, and the keys and values (kv_heads, t, hd) of x (t, dim)."""
+        """The rotated queries (heads, t, hd), realized, and the keys and values (kv_heads, t, hd) of the attention
+        norm of x (t, dim)."""
         cfg = self.cfg
         t, hd, kv = int(x.shape[0]), cfg.head_dim, cfg.n_kv_heads
         # (split over devices: realized, as the sharded KV cache's writes are scheduled apart and would each compute
         # the product again)
-        q, k, v = self.project(x, self.wqkv, self.wq, self.wk, self.wv, realize=bool(self.split), prompt=prompt)
+        ws, norm = (self.wq, self.wk, self.wv), (self.attn_norm, cfg.norm_eps)
+        q, k, v = self.project(x, self.wqkv, *ws, realize=bool(self.split), prompt=prompt, norm=norm)
         if self.bq is not None and self.bk is not None and self.bv is not None:
             q, k, v = q + self.bq, k + self.bk, v + self.bv
         q = q.reshape(t, cfg.n_heads, hd).permute(1, 0, 2)  # (heads, t, hd)
@@ -173,6 +172,7 @@ class Block:
         return rope(q, cos, sin, cfg.rope_style).contiguous(), rope(k, cos, sin, cfg.rope_style), v
 
     def attention(self, x: Tensor, cache: KVCache, start: sint, cos: Tensor, sin: Tensor) -> Tensor:
+        """x plus the attention of its norm (the residual stream after attention)."""
         cfg = self.cfg
         t, hd, kv, group = int(x.shape[0]), cfg.head_dim, cfg.n_kv_heads, cfg.n_heads // cfg.n_kv_heads
         q, k, v = self.qkv(x, cos, sin, prompt=t > 1)
@@ -181,7 +181,7 @@ class Block:
         if t == 1 and one_device and has_kernel(x.device, hd, cfg.context_length, cache.keys.dtype):  # one kernel
             position = (Tensor.zeros(1, dtype=dtypes.int32, device=x.device) + start).cast(dtypes.int32)
             out = decode_attention(q.reshape(1, cfg.n_heads, hd), cache.keys, cache.values, position, hd**-0.5)
-            return linear(out.reshape(1, cfg.n_heads * hd), self.wo, self.int8)
+            return linear(out.reshape(1, cfg.n_heads * hd), self.wo, self.int8, residual=x)
         n = start + t  # the positions read: 0..start+t-1 (symbolic when start is a Variable)
         keys, values = keys.reshape(kv, n, hd), values.reshape(kv, n, hd)
         q = q.reshape(kv, group * t, hd)  # the heads sharing one kv head, side by side
@@ -191,7 +191,7 @@ class Block:
         # (the probabilities realized: fused into the product with the values, each exp would be taken head_dim times)
         weights = scores.softmax(-1).contiguous().reshape(kv, group * t, n)
         out = (weights @ values).reshape(cfg.n_heads, t, hd).permute(1, 0, 2).reshape(t, cfg.n_heads * hd)
-        return linear(out, self.wo, self.int8, t > 1)
+        return linear(out, self.wo, self.int8, t > 1, residual=x)
 
     def batched_attention(
         self, x: Tensor, cache: KVCache, starts: list[UOp], positions: Tensor, cos: Tensor, sin: Tensor
@@ -204,37 +204,37 @@ class Block:
         q, k, v = self.qkv(x, cos, sin)  # (heads, B, hd), (kv, B, hd): the B tokens side by side
         cache.write_rows(k.permute(1, 0, 2).reshape(b, kv, 1, hd), v.permute(1, 0, 2).reshape(b, kv, 1, hd), starts)
         out = decode_attention(q.permute(1, 0, 2), cache.keys, cache.values, positions, hd**-0.5)
-        return linear(out.reshape(b, cfg.n_heads * hd), self.wo, self.int8)
+        return linear(out.reshape(b, cfg.n_heads * hd), self.wo, self.int8, residual=x)
 
     def __call__(self, x: Tensor, cache: KVCache, start: sint, cos: Tensor, sin: Tensor) -> Tensor:
         # the residual stream is realized (the add fused into the matvec before it): left lazy, layer i's norm
         # kernels would re-add all 2i earlier outputs
-        attn = self.attention(rms_norm(x, self.attn_norm, self.cfg.norm_eps), cache, start, cos, sin)
-        return self.mlp(x + attn, prompt=int(x.shape[0]) > 1)
+        return self.mlp(self.attention(x, cache, start, cos, sin), prompt=int(x.shape[0]) > 1)
 
     def batched(
         self, x: Tensor, cache: KVCache, starts: list[UOp], positions: Tensor, cos: Tensor, sin: Tensor
     ) -> Tensor:
         """The layer on x (B, dim), one token of each of B sequences (see batched_attention)."""
-        attn = self.batched_attention(
-            rms_norm(x, self.attn_norm, self.cfg.norm_eps), cache, starts, positions, cos, sin
-        )
-        return self.mlp(x + attn)
+        return self.mlp(self.batched_attention(x, cache, starts, positions, cos, sin))
 
     def mlp(self, x: Tensor, prompt: bool = False) -> Tensor:
         """x (the residual stream after attention, realized) plus the SwiGLU MLP of its norm, realized (`prompt`: x
         is a prompt's tokens, weights.linear)."""
-        x = x.contiguous()
-        h = rms_norm(x, self.ffn_norm, self.cfg.norm_eps)
+        norm = (self.ffn_norm, self.cfg.norm_eps)
         on_cpu = x.device.split(":")[0] == "CPU"  # (elsewhere the activation is tg's graph either way, and a GPU's
         # long prompt takes weights.linear's tensor-core product)
         if isinstance(self.w_down, QuantizedWeight) and self.w_gate_up is not None and not self.split and on_cpu:
             # (the activation computed by the down projection's kernel as it reads gate and up: on the CPU one small
             # kernel fewer per layer and vector exponentials)
-            gate_up = linear(h, self.w_gate_up, self.int8, prompt)
+            gate_up = linear(x, self.w_gate_up, self.int8, prompt, norm=norm)
             return (x + quantized_matmul(gate_up, self.w_down, self.int8, glu=True)).contiguous()
-        gate, up = self.project(h, self.w_gate_up, self.w_gate, self.w_up, prompt=prompt)
-        return (x + linear(gate.silu() * up, self.w_down, self.int8, prompt)).contiguous()
+        if self.w_gate_up is not None and not self.split:  # (a GPU's decode step: the activation in the product's
+            # kernel, tg_nn.matvec)
+            act = linear(x, self.w_gate_up, self.int8, prompt, norm=norm, gated=True)
+        else:
+            gate, up = self.project(x, self.w_gate_up, self.w_gate, self.w_up, prompt=prompt, norm=norm)
+            act = gate.silu() * up
+        return linear(act, self.w_down, self.int8, prompt, residual=x)
 
 
 class Llama:
@@ -410,8 +410,8 @@ class Llama:
                 x = x.realize()
         if last is not None:
             x = x[last : last + 1]
-        x = rms_norm(x, self.output_norm, self.cfg.norm_eps)
-        out = linear(x, self.output, self.int8_activations, int(x.shape[0]) > 1).cast(dtypes.float32)
+        norm = (self.output_norm, self.cfg.norm_eps)
+        out = linear(x, self.output, self.int8_activations, int(x.shape[0]) > 1, norm=norm).cast(dtypes.float32)
         return out.to(self.device) if self.devices else out  # (split: each device's vocabulary rows gathered)
 
     def _cache_tensors(self) -> list[Tensor]:

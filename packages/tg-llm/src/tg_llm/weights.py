@@ -13,14 +13,16 @@ from collections.abc import Callable
 import numpy as np
 
 from tg_llm.config import LlamaConfig
+from tg_nn.matvec import has_matvec, matvec, rms_norm
 from tg_nn.quant import QuantizedWeight, quantized_matmul
 from tg_runtime import Device
 from tg_tensor import Tensor
 from tg_uop import DType, dtypes
 
-__all__ = ["Weight", "linear"]
+__all__ = ["Norm", "Weight", "linear"]
 
 Weight = Tensor | QuantizedWeight
+Norm = tuple[Tensor, float]  # an RMS norm's weight and epsilon
 
 
 # a prompt of more rows multiplies blocks kept quantized through a half copy of the weight on tensor cores: the fused
@@ -28,15 +30,40 @@ Weight = Tensor | QuantizedWeight
 UNPACK_ROWS = 16
 
 
-def linear(x: Tensor, w: Weight, int8: bool = False, prompt: bool = False) -> Tensor:
-    """x @ w.T for a float matrix or one kept in quantized blocks (a fused kernel that reads the blocks; `int8`:
-    with x rounded to 8-bit blocks on the CPU, as llama.cpp does).
+def linear(
+    x: Tensor,
+    w: Weight,
+    int8: bool = False,
+    prompt: bool = False,
+    norm: Norm | None = None,
+    residual: Tensor | None = None,
+    gated: bool = False,
+) -> Tensor:
+    """[residual +] [rms_norm(x, *norm)] @ w.T for a float matrix or one kept in quantized blocks (a fused kernel
+    that reads the blocks; `int8`: with x rounded to 8-bit blocks on the CPU, as llama.cpp does).
 
     `prompt`: x holds a prompt's tokens (prefill). Where the device's tensor cores multiply the weights' type
     (float16, bfloat16 on a GPU), x is then rounded to that type and the products summed in float32 (compute-bound:
     the tensor cores' speed, as llama.cpp's CUDA prefill does). Otherwise, and for one token (decode, bandwidth-
     bound), float32 x multiplies the widened weights. Blocks kept quantized take the same way for a prompt of more
-    than UNPACK_ROWS rows, through a half copy of the weight."""
+    than UNPACK_ROWS rows, through a half copy of the weight. A decode step's product of float weights on a GPU is
+    one kernel with its norm and residual (tg_nn.matvec); elsewhere they are tg's graph around the product. With a
+    `residual` (a transformer's residual stream) the sum is computed by a kernel of its own either way (realized
+    when the result is: the next layer's kernels read it, not recompute it). `gated`: w joins a SwiGLU MLP's gate
+    and up projections (its first and second halves of rows), and the result is silu(gate) * up."""
+    if isinstance(w, Tensor) and not prompt and x.ndim == 2 and has_matvec(x.device, w.dtype, *x.shape):
+        g, eps = norm if norm is not None else (None, 1e-5)
+        return matvec(x, w, g, eps, residual, glu=gated)
+    if norm is not None:
+        x = rms_norm(x, *norm)
+    y = _product(x, w, int8, prompt)
+    if gated:
+        half = int(y.shape[-1]) // 2
+        y = y[..., :half].silu() * y[..., half:]
+    return y if residual is None else (residual + y).contiguous()
+
+
+def _product(x: Tensor, w: Weight, int8: bool, prompt: bool) -> Tensor:
     if isinstance(w, QuantizedWeight):
         if prompt and int(x.shape[0]) > UNPACK_ROWS and _tensor_cores_take(x.device, dtypes.float16):
             # a long prompt: the blocks unpacked to a half matrix once (a kernel of its own), then the tensor cores
