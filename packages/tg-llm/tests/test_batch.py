@@ -124,3 +124,58 @@ def test_scheduler_prefills_only_what_a_prompt_does_not_share(
     finally:
         sched.stop()
     assert starts[:3] == [0, len(shared), len(shared)]  # (each against the prompt prefilled just before it)
+
+
+def test_a_sequence_moved_to_another_slot_goes_on_as_before(session: Session) -> None:
+    """BatchDecoder.move copies a sequence's cache rows to another slot: decoded there (a step of fewer rows), it
+    gets the logits it gets where it was."""
+    decoder = BatchDecoder(session.model, 4)
+    stay = _run(decoder, {3: 1}, 5)[1]
+    tokens, positions = {3: int(decoder.prefill(3, PROMPTS[1]).argmax())}, {3: len(PROMPTS[1])}
+    moved = []
+    for step in range(5):
+        if step == 2:
+            decoder.move(3, 0, positions[3])
+            tokens, positions = {0: tokens[3]}, {0: positions[3]}
+        (slot,) = tokens
+        logits = decoder.step(tokens, positions)
+        assert logits.shape[0] == slot + 1  # (the rows up to the slot)
+        moved.append(logits[slot].copy())
+        tokens[slot], positions[slot] = int(logits[slot].argmax()), positions[slot] + 1
+    np.testing.assert_allclose(np.stack(moved), stay, rtol=0, atol=1e-6)
+    assert (np.stack(moved).argmax(-1) == stay.argmax(-1)).all()
+    with pytest.raises(ValueError, match=r"the source and destination slot are both 2"):
+        decoder.move(2, 2, 3)
+    with pytest.raises(ValueError, match=r"slot 4 is not one of 0..3"):
+        decoder.move(4, 0, 3)
+
+
+def test_scheduler_keeps_requests_in_the_lowest_slots(session: Session, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step runs the rows up to the highest slot in use: when the request in slot 0 is done, the one in the highest
+    slot moves down into it, and the steps after run two rows, not three; the answers are the sequential ones."""
+    args = [{"max_tokens": n, "temperature": 0} for n in (2, 7, 7)]
+    prompts = [PROMPTS[0], PROMPTS[1], PROMPTS[3]]
+    alone = []
+    for p, a in zip(prompts, args):
+        session.cached = []  # (the other tests' decoders prefilled on the model's cache)
+        alone.append([c.tokens for _, c in session.generate(p, **a)][-1])
+    session.cached = []
+    sched = BatchScheduler(session, slots=3)
+    steps: list[tuple[list[int], int]] = []
+    step = sched.decoder.step
+
+    def recorded(tokens: dict[int, int], positions: dict[int, int]) -> np.ndarray:
+        logits = step(tokens, positions)
+        steps.append((sorted(tokens), logits.shape[0]))
+        return logits
+
+    monkeypatch.setattr(sched.decoder, "step", recorded)
+    jobs = [sched.submit(p, a) for p, a in zip(prompts, args)]  # (queued before the worker starts: admitted together)
+    sched.start()
+    try:
+        assert [[c.tokens for _, c in job][-1] for job in jobs] == alone
+    finally:
+        sched.stop()
+    assert len(alone[0]) == 2 and len(alone[1]) == len(alone[2]) == 7, alone  # (no early end of turn)
+    assert steps[0] == ([0, 1, 2], 3)
+    assert steps[1:] == [([0, 1], 2)] * 5, steps

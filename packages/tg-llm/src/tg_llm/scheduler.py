@@ -11,6 +11,8 @@ is prefilled alone on the session's cache (Session.prefill: the start it shares 
 template's system turn, is not computed again) and its rows copied into the slot, then every step decodes one token
 of each running request in one batched step, each at its own position in its own cache slot. Each step of the worker
 is `_admit` (take waiting requests while there is room) then `_step` (advance every running request by one piece).
+A step runs the rows up to the highest slot in use, so the requests are kept in the lowest slots: one admitted takes
+the lowest free slot, and when one finishes below others, the highest moves down into its slot (`_compact`).
 
 >>> sched = Scheduler(session).start()                              # doctest: +SKIP
 >>> "".join(p for p, _ in sched.submit(prompt, {"max_tokens": 8}))  # doctest: +SKIP
@@ -202,6 +204,22 @@ class BatchScheduler(Scheduler):
             self.running[slot] = running
             self._advance(slot, running)
 
+    def _compact(self) -> None:
+        """Move the requests of the highest slots into free lower ones (their cache rows copied): a step runs the rows
+        up to the highest slot in use, so one done early below the others no longer costs a row of every step."""
+        while self.running:
+            top = max(self.running)
+            free = [s for s in range(top) if s not in self.running]
+            if not free:
+                return
+            run = self.running.pop(top)
+            try:
+                self.decoder.move(top, free[0], run.pos)
+            except Exception as e:  # the request's error goes to its reader; the worker keeps serving
+                run.req.pieces.put(e)
+                continue
+            self.running[free[0]] = run
+
     def _advance(self, slot: int, run: _Slot) -> None:
         """Hand the slot's new token to its request; it leaves when it is done, cancelled or at the context's end."""
         for piece in run.state.push(run.token):
@@ -219,6 +237,7 @@ class BatchScheduler(Scheduler):
             if run.req.cancelled.is_set():
                 del self.running[slot]
                 run.req.pieces.put(_END)
+        self._compact()
         if not self.running:
             return
         tokens = {slot: run.token for slot, run in self.running.items()}
