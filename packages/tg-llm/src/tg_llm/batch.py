@@ -7,10 +7,10 @@ start a prompt shares with the one before it), and its cache rows are then copie
 `step(tokens, positions)` runs one decode step for the slots given at once: the products with the weights take all
 the rows together (each weight block, most of a step's memory traffic, is read and unpacked once for the batch), each
 row's keys and values are written at its own position of its own slot, and its attention reads that slot up to that
-position (tg_nn.models.decode_attention). A step runs the rows up to the highest slot given (one TinyJit capture per
-row count): a slot below it that no sequence holds runs too (token 0 at position 0) and its logits are ignored, so
-tg_llm.scheduler.BatchScheduler keeps its sequences in the lowest slots (`move`: a sequence's cache rows copied to a
-lower slot when the one there is done).
+position (tg_nn.models.decode_attention). A step runs rows 0..r-1 for r the smallest of `sizes` (1 and `slots` by
+default, one TinyJit capture each) above the highest slot given: a slot below r that no sequence holds runs too
+(token 0 at position 0) and its logits are ignored, so tg_llm.scheduler.BatchScheduler keeps its sequences in the
+lowest slots (`move`: a sequence's cache rows copied to a lower slot when the one there is done).
 
 Every row of a step is computed by the same kernels whatever the other rows hold and however many there are, and
 each kernel computes a row from that row's inputs (the quantized products by the same operations in any row and any
@@ -26,6 +26,7 @@ from its later ones by that much, with any model), so greedy requests get the to
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -39,9 +40,15 @@ __all__ = ["BatchDecoder"]
 
 
 class BatchDecoder:
-    """`slots` sequences of `model` decoded together (see the module doc)."""
+    """`slots` sequences of `model` decoded together (see the module doc).
 
-    def __init__(self, model: Llama, slots: int) -> None:
+    `sizes`: the row counts a step runs (one TinyJit capture each, made on its first two runs): a step of the slots
+    up to s runs the smallest of them above s. By default 1 and `slots`: one sequence alone runs one row, more run
+    all of them. Each size's first two runs schedule the whole step in Python (SmolLM2, 8 rows: ~3.5 s of CPU each,
+    2 rows ~1.5 s), so more sizes (the tail of a burst, 5 sequences left of 8, in a step of 5 rows: ~0.75x the
+    time of 8) pay only on a server that runs long enough for them (~400 steps of 5 rows to win back a capture)."""
+
+    def __init__(self, model: Llama, slots: int, sizes: Sequence[int] | None = None) -> None:
         if not isinstance(slots, int) or isinstance(slots, bool) or slots < 1:
             raise ValueError(f"BatchDecoder: slots={slots!r} must be a positive int")
         if model.devices:
@@ -52,17 +59,21 @@ class BatchDecoder:
             KVCache(slots, cfg.n_kv_heads, cfg.context_length, cfg.head_dim, model.device, model.dtype)
             for _ in model.blocks
         ]
-        # a step runs the rows up to the highest slot given (one TinyJit capture per row count): each row's kernels
-        # do the same operations in a step of any size (the quantized products' tiles, the norms, the attention:
-        # tests/test_batch.py, bit for bit), so a sequence's logits do not depend on how many run beside it
-        self.sizes = list(range(1, slots + 1))
+        # the row counts a step runs (see `sizes` in the class doc): each row's kernels do the same operations in a
+        # step of any size (the quantized products' tiles, the norms, the attention; tests/test_batch.py), so a
+        # sequence's logits do not depend on how many run beside it
+        self.sizes = sorted({1, slots} if sizes is None else set(sizes))
+        if any(not isinstance(r, int) or not 1 <= r <= slots for r in self.sizes) or slots not in self.sizes:
+            raise ValueError(f"BatchDecoder: sizes={sizes!r} must be row counts in 1..{slots}, {slots} among them")
         self._inputs = {
             r: tuple(Tensor.zeros(r, dtype=dtypes.int32, device=model.device).contiguous().realize() for _ in "tp")
             for r in self.sizes
         }
         self._steps = {r: TinyJit(self._forward) for r in self.sizes}
         self._copies: dict[int, TinyJit[None]] = {}  # by the number of rows copied
-        self._moves: dict[int, TinyJit[None]] = {}
+        self._move = TinyJit(self._move_rows)
+        for _ in range(2 if slots > 1 else 0):  # (its warm-up and capture now: the first moves of a burst replay)
+            self.move(1, 0, 1)  # (no sequence holds a slot yet)
 
     def prefill(self, slot: int, prompt: list[int]) -> np.ndarray:
         """Run `prompt` (positions 0..len-1) into `slot`; the logits (vocab,) after its last token."""
@@ -88,16 +99,16 @@ class BatchDecoder:
 
     def move(self, src: int, dst: int, length: int) -> None:
         """Copy cache rows 0..length-1 of slot `src` into slot `dst` (a sequence moved to a lower slot, so that
-        steps run fewer rows once the sequences above it are done)."""
+        steps run fewer rows once the sequences above it are done). One TinyJit capture serves every length (a bound
+        Variable): the slot a sequence leaves and the length it has reached vary from one move to the next."""
         self._check_slot(src)
         self._check_slot(dst)
         if src == dst:
             raise ValueError(f"BatchDecoder.move: the source and destination slot are both {src}")
-        rows = self._rows(length)
-        src_var, dst_var = (UOp.variable(n, 0, self.slots - 1).bind(v) for n, v in (("src", src), ("dst", dst)))
-        if rows not in self._moves:
-            self._moves[rows] = TinyJit(functools.partial(self._move_rows, rows=rows))
-        self.model._run(self._moves[rows], src_var, dst_var)
+        if not 0 < length < self.context:
+            raise ValueError(f"BatchDecoder: {length} cache rows do not fit a slot of {self.context}")
+        bound = [UOp.variable(n, 0, self.slots - 1).bind(v) for n, v in (("src", src), ("dst", dst))]
+        self.model._run(self._move, *bound, UOp.variable("rows", 1, self.context - 1).bind(length))
 
     def _rows(self, length: int) -> int:
         """The cache rows a copy of `length` positions moves: a power of two (a few lengths: few kernels)."""
@@ -112,7 +123,7 @@ class BatchDecoder:
             mine.values[slot : slot + 1, :, :, :rows].assign(scratch.values[:, :, :, :rows])
         Tensor.realize(*[c.keys for c in self.caches], *[c.values for c in self.caches])
 
-    def _move_rows(self, src: UOp, dst: UOp, rows: int) -> None:
+    def _move_rows(self, src: UOp, dst: UOp, rows: UOp) -> None:
         """Copy rows 0..rows-1 of slot `src` into slot `dst` of the batched caches (what TinyJit captures)."""
         for c in self.caches:
             # (through a copy: the scheduler cannot tell that two slots of one buffer never overlap)
@@ -122,13 +133,13 @@ class BatchDecoder:
 
     def step(self, tokens: dict[int, int], positions: dict[int, int]) -> np.ndarray:
         """Logits (rows, vocab) after one token per slot: `tokens[s]` at `positions[s]` for each slot s given. The step
-        runs rows 0..rows-1, up to the highest slot given (the slots below it not given run token 0 at position 0,
-        and their rows mean nothing)."""
+        runs rows 0..rows-1, rows the smallest of `sizes` above the highest slot given (the slots below it not given
+        run token 0 at position 0, and their rows mean nothing)."""
         if set(tokens) != set(positions):
             raise ValueError(f"BatchDecoder.step: tokens for slots {sorted(tokens)}, positions for {sorted(positions)}")
         for s in tokens:
             self._check_slot(s)
-        rows = max(tokens, default=0) + 1
+        rows = next(r for r in self.sizes if r > max(tokens, default=0))
         tok = np.zeros(rows, np.int32)
         pos = np.zeros(rows, np.int32)
         for s, t in tokens.items():

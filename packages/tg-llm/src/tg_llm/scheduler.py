@@ -11,8 +11,9 @@ is prefilled alone on the session's cache (Session.prefill: the start it shares 
 template's system turn, is not computed again) and its rows copied into the slot, then every step decodes one token
 of each running request in one batched step, each at its own position in its own cache slot. Each step of the worker
 is `_admit` (take waiting requests while there is room) then `_step` (advance every running request by one piece).
-A step runs the rows up to the highest slot in use, so the requests are kept in the lowest slots: one admitted takes
-the lowest free slot, and when one finishes below others, the highest moves down into its slot (`_compact`).
+A step runs the rows up to the highest slot in use (rounded up to a size the decoder has), so the requests are kept in
+the lowest slots: one admitted takes the lowest free slot, and when one finishes below others, the highest moves down
+into its slot (`_compact`).
 
 >>> sched = Scheduler(session).start()                              # doctest: +SKIP
 >>> "".join(p for p, _ in sched.submit(prompt, {"max_tokens": 8}))  # doctest: +SKIP
@@ -24,7 +25,7 @@ import collections
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -174,11 +175,12 @@ class _Slot:
 
 class BatchScheduler(Scheduler):
     """Runs up to `slots` requests together on `session`'s model: one batched decode step advances each running
-    request by a token (tg_llm.batch.BatchDecoder, its own `slots` KV-cache rows of the model's context each)."""
+    request by a token (tg_llm.batch.BatchDecoder, its own `slots` KV-cache rows of the model's context each; `sizes`:
+    the row counts its steps run, BatchDecoder's)."""
 
-    def __init__(self, session: Session, slots: int, max_waiting: int = 64) -> None:
+    def __init__(self, session: Session, slots: int, max_waiting: int = 64, sizes: Sequence[int] | None = None) -> None:
         super().__init__(session, max_waiting, max_running=slots)
-        self.decoder = BatchDecoder(session.model, slots)
+        self.decoder = BatchDecoder(session.model, slots, sizes)
         self.running: dict[int, _Slot] = {}
 
     def _close_running(self) -> None:
