@@ -193,3 +193,36 @@ def test_steps_run_one_row_or_all_by_default(session: Session) -> None:
         BatchDecoder(session.model, 4, sizes=[1, 2])
     with pytest.raises(ValueError, match=r"sizes=\[0, 4\] must be row counts"):
         BatchDecoder(session.model, 4, sizes=[0, 4])
+
+
+def test_scheduler_moves_a_request_only_to_save_rows(session: Session, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the default sizes (1 or all rows) a request done early moves nothing while two others run (they need all
+    the rows either way); the last one left moves to slot 0 and runs one row."""
+    args = [{"max_tokens": n, "temperature": 0} for n in (2, 4, 7)]
+    prompts = [PROMPTS[0], PROMPTS[1], PROMPTS[3]]
+    alone = []
+    for p, a in zip(prompts, args):
+        session.cached = []  # (the other tests' decoders prefilled on the model's cache)
+        alone.append([c.tokens for _, c in session.generate(p, **a)][-1])
+    session.cached = []
+    sched = BatchScheduler(session, slots=3)
+    steps: list[tuple[list[int], int]] = []
+    moves: list[tuple[int, int]] = []
+    step, move = sched.decoder.step, sched.decoder.move
+
+    def recorded(tokens: dict[int, int], positions: dict[int, int]) -> np.ndarray:
+        logits = step(tokens, positions)
+        steps.append((sorted(tokens), logits.shape[0]))
+        return logits
+
+    monkeypatch.setattr(sched.decoder, "step", recorded)
+    monkeypatch.setattr(sched.decoder, "move", lambda src, dst, n: moves.append((src, dst)) or move(src, dst, n))
+    jobs = [sched.submit(p, a) for p, a in zip(prompts, args)]  # (queued before the worker starts: admitted together)
+    sched.start()
+    try:
+        assert [[c.tokens for _, c in job][-1] for job in jobs] == alone
+    finally:
+        sched.stop()
+    assert [len(a) for a in alone] == [2, 4, 7], alone  # (no early end of turn)
+    assert steps == [([0, 1, 2], 3)] + [([1, 2], 3)] * 2 + [([0], 1)] * 3, steps
+    assert moves == [(2, 0)]

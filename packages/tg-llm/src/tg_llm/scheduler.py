@@ -207,20 +207,24 @@ class BatchScheduler(Scheduler):
             self._advance(slot, running)
 
     def _compact(self) -> None:
-        """Move the requests of the highest slots into free lower ones (their cache rows copied): a step runs the rows
-        up to the highest slot in use, so one done early below the others no longer costs a row of every step."""
-        while self.running:
-            top = max(self.running)
-            free = [s for s in range(top) if s not in self.running]
-            if not free:
-                return
+        """Move the requests of the highest slots into free lower ones (their cache rows copied) when that lets the
+        steps run fewer rows: a step runs the rows up to the highest slot in use, rounded up to one of the decoder's
+        sizes, so one request done early below the others would otherwise keep costing rows (no move that saves
+        none: by default, 1 or all rows, only the last request left moves to slot 0)."""
+        if not self.running:
+            return
+        fit = next(r for r in self.decoder.sizes if r >= len(self.running))  # the fewest rows they could run in
+        if next(r for r in self.decoder.sizes if r > max(self.running)) == fit:
+            return
+        for top in sorted((s for s in self.running if s >= fit), reverse=True):
+            free = min(s for s in range(fit) if s not in self.running)
             run = self.running.pop(top)
             try:
-                self.decoder.move(top, free[0], run.pos)
+                self.decoder.move(top, free, run.pos)
             except Exception as e:  # the request's error goes to its reader; the worker keeps serving
                 run.req.pieces.put(e)
                 continue
-            self.running[free[0]] = run
+            self.running[free] = run
 
     def _advance(self, slot: int, run: _Slot) -> None:
         """Hand the slot's new token to its request; it leaves when it is done, cancelled or at the context's end."""
