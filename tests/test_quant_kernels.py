@@ -173,13 +173,21 @@ def test_small_products_stay_on_one_thread() -> None:
 @pytest.mark.parametrize("qtype", ["Q8_0", "Q4_0", "Q4_1", "Q4_K"])
 def test_a_row_gets_the_same_bits_alone_or_in_a_batch(qtype: str, int8: bool) -> None:
     """Each row of x is multiplied by the same operations whatever rows are beside it (a batched decode step gives
-    a sequence the logits it gets alone), with float32 or 8-bit activations: the rows of an 11-row product (tiles of
-    8 and 4 rows, then rows alone; 27 weight rows: tiles of 2 or 4 and the rest) equal, bit for bit, the products of
-    each row by itself."""
-    m, n, k = 11, 27, 256
+    a sequence the logits it gets alone, in a step of any number of rows), with float32 or 8-bit activations: the rows
+    of products of 3 and 6 rows (one tile of that many rows), 11 (a tile of 8, then one of 3) and 21 (runs of 16
+    rows: tiles of 8, then 5) equal, bit for bit, the products of each row by itself (27 weight rows: tiles of 2 or 4
+    and the rest); the SwiGLU form too."""
+    n, k = 27, 256
     raw, _ = blocks(qtype, n, k, seed=11)
-    x = np.random.default_rng(12).standard_normal((m, k)).astype(np.float32)
+    x = np.random.default_rng(12).standard_normal((21, k)).astype(np.float32)
     qw = QuantizedWeight(Tensor(raw, device="CPU").realize(), qtype, (n, k))
-    together = quantized_matmul(Tensor(x, device="CPU"), qw, int8).numpy()
-    alone = np.concatenate([quantized_matmul(Tensor(x[i : i + 1], device="CPU"), qw, int8).numpy() for i in range(m)])
-    np.testing.assert_array_equal(together, alone)
+    alone = np.concatenate([quantized_matmul(Tensor(x[i : i + 1], device="CPU"), qw, int8).numpy() for i in range(21)])
+    gu = np.random.default_rng(13).standard_normal((21, 2 * k)).astype(np.float32)  # (the SwiGLU form: gate, up)
+    glu_alone = np.concatenate(
+        [quantized_matmul(Tensor(gu[i : i + 1], device="CPU"), qw, int8, glu=True).numpy() for i in range(21)]
+    )
+    for m in (3, 6, 11, 21):
+        together = quantized_matmul(Tensor(x[:m], device="CPU"), qw, int8).numpy()
+        np.testing.assert_array_equal(together, alone[:m], err_msg=f"{m} rows")
+        glu = quantized_matmul(Tensor(gu[:m], device="CPU"), qw, int8, glu=True).numpy()
+        np.testing.assert_array_equal(glu, glu_alone[:m], err_msg=f"{m} rows, glu")

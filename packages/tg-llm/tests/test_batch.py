@@ -124,3 +124,105 @@ def test_scheduler_prefills_only_what_a_prompt_does_not_share(
     finally:
         sched.stop()
     assert starts[:3] == [0, len(shared), len(shared)]  # (each against the prompt prefilled just before it)
+
+
+def test_a_sequence_moved_to_another_slot_goes_on_as_before(session: Session) -> None:
+    """BatchDecoder.move copies a sequence's cache rows to another slot: decoded there (a step of fewer rows), it
+    gets the logits it gets where it was; moved on after each step (3 -> 2 -> 1 -> 0: the move's warm-up, capture
+    and a replay, each at a longer length)."""
+    decoder = BatchDecoder(session.model, 4, sizes=range(1, 5))
+    stay = _run(decoder, {3: 1}, 5)[1]
+    tokens, positions = {3: int(decoder.prefill(3, PROMPTS[1]).argmax())}, {3: len(PROMPTS[1])}
+    moved = []
+    for step in range(5):
+        ((slot, token),) = tokens.items()
+        if 1 <= step <= 3:
+            decoder.move(slot, slot - 1, positions[slot])
+            tokens, positions, slot = {slot - 1: token}, {slot - 1: positions[slot]}, slot - 1
+        logits = decoder.step(tokens, positions)
+        assert logits.shape[0] == slot + 1  # (the rows up to the slot)
+        moved.append(logits[slot].copy())
+        tokens[slot], positions[slot] = int(logits[slot].argmax()), positions[slot] + 1
+    np.testing.assert_allclose(np.stack(moved), stay, rtol=0, atol=1e-6)
+    assert (np.stack(moved).argmax(-1) == stay.argmax(-1)).all()
+    with pytest.raises(ValueError, match=r"the source and destination slot are both 2"):
+        decoder.move(2, 2, 3)
+    with pytest.raises(ValueError, match=r"slot 4 is not one of 0..3"):
+        decoder.move(4, 0, 3)
+
+
+def test_scheduler_keeps_requests_in_the_lowest_slots(session: Session, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step runs the rows up to the highest slot in use (a decoder of every size): when the request in slot 0 is
+    done, the one in the highest slot moves down into it, and the steps after run two rows, not three; the answers
+    are the sequential ones."""
+    args = [{"max_tokens": n, "temperature": 0} for n in (2, 7, 7)]
+    prompts = [PROMPTS[0], PROMPTS[1], PROMPTS[3]]
+    alone = []
+    for p, a in zip(prompts, args):
+        session.cached = []  # (the other tests' decoders prefilled on the model's cache)
+        alone.append([c.tokens for _, c in session.generate(p, **a)][-1])
+    session.cached = []
+    sched = BatchScheduler(session, slots=3, sizes=(1, 2, 3))
+    steps: list[tuple[list[int], int]] = []
+    step = sched.decoder.step
+
+    def recorded(tokens: dict[int, int], positions: dict[int, int]) -> np.ndarray:
+        logits = step(tokens, positions)
+        steps.append((sorted(tokens), logits.shape[0]))
+        return logits
+
+    monkeypatch.setattr(sched.decoder, "step", recorded)
+    jobs = [sched.submit(p, a) for p, a in zip(prompts, args)]  # (queued before the worker starts: admitted together)
+    sched.start()
+    try:
+        assert [[c.tokens for _, c in job][-1] for job in jobs] == alone
+    finally:
+        sched.stop()
+    assert len(alone[0]) == 2 and len(alone[1]) == len(alone[2]) == 7, alone  # (no early end of turn)
+    assert steps[0] == ([0, 1, 2], 3)
+    assert steps[1:] == [([0, 1], 2)] * 5, steps
+
+
+def test_steps_run_one_row_or_all_by_default(session: Session) -> None:
+    """By default a step runs one row (slot 0 alone: a lone request on a batched server) or all the slots."""
+    decoder = BatchDecoder(session.model, 4)
+    assert decoder.step({0: 5}, {0: 1}).shape[0] == 1
+    assert decoder.step({1: 5}, {1: 1}).shape[0] == 4
+    assert BatchDecoder(session.model, 4, sizes=[2, 4]).step({0: 5}, {0: 1}).shape[0] == 2
+    with pytest.raises(ValueError, match=r"sizes=\[1, 2\] must be row counts in 1..4, 4 among them"):
+        BatchDecoder(session.model, 4, sizes=[1, 2])
+    with pytest.raises(ValueError, match=r"sizes=\[0, 4\] must be row counts"):
+        BatchDecoder(session.model, 4, sizes=[0, 4])
+
+
+def test_scheduler_moves_a_request_only_to_save_rows(session: Session, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the default sizes (1 or all rows) a request done early moves nothing while two others run (they need all
+    the rows either way); the last one left moves to slot 0 and runs one row."""
+    args = [{"max_tokens": n, "temperature": 0} for n in (2, 4, 7)]
+    prompts = [PROMPTS[0], PROMPTS[1], PROMPTS[3]]
+    alone = []
+    for p, a in zip(prompts, args):
+        session.cached = []  # (the other tests' decoders prefilled on the model's cache)
+        alone.append([c.tokens for _, c in session.generate(p, **a)][-1])
+    session.cached = []
+    sched = BatchScheduler(session, slots=3)
+    steps: list[tuple[list[int], int]] = []
+    moves: list[tuple[int, int]] = []
+    step, move = sched.decoder.step, sched.decoder.move
+
+    def recorded(tokens: dict[int, int], positions: dict[int, int]) -> np.ndarray:
+        logits = step(tokens, positions)
+        steps.append((sorted(tokens), logits.shape[0]))
+        return logits
+
+    monkeypatch.setattr(sched.decoder, "step", recorded)
+    monkeypatch.setattr(sched.decoder, "move", lambda src, dst, n: moves.append((src, dst)) or move(src, dst, n))
+    jobs = [sched.submit(p, a) for p, a in zip(prompts, args)]  # (queued before the worker starts: admitted together)
+    sched.start()
+    try:
+        assert [[c.tokens for _, c in job][-1] for job in jobs] == alone
+    finally:
+        sched.stop()
+    assert [len(a) for a in alone] == [2, 4, 7], alone  # (no early end of turn)
+    assert steps == [([0, 1, 2], 3)] + [([1, 2], 3)] * 2 + [([0], 1)] * 3, steps
+    assert moves == [(2, 0)]

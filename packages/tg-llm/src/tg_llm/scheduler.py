@@ -11,6 +11,9 @@ is prefilled alone on the session's cache (Session.prefill: the start it shares 
 template's system turn, is not computed again) and its rows copied into the slot, then every step decodes one token
 of each running request in one batched step, each at its own position in its own cache slot. Each step of the worker
 is `_admit` (take waiting requests while there is room) then `_step` (advance every running request by one piece).
+A step runs the rows up to the highest slot in use (rounded up to a size the decoder has), so the requests are kept in
+the lowest slots: one admitted takes the lowest free slot, and when one finishes below others, the highest moves down
+into its slot (`_compact`).
 
 >>> sched = Scheduler(session).start()                              # doctest: +SKIP
 >>> "".join(p for p, _ in sched.submit(prompt, {"max_tokens": 8}))  # doctest: +SKIP
@@ -22,7 +25,7 @@ import collections
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -172,11 +175,12 @@ class _Slot:
 
 class BatchScheduler(Scheduler):
     """Runs up to `slots` requests together on `session`'s model: one batched decode step advances each running
-    request by a token (tg_llm.batch.BatchDecoder, its own `slots` KV-cache rows of the model's context each)."""
+    request by a token (tg_llm.batch.BatchDecoder, its own `slots` KV-cache rows of the model's context each; `sizes`:
+    the row counts its steps run, BatchDecoder's)."""
 
-    def __init__(self, session: Session, slots: int, max_waiting: int = 64) -> None:
+    def __init__(self, session: Session, slots: int, max_waiting: int = 64, sizes: Sequence[int] | None = None) -> None:
         super().__init__(session, max_waiting, max_running=slots)
-        self.decoder = BatchDecoder(session.model, slots)
+        self.decoder = BatchDecoder(session.model, slots, sizes)
         self.running: dict[int, _Slot] = {}
 
     def _close_running(self) -> None:
@@ -202,6 +206,26 @@ class BatchScheduler(Scheduler):
             self.running[slot] = running
             self._advance(slot, running)
 
+    def _compact(self) -> None:
+        """Move the requests of the highest slots into free lower ones (their cache rows copied) when that lets the
+        steps run fewer rows: a step runs the rows up to the highest slot in use, rounded up to one of the decoder's
+        sizes, so one request done early below the others would otherwise keep costing rows (no move that saves
+        none: by default, 1 or all rows, only the last request left moves to slot 0)."""
+        if not self.running:
+            return
+        fit = next(r for r in self.decoder.sizes if r >= len(self.running))  # the fewest rows they could run in
+        if next(r for r in self.decoder.sizes if r > max(self.running)) == fit:
+            return
+        for top in sorted((s for s in self.running if s >= fit), reverse=True):
+            free = min(s for s in range(fit) if s not in self.running)
+            run = self.running.pop(top)
+            try:
+                self.decoder.move(top, free, run.pos)
+            except Exception as e:  # the request's error goes to its reader; the worker keeps serving
+                run.req.pieces.put(e)
+                continue
+            self.running[free] = run
+
     def _advance(self, slot: int, run: _Slot) -> None:
         """Hand the slot's new token to its request; it leaves when it is done, cancelled or at the context's end."""
         for piece in run.state.push(run.token):
@@ -219,6 +243,7 @@ class BatchScheduler(Scheduler):
             if run.req.cancelled.is_set():
                 del self.running[slot]
                 run.req.pieces.put(_END)
+        self._compact()
         if not self.running:
             return
         tokens = {slot: run.token for slot, run in self.running.items()}
