@@ -212,6 +212,16 @@ def test_casts(device: str) -> None:
     assert Tensor([True, False], device=device).float().tolist() == [1.0, 0.0]
 
 
+def test_half_bitcasts(device: str) -> None:
+    """16-bit integers to half and back, computed (a GGUF block's scale from its bytes; an OpenCL device without
+    cl_khr_fp16 computes half in float, so the bits go through vload_half/vstore_half)."""
+    bits = np.array([0x3C00, 0xC100, 0x0001, 0x7BFF], np.uint16)  # 1, -2.5, the smallest subnormal, the largest
+    got = (Tensor(bits, device=device) + 0).bitcast(dtypes.float16).float().numpy()
+    np.testing.assert_array_equal(got, bits.view(np.float16).astype(np.float32))
+    back = (Tensor(bits.view(np.float16), device=device) * 1).bitcast(dtypes.uint16).numpy()
+    np.testing.assert_array_equal(back, bits)
+
+
 def test_dtype_promotion(device: str) -> None:
     i, f = Tensor([1, 2], device=device), Tensor([1.0, 2.0], device=device)
     assert (i + f).dtype == dtypes.float32

@@ -73,6 +73,15 @@ class OpenCLRenderer(CStyleLanguage):
 
     int_suffix = {dtypes.int32: "", dtypes.uint32: "u", dtypes.int64: "l", dtypes.uint64: "ul"}
 
+    def render_bitcast(self, x: str, src: DType, dt: DType) -> str:
+        # without cl_khr_fp16 a half value is a float: its bits go through vload_half/vstore_half (a GGUF block's
+        # scale read from its bytes); 16-bit integers only, so the value is exact
+        if not self.fp16 and dt == dtypes.float16 and src in (dtypes.uint16, dtypes.int16):
+            return f"tg_half_of_bits((ushort)({x}))"
+        if not self.fp16 and src == dtypes.float16 and dt in (dtypes.uint16, dtypes.int16):
+            return f"(({self.render_dtype(dt)})tg_bits_of_half({x}))"
+        return super().render_bitcast(x, src, dt)
+
     def render_const(self, x: float | int | bool, dt: DType) -> str:
         if dt == dtypes.float16:  # half computes in float here (or converts implicitly with cl_khr_fp16)
             return super().render_const(x, dtypes.float32)
@@ -109,5 +118,8 @@ class OpenCLRenderer(CStyleLanguage):
 # a cast to half on a device without cl_khr_fp16: round through a half in private memory
 _ROUND_HALF = (
     "inline float tg_round_half(float x) { ushort h; vstore_half(x, 0, (__private half*)&h); "
-    "return vload_half(0, (__private half*)&h); }"
+    "return vload_half(0, (__private half*)&h); }\n"
+    # a half's 16 bits and its value (computed in float): the bitcasts between half and 16-bit integers
+    "inline float tg_half_of_bits(ushort h) { return vload_half(0, (__private half*)&h); }\n"
+    "inline ushort tg_bits_of_half(float x) { ushort h; vstore_half(x, 0, (__private half*)&h); return h; }"
 )
