@@ -328,3 +328,5 @@ def test_quantized_matmul_kernels_compile(qtype: str) -> None:
     for m in (1, 9):
         binary = COMPILER.compile(gpu_source(qtype, m, 40, 512, "CUDA"))
         assert binary[:4] == b"\x7fELF"
+    binary = COMPILER.compile(gpu_source(qtype, 1, 40, 512, "CUDA", res=True, glu=True))  # (a decode step's epilogue)
+    assert binary[:4] == b"\x7fELF"

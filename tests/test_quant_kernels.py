@@ -84,6 +84,28 @@ def test_glu_product_matches_numpy(device: str, qtype: str, int8: bool) -> None:
         check(got, _silu_mul(gu), w, int8 and device == "CPU")
 
 
+@pytest.mark.parametrize("qtype", ["Q8_0", "Q4_K", "Q6_K"])
+def test_gated_product_with_residual_matches_numpy(device: str, qtype: str) -> None:
+    """gated=True: W's rows are a gate then an up projection and the result is silu(x @ gate.T) * (x @ up.T);
+    `residual` is added (on OpenCL and CUDA both inside the product's kernel, whose warps pair gate and up rows).
+    Odd output counts leave a workgroup's last rows empty; 9 rows of x take two groups of x rows."""
+    for i, (m, n, k) in enumerate([(1, 42, 512), (9, 10, 256)]):
+        raw, w = blocks(qtype, n, k, seed=50 + i)
+        x = np.random.default_rng(60 + i).standard_normal((m, k)).astype(np.float32)
+        r = np.random.default_rng(70 + i).standard_normal((m, n // 2)).astype(np.float32)
+        qw = QuantizedWeight(Tensor(raw, device=device), qtype, (n, k))
+        xt, rt = Tensor(x, device=device), Tensor(r, device=device)
+        got = quantized_matmul(xt, qw, gated=True, residual=rt).numpy()
+        want = _silu_mul(x.astype(np.float64) @ w.T) + r
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+        got = quantized_matmul(xt, qw, residual=Tensor(np.ones((m, n), np.float32), device=device)).numpy()
+        check(got - 1, x, w, False)
+    with pytest.raises(ValueError, match="gated needs an even number of rows of W"):
+        quantized_matmul(
+            Tensor.ones(1, 32), QuantizedWeight(Tensor(np.zeros(34, np.uint8)), "Q8_0", (1, 32)), gated=True
+        )
+
+
 def test_glu_width_is_checked() -> None:
     qw = QuantizedWeight(Tensor(np.zeros(34, np.uint8)), "Q8_0", (1, 32))
     with pytest.raises(ValueError, match="64 columns \\(glu: gate and up"):

@@ -223,10 +223,11 @@ def test_captured_prefill_gives_the_logits_of_the_uncaptured_one(
     assert {8, 16, 32} <= {size for size, _ in captured._prefills} and not plain._prefills
 
 
-def test_gpu_decode_products_are_fused_kernels(tmp_path: pathlib.Path) -> None:
-    """On a GPU device (OpenCL here, through PoCL) a decode step's products of half weights are tg_nn.matvec's
-    kernels, the norms, residual adds and the SwiGLU activation inside them, and its logits and greedy tokens are
-    the numpy Llama's."""
+@pytest.mark.parametrize("qtype", ["F16", "Q8_0"])
+def test_gpu_decode_products_are_fused_kernels(tmp_path: pathlib.Path, qtype: str) -> None:
+    """On a GPU device (OpenCL here, through PoCL) a decode step's products are one kernel each, the norms (half
+    weights: tg_nn.matvec), the residual adds and the SwiGLU activation inside them (blocks kept quantized too:
+    tg_nn.quant's GPU kernels), and its logits and greedy tokens are the numpy Llama's."""
     from tg_runtime import Device
     from tg_runtime.device import DeviceUnavailableError
     from tg_uop import dtypes
@@ -236,9 +237,9 @@ def test_gpu_decode_products_are_fused_kernels(tmp_path: pathlib.Path) -> None:
     except DeviceUnavailableError as e:  # (no OpenCL platform: the bare-machine pass)
         pytest.skip(str(e))
     path = str(tmp_path / "m.gguf")
-    write_random_gguf(path, qtype="F16", **SHAPE)  # type: ignore[arg-type]
+    write_random_gguf(path, qtype=qtype, **SHAPE)  # type: ignore[arg-type]
     meta, weights = ref.read_weights(path)
-    model, _ = load_model(path, "CL", dtype=dtypes.float16)
+    model, _ = load_model(path, "CL", dtype=dtypes.float16, keep_quantized=qtype != "F16")
     got, tokens = [model.forward([5, 9, 2], 0).numpy()], [5, 9, 2]
     for _ in range(3):
         tokens.append(int(got[-1][-1].argmax()))
@@ -248,7 +249,12 @@ def test_gpu_decode_products_are_fused_kernels(tmp_path: pathlib.Path) -> None:
     chained = list(model.greedy_tokens(tokens[-1], len(tokens) - 1, 2))  # (the captured decode step)
     assert chained[0] == int(got[-1][0].argmax())
     names = [launch.runner.spec.name for launch in model._chain.jit_cache if launch.runner is not None]
-    layers, vocab = SHAPE["n_layers"], int(model.cfg.vocab_size)
-    for name, count in {"512_256_norm": layers, "512_256_norm_glu": layers, "256_256_res": 2 * layers}.items():
-        assert names.count(f"matvec_half_1_{name}") == count, names  # (q/k/v; gate/up; o and down)
-    assert f"matvec_half_1_{vocab}_256_norm" in names, names  # (the head, after the final norm)
+    layers = SHAPE["n_layers"]
+    if qtype == "F16":
+        kinds = {"matvec_half_1_512_256_norm": layers, "matvec_half_1_512_256_norm_glu": layers}
+        kinds |= {"matvec_half_1_256_256_res": 2 * layers}  # (q/k/v; gate/up; o and down)
+        assert f"matvec_half_1_{model.cfg.vocab_size}_256_norm" in names, names  # (the head, after the final norm)
+    else:
+        kinds = {"qmm_Q8_0_1_512_256_glu": layers, "qmm_Q8_0_1_256_256_res": 2 * layers}
+    for name, count in kinds.items():
+        assert names.count(name) == count, names

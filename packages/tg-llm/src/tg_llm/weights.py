@@ -56,17 +56,19 @@ def linear(
         return matvec(x, w, g, eps, residual, glu=gated)
     if norm is not None:
         x = rms_norm(x, *norm)
-    y = _product(x, w, int8, prompt)
+    unpack = prompt and int(x.shape[0]) > UNPACK_ROWS and _tensor_cores_take(x.device, dtypes.float16)
+    if isinstance(w, QuantizedWeight) and not unpack and str(x.device).split(":")[0] in ("CL", "CUDA"):
+        return quantized_matmul(x, w, int8, residual=residual, gated=gated)  # (both in the product's GPU kernel)
+    y = _product(x, w, int8, unpack, prompt)
     if gated:
         half = int(y.shape[-1]) // 2
         y = y[..., :half].silu() * y[..., half:]
     return y if residual is None else (residual + y).contiguous()
 
 
-def _product(x: Tensor, w: Weight, int8: bool, prompt: bool) -> Tensor:
+def _product(x: Tensor, w: Weight, int8: bool, unpack: bool, prompt: bool) -> Tensor:
     if isinstance(w, QuantizedWeight):
-        if prompt and int(x.shape[0]) > UNPACK_ROWS and _tensor_cores_take(x.device, dtypes.float16):
-            # a long prompt: the blocks unpacked to a half matrix once (a kernel of its own), then the tensor cores
+        if unpack:  # (a long prompt: the blocks unpacked to a half matrix once, then the tensor cores)
             half = w.dequantize().cast(dtypes.float16).contiguous()
             return x.cast(dtypes.float16).dot(half.T, dtype=dtypes.float32)
         return quantized_matmul(x, w, int8)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from tg_nn.quant_gpu import GPU_PRELUDE
+from tg_nn.quant_gpu import GPU_LD8, GPU_PRELUDE
 from tg_tensor import KernelSource, Tensor, source_kernel
 from tg_uop import DType, dtypes
 
@@ -119,40 +119,9 @@ def launch(n_out: int, how: Plan, glu: bool = False) -> tuple[tuple[int, int, in
 
 # per (language, weight type): WT, the type w is read as, and ld8(p, f): the 8 values at p (16-byte aligned) as floats
 _LOADS = {
-    ("CUDA", "half"): r"""#include <cuda_fp16.h>
-#define WT half
-DEV void ld8(const half* p, float* f) {
-  uint4 u = *(const uint4*)p;
-  const half2* h = (const half2*)&u;
-  for (int i = 0; i < 4; i++) { float2 t = __half22float2(h[i]); f[2 * i] = t.x; f[2 * i + 1] = t.y; }
-}
-""",
-    ("CL", "half"): r"""#define WT half
-DEV void ld8(const GLOBAL half* p, float* f) { vstore8(vload_half8(0, p), 0, f); }
-""",
-    ("CUDA", "__bf16"): r"""#define WT unsigned short
-DEV void ld8(const unsigned short* p, float* f) {
-  uint4 u = *(const uint4*)p;
-  u32 w[4] = {u.x, u.y, u.z, u.w};
-  for (int i = 0; i < 4; i++) { f[2 * i] = BITS_F(w[i] << 16); f[2 * i + 1] = BITS_F(w[i] & 0xffff0000u); }
-}
-""",
-    ("CL", "__bf16"): r"""#define WT unsigned short
-DEV void ld8(const GLOBAL unsigned short* p, float* f) {
-  uint4 u = vload4(0, (const GLOBAL uint*)p);
-  u32 w[4] = {u.x, u.y, u.z, u.w};
-  for (int i = 0; i < 4; i++) { f[2 * i] = BITS_F(w[i] << 16); f[2 * i + 1] = BITS_F(w[i] & 0xffff0000u); }
-}
-""",
-    ("CUDA", "float"): r"""#define WT float
-DEV void ld8(const float* p, float* f) {
-  float4 a = *(const float4*)p, b = *(const float4*)(p + 4);
-  f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w; f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
-}
-""",
-    ("CL", "float"): r"""#define WT float
-DEV void ld8(const GLOBAL float* p, float* f) { vstore8(vload8(0, p), 0, f); }
-""",
+    (lang, wt): f"#define WT {ctype}\n" + GPU_LD8[(lang, wt)]
+    for lang in ("CUDA", "CL")
+    for wt, ctype in (("half", "half"), ("__bf16", "unsigned short"), ("float", "float"))
 }
 
 # the sum of v over the S items of a row group (items base .. base + S - 1 of the workgroup), left in all of them

@@ -88,12 +88,21 @@ class QuantizedWeight:
         return QuantizedWeight(blocks, parts[0].qtype, (sum(p.shape[0] for p in parts), parts[0].shape[1]))
 
 
-def quantized_matmul(x: Tensor, w: QuantizedWeight, int8: bool = False, glu: bool = False) -> Tensor:
+def quantized_matmul(
+    x: Tensor,
+    w: QuantizedWeight,
+    int8: bool = False,
+    glu: bool = False,
+    residual: Tensor | None = None,
+    gated: bool = False,
+) -> Tensor:
     """x (..., cols) @ W.T -> (..., rows), float32, W kept in its blocks (see the module doc). `int8`: on the CPU,
     round the rows of x to 8-bit blocks of 32 and multiply in integers (llama.cpp's numerics: faster, results move
     by ~0.5%); by default x is used in float32 (the float product of the dequantized weights). `glu`: x is
     (..., 2 * cols), a gate then an up projection, and the product is `silu(gate) * up @ W.T` (a SwiGLU MLP's down
-    projection; on the CPU in float32 the activation is computed by the product's kernel, as it reads x)."""
+    projection; on the CPU in float32 the activation is computed by the product's kernel, as it reads x).
+    `gated`: W's rows are a gate then an up projection and the result is silu(x @ gate.T) * (x @ up.T), (..., rows
+    / 2); `residual` is added to the result. On OpenCL and CUDA both are done by the product's kernel."""
     rows, cols = w.shape
     width = 2 * cols if glu else cols
     if int(x.shape[-1]) != width:
@@ -101,7 +110,12 @@ def quantized_matmul(x: Tensor, w: QuantizedWeight, int8: bool = False, glu: boo
             f"quantized_matmul: x of shape {x.shape} does not match W of shape {w.shape}: {width} columns"
             + (" (glu: gate and up, each as wide as W)" if glu else "")
         )
+    if gated and rows % 2:
+        raise ValueError(f"quantized_matmul: gated needs an even number of rows of W (gate then up), got {rows}")
     lead = tuple(int(s) for s in x.shape[:-1])
+    n_out = rows // 2 if gated else rows
+    if residual is not None and tuple(residual.shape) != lead + (n_out,):
+        raise ValueError(f"quantized_matmul: residual {residual.shape} must be {lead + (n_out,)}, the result's shape")
     m = 1
     for s in lead:
         m *= s
@@ -110,17 +124,38 @@ def quantized_matmul(x: Tensor, w: QuantizedWeight, int8: bool = False, glu: boo
     graph = family not in ("CPU", "CL", "CUDA") or os.getenv("TG_QUANT_GRAPH") == "1" or m == 0
     if glu and (graph or not fused_glu):  # the activation in tg's graph, then the plain product
         x, glu, width = x[..., :cols].silu() * x[..., cols:], False, cols
+    epilogue = family in ("CL", "CUDA") and not graph  # (gated and residual in the GPU kernel)
     if graph:
-        return x.cast(dtypes.float32) @ w.dequantize().T
-    xf = x.reshape(m, width).cast(dtypes.float32)
-    make = functools.partial(_source, w.qtype, m, rows, cols, int8, glu)
-    key = ("qmm", w.qtype, m, rows, cols, int8, glu)
-    out = source_kernel((m, rows), dtypes.float32, [xf, w.blocks], key, make)
-    return out.reshape(*lead, rows)
+        y = x.cast(dtypes.float32) @ w.dequantize().T
+    else:
+        xf = x.reshape(m, width).cast(dtypes.float32)
+        inputs = [xf, w.blocks]
+        res = residual if epilogue else None
+        if res is not None:
+            inputs.append(res.reshape(m, n_out).cast(dtypes.float32))
+        gate = epilogue and gated
+        make = functools.partial(_source, w.qtype, m, rows, cols, int8, glu, res is not None, gate)
+        key = ("qmm", w.qtype, m, rows, cols, int8, glu, res is not None, gate)
+        y = source_kernel((m, n_out if gate else rows), dtypes.float32, inputs, key, make)
+        y = y.reshape(*lead, n_out if gate else rows)
+        if epilogue:
+            return y
+    if gated:
+        y = y[..., :n_out].silu() * y[..., n_out:]
+    return y if residual is None else residual + y
 
 
 def _source(
-    qtype: str, m: int, n: int, k: int, int8: bool, glu: bool, device: str, dts: tuple[DType, ...]
+    qtype: str,
+    m: int,
+    n: int,
+    k: int,
+    int8: bool,
+    glu: bool,
+    res: bool,
+    gated: bool,
+    device: str,
+    dts: tuple[DType, ...],
 ) -> KernelSource | None:
     family = device.split(":")[0]
     name = f"qmm_{qtype}_{m}_{n}_{k}"
@@ -131,7 +166,8 @@ def _source(
         kind = "glu" if glu else "f"
         return KernelSource(cpu_float_source(qtype, m, n, k, threads, glu=glu), f"qmm_{kind}_{qtype}_{m}_{n}_{k}")
     if family in ("CL", "CUDA"):
-        return KernelSource(gpu_source(qtype, m, n, k, family), name, *gpu_launch(m, n))
+        name += ("_res" if res else "") + ("_glu" if gated else "")
+        return KernelSource(gpu_source(qtype, m, n, k, family, res, gated), name, *gpu_launch(m, n, gated))
     return None
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from tg_nn.quant_cpu import CPU_TYPES
 
-__all__ = ["GPU_PRELUDE", "gpu_launch", "gpu_source"]
+__all__ = ["GPU_LD8", "GPU_PRELUDE", "gpu_launch", "gpu_source"]
 
 GPU_PRELUDE = {  # per language: the macros that let one kernel source be OpenCL C and CUDA C
     "CL": r"""
@@ -45,6 +45,37 @@ typedef unsigned char u8; typedef signed char i8; typedef unsigned int u32; type
 """,
 }
 
+# per (language, element type name): ld8(p, f), the 8 elements at p (16-byte aligned) as floats f[0..7], for the
+# GPU kernels that read float16, bfloat16 or float32 arrays (tg_nn.matvec, tg_nn.models.decode_attention)
+GPU_LD8 = {
+    ("CUDA", "half"): r"""#include <cuda_fp16.h>
+DEV void ld8(const half* p, float* f) {
+  uint4 u = *(const uint4*)p;
+  const half2* h = (const half2*)&u;
+  for (int i = 0; i < 4; i++) { float2 t = __half22float2(h[i]); f[2 * i] = t.x; f[2 * i + 1] = t.y; }
+}
+""",
+    ("CL", "half"): "DEV void ld8(const GLOBAL half* p, float* f) { vstore8(vload_half8(0, p), 0, f); }\n",
+    ("CUDA", "__bf16"): r"""DEV void ld8(const unsigned short* p, float* f) {
+  uint4 u = *(const uint4*)p;
+  u32 w[4] = {u.x, u.y, u.z, u.w};
+  for (int i = 0; i < 4; i++) { f[2 * i] = BITS_F(w[i] << 16); f[2 * i + 1] = BITS_F(w[i] & 0xffff0000u); }
+}
+""",
+    ("CL", "__bf16"): r"""DEV void ld8(const GLOBAL unsigned short* p, float* f) {
+  uint4 u = vload4(0, (const GLOBAL uint*)p);
+  u32 w[4] = {u.x, u.y, u.z, u.w};
+  for (int i = 0; i < 4; i++) { f[2 * i] = BITS_F(w[i] << 16); f[2 * i + 1] = BITS_F(w[i] & 0xffff0000u); }
+}
+""",
+    ("CUDA", "float"): r"""DEV void ld8(const float* p, float* f) {
+  float4 a = *(const float4*)p, b = *(const float4*)(p + 4);
+  f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w; f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
+}
+""",
+    ("CL", "float"): "DEV void ld8(const GLOBAL float* p, float* f) { vstore8(vload8(0, p), 0, f); }\n",
+}
+
 # (GPU kernels only) the value of a word's low byte, unsigned (u8f) and signed (s8), and the dot product of a word's
 # 4 bytes with 4 floats. The bytes become floats without an int-to-float conversion, which GPUs run at a quarter of
 # their float rate (it bounded the kernels' speed): the byte is put in the low bits of 2^23's mantissa (exact) and
@@ -58,10 +89,11 @@ DEV float byte_dot(u32 q, float4 a) {
 """
 
 # (GPU kernels only) hf(p): the float16 at p (2-byte aligned: every block and every scale in one is), converted by
-# the hardware
+# the hardware; QEXP the exponential (the SwiGLU epilogue)
 _HF = {
-    "CUDA": "#include <cuda_fp16.h>\nDEV float hf(const u8* p) { return __half2float(*(const __half*)p); }\n",
-    "CL": "DEV float hf(const GLOBAL u8* p) { return vload_half(0, (const GLOBAL half*)p); }\n",
+    "CUDA": "#include <cuda_fp16.h>\n#define QEXP expf\n"
+    "DEV float hf(const u8* p) { return __half2float(*(const __half*)p); }\n",
+    "CL": "#define QEXP exp\nDEV float hf(const GLOBAL u8* p) { return vload_half(0, (const GLOBAL half*)p); }\n",
 }
 
 _COMMON = r"""
@@ -247,14 +279,21 @@ _REDUCE = {
 ROWS = 4  # rows of W per workgroup (32 lanes each)
 MT = 8  # rows of x per workgroup at most: each unpacked weight byte serves them all (prefill)
 
+# a workgroup's warps take ROWS rows of W, or with GLU (the joined gate and up projections of a SwiGLU MLP: rows
+# 0..N/2-1 and N/2..N-1) ROWS/2 gate rows and the matching up rows, whose sums meet in local memory; the output
+# row o of NOUT is then silu(gate) * up. RES adds a residual of the output's shape.
 _KERNEL = r"""
-KERNEL {name}(GLOBAL float* out, const GLOBAL float* x, const GLOBAL u8* w) {{
-  /* group (g, h): rows n = g * {rows} + lid / 32 of W against rows m0 .. m0 + {mt} of x; {parts} lanes per block */
+#define NOUT ({n} / (GLU ? 2 : 1))
+#define PER (GLU ? {rows} / 2 : {rows})
+KERNEL {name}(GLOBAL float* out, const GLOBAL float* x, const GLOBAL u8* w RES_ARG) {{
+  /* group (g, h): output rows o = g * PER + warp % PER of W against rows m0 .. m0 + {mt} of x; {parts} lanes per
+     block */
   {local}
-  int lid = LANE(), lane = lid & 31, n = GROUP(0) * {rows} + (lid >> 5), m0 = GROUP(1) * {mt};
+  int lid = LANE(), lane = lid & 31, warp = lid >> 5, m0 = GROUP(1) * {mt};
+  int o = GROUP(0) * PER + warp % PER, n = o + (warp >= PER ? NOUT : 0);
   float acc[{mt}];
   for (int t = 0; t < {mt}; t++) acc[t] = 0.0f;
-  if (n < {n}) {{
+  if (o < NOUT) {{
     const GLOBAL u8* row = w + (long)n * {rowb};
     for (int b = lane / {parts}; b < {nb}; b += 32 / {parts})
       for (int t = 0; t < {mt} && m0 + t < {m}; t++)
@@ -262,23 +301,46 @@ KERNEL {name}(GLOBAL float* out, const GLOBAL float* x, const GLOBAL u8* w) {{
   }}
   for (int t = 0; t < {mt}; t++) {{
     {reduce}
-    if (lane == 0 && n < {n} && m0 + t < {m}) out[(long)(m0 + t) * {n} + n] = acc[t];
+  }}
+#if GLU
+  LOCAL_ARR(float, up, {rows} / 2 * {mt});
+  if (lane == 0 && warp >= PER)
+    for (int t = 0; t < {mt}; t++) up[(warp - PER) * {mt} + t] = acc[t];
+  SYNC();
+  if (warp >= PER) return;
+#endif
+  for (int t = 0; t < {mt}; t++) {{
+    if (lane != 0 || o >= NOUT || m0 + t >= {m}) continue;
+    float y = acc[t];
+#if GLU
+    y = y / (1.0f + QEXP(-y)) * up[warp * {mt} + t];
+#endif
+#if RES
+    y += res[(long)(m0 + t) * NOUT + o];
+#endif
+    out[(long)(m0 + t) * NOUT + o] = y;
   }}
 }}
 """
 
 
-def gpu_launch(m: int, n: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-    """(groups, items per group) of `qmm_*` over an (m, n) output."""
-    return ((n + ROWS - 1) // ROWS, (m + min(m, MT) - 1) // min(m, MT), 1), (32 * ROWS, 1, 1)
+def gpu_launch(m: int, n: int, glu: bool = False) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """(groups, items per group) of `qmm_*` over an (m, n) output (n: rows of W; with `glu` n/2 outputs)."""
+    per = ROWS // 2 if glu else ROWS
+    n_out = n // 2 if glu else n
+    return ((n_out + per - 1) // per, (m + min(m, MT) - 1) // min(m, MT), 1), (32 * ROWS, 1, 1)
 
 
-def gpu_source(qtype: str, m: int, n: int, k: int, lang: str) -> str:
-    """`lang` ("CL" or "CUDA") source of `qmm_{qtype}_{m}_{n}_{k}`, launched as `gpu_launch(m, n)` says."""
+def gpu_source(qtype: str, m: int, n: int, k: int, lang: str, res: bool = False, glu: bool = False) -> str:
+    """`lang` ("CL" or "CUDA") source of `qmm_{qtype}_{m}_{n}_{k}`, launched as `gpu_launch(m, n, glu)` says
+    (`res`: a residual added, a third input; `glu`: silu(gate) * up of W's two halves of rows, see _KERNEL)."""
     if qtype not in _PART:
         raise ValueError(f"quantized matmul: no {lang} kernel for {qtype}; tg has {', '.join(_PART)}")
     bs, bb = CPU_TYPES[qtype]  # (elements, bytes) per block: the GGUF format's, the same on every device
     fields = dict(rows=ROWS, mt=min(m, MT), parts=PARTS[qtype], nb=k // bs, rowb=k // bs * bb, bb=bb, bs=bs, k=k)
     local = f"LOCAL_ARR(float, part, {ROWS * 32});" if lang == "CL" else ""
-    body = _KERNEL.format(name=f"qmm_{qtype}_{m}_{n}_{k}", m=m, n=n, reduce=_REDUCE[lang], local=local, **fields)
-    return GPU_PRELUDE[lang] + _HF[lang] + _COMMON + _GPU_COMMON + _PART[qtype] + body
+    name = f"qmm_{qtype}_{m}_{n}_{k}" + ("_res" if res else "") + ("_glu" if glu else "")
+    body = _KERNEL.format(name=name, m=m, n=n, reduce=_REDUCE[lang], local=local, **fields)
+    flags = f"#define GLU {int(glu)}\n#define RES {int(res)}\n"
+    flags += "#define RES_ARG , const GLOBAL float* res\n" if res else "#define RES_ARG\n"
+    return GPU_PRELUDE[lang] + _HF[lang] + _COMMON + _GPU_COMMON + _PART[qtype] + flags + body

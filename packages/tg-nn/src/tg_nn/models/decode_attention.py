@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import functools
 
-from tg_nn.quant_gpu import GPU_PRELUDE
+from tg_nn.quant_gpu import GPU_LD8, GPU_PRELUDE
 from tg_runtime.device import Device
 from tg_tensor import KernelSource, Tensor, source_kernel
 from tg_uop import DType, dtypes
@@ -197,38 +197,15 @@ KERNEL NAME(GLOBAL float* out, GLOBAL const float* q, GLOBAL const KT* k, GLOBAL
   }
 }
 """
-# per (language, cache type): KT, one element's load LDV(p, i), and ld8(p, f): 8 elements from p (16- or 32-byte
-# aligned: the head size and the context are multiples of 8) into floats f[0..7]
-_GPU_LOADS = {
-    ("CUDA", "half"): r"""#include <cuda_fp16.h>
-#define KT half
-#define LDV(p, i) __half2float((p)[i])
-#define EXP __expf
-DEV void ld8(const half* p, float* f) {
-  uint4 w = *(const uint4*)p;
-  const half2* h = (const half2*)&w;
-  for (int i = 0; i < 4; i++) { float2 t = __half22float2(h[i]); f[2 * i] = t.x; f[2 * i + 1] = t.y; }
+# per (language, cache type): KT, one element's load LDV(p, i), EXP, and ld8(p, f): 8 elements from p (16- or 32-byte
+# aligned: the head size and the context are multiples of 8) into floats f[0..7] (tg_nn.quant_gpu's GPU_LD8)
+_LDV = {
+    ("CUDA", "half"): "#define LDV(p, i) __half2float((p)[i])\n#define EXP __expf\n",
+    ("CUDA", "float"): "#define LDV(p, i) ((p)[i])\n#define EXP __expf\n",
+    ("CL", "half"): "#define LDV(p, i) vload_half((i), (p))\n#define EXP exp\n",
+    ("CL", "float"): "#define LDV(p, i) ((p)[i])\n#define EXP exp\n",
 }
-""",
-    ("CUDA", "float"): r"""#define KT float
-#define LDV(p, i) ((p)[i])
-#define EXP __expf
-DEV void ld8(const float* p, float* f) {
-  float4 a = *(const float4*)p, b = *(const float4*)(p + 4);
-  f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w; f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
-}
-""",
-    ("CL", "half"): r"""#define KT half
-#define LDV(p, i) vload_half((i), (p))
-#define EXP exp
-DEV void ld8(const __global half* p, float* f) { vstore8(vload_half8(0, p), 0, f); }
-""",
-    ("CL", "float"): r"""#define KT float
-#define LDV(p, i) ((p)[i])
-#define EXP exp
-DEV void ld8(const __global float* p, float* f) { vstore8(vload8(0, p), 0, f); }
-""",
-}
+_GPU_LOADS = {key: f"#define KT {key[1]}\n" + ldv + GPU_LD8[key] for key, ldv in _LDV.items()}
 GPU_CTX_MAX = 8192  # (the scores in local memory: 32 KB)
 
 
