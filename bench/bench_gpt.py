@@ -6,10 +6,11 @@
 Each tg row runs examples/gpt_shakespeare.py BIG=1 in a process of its own (its real step: the model, AdamW, the
 gradient-norm clip, the batch and block of the nanoGPT shakespeare-char config; EVAL_EVERY=0, so the loop is
 training only, with an evaluation at the end) and reads the line it prints at the end: the first step's seconds
-(its kernels rendered and compiled) and the training steps/s after it. fp32 first runs with an empty compile
-cache and no TinyJit capture file (cold), then again in a second process on the caches it left (warm): once
-replaying the capture the cold run saved (JIT_CACHE, `jit_file: saved capture`), once without it (JIT_CACHE=0,
-`jit_file: none`: warm-up and capture again). tf32 is ALLOW_TF32=1, bf16 DTYPE=bf16
+(its kernels rendered and compiled), the second's (TinyJit's capture, `gpt_capture_step`) and the training
+steps/s after them (`gpt_shakespeare`; `gpt_shakespeare_every_step` counts the first two steps too). fp32 first
+runs with an empty compile cache and no TinyJit capture file (cold), then again in a second process on the caches
+it left (warm): once replaying the capture the cold run saved (JIT_CACHE, `jit_file: saved capture`), once without
+it (JIT_CACHE=0, `jit_file: none`: warm-up and capture again). tf32 is ALLOW_TF32=1, bf16 DTYPE=bf16
 (the matmuls and the attention in bf16, the weights, AdamW and the loss in float32). The twin
 (`nanogpt_torch.py --big`, same data, batches and schedule) runs eager fp32, eager TF32 (`--tf32`) and
 torch.compile with bf16 autocast (`--compile --dtype bf16`); its steps/s is the median step's. Prints one JSON
@@ -33,7 +34,8 @@ DTYPES = os.getenv("DTYPES", "fp32,tf32,bf16").split(",")
 TWIN = os.getenv("TWIN", os.path.join(ROOT, "..", "shared", "bench", "nanogpt_torch.py"))
 TWIN_SECONDS = float(os.getenv("TWIN_SECONDS", "20"))
 SUMMARY = re.compile(
-    r"first step ([\d.]+)s \((?:its kernels compile|replayed from the saved capture)\), then ([\d.]+) train steps/s"
+    r"first step ([\d.]+)s \((?:its kernels compile|replayed from the saved capture)\)"
+    r"(?:, second step ([\d.]+)s \(TinyJit capture\))?, then ([\d.]+) train steps/s \(([\d.]+) counting every step\)"
 )
 
 
@@ -42,9 +44,10 @@ def emit(bench: str, impl: str, value: float, unit: str, **params: Any) -> None:
     sys.stdout.flush()
 
 
-def run_tg(dtype: str, cachedb: str, jit_cache: str = "0") -> tuple[float, float] | None:
-    """(first step seconds, train steps/s) of one run of the example (JIT_CACHE=`jit_cache`), or None (its error
-    printed)."""
+def run_tg(dtype: str, cachedb: str, jit_cache: str = "0") -> tuple[float, float | None, float, float] | None:
+    """(first step seconds, second step seconds (the capture; None when the first step replayed a saved one), train
+    steps/s after them, steps/s counting every step) of one run of the example (JIT_CACHE=`jit_cache`), or None
+    (its error printed)."""
     env = {**os.environ, "BIG": "1", "STEPS": str(STEPS), "EVAL_EVERY": "0", "SAMPLE": "0", "CACHEDB": cachedb,
            "CKPT": os.path.join(tempfile.gettempdir(), "bench_gpt.safetensors"), "JIT_CACHE": jit_cache}  # fmt: skip
     env.pop("ALLOW_TF32", None)
@@ -56,7 +59,7 @@ def run_tg(dtype: str, cachedb: str, jit_cache: str = "0") -> tuple[float, float
     if (m := SUMMARY.search(proc.stdout)) is None:
         print(f"tg {dtype}: no summary line (exit {proc.returncode}):\n{proc.stderr[-2000:]}", file=sys.stderr)
         return None
-    return float(m.group(1)), float(m.group(2))
+    return float(m.group(1)), float(m.group(2)) if m.group(2) else None, float(m.group(3)), float(m.group(4))
 
 
 def run_twin(*flags: str) -> dict[str, Any] | None:
@@ -79,8 +82,11 @@ def main() -> None:
             cachedb, capture = os.path.join(tmp, f"{dtype}.db"), os.path.join(tmp, f"{dtype}.tgjit")
             if (cold := run_tg(dtype, cachedb, capture)) is None:
                 continue
-            emit("gpt_shakespeare", "tg", cold[1], "steps/s", dtype=dtype, steps=STEPS)
+            emit("gpt_shakespeare", "tg", cold[2], "steps/s", dtype=dtype, steps=STEPS)
+            emit("gpt_shakespeare_every_step", "tg", cold[3], "steps/s", dtype=dtype, steps=STEPS)
             emit("gpt_first_step", "tg", cold[0], "s", dtype=dtype, cache="empty")
+            if cold[1] is not None:
+                emit("gpt_capture_step", "tg", cold[1], "s", dtype=dtype)
             if dtype != "fp32":
                 continue
             for jit_file, jit_cache in (("saved capture", capture), ("none", "0")):
