@@ -11,6 +11,7 @@ from tg_codegen.renderer.cuda import CUDARenderer
 from tg_codegen.tc.stage import stage_bytes, staged_loads, tile_of
 from tg_shape import ShapeTracker, View
 from tg_uop import DType, Ops, UOp, dtypes
+from tg_uop.helpers import Context
 
 
 def _view(shape: tuple[int, ...], strides: tuple[int, ...] | None = None) -> UOp:
@@ -34,8 +35,9 @@ def test_heuristic_stages_a_big_fp32_matmul() -> None:
     spec = get_program(matmul_ast(4096, 1024, 4096), CUDARenderer("sm_90"))
     assert list(spec.applied_opts) == STAGED
     assert tuple(spec.local_size or ()) == (16, 16) and tuple(spec.global_size or ()) == (32, 32)
-    # two 128 x 16 tiles of 4 bytes, 16-byte aligned so a thread reads its 8 values as two float4
-    assert "__shared__ __align__(1024) float stage0[2048];" in spec.src and "stage1[2048];" in spec.src
+    # two 128 x 16 tiles of 4 bytes, 16-byte aligned so a thread reads its 8 values as two float4; A's (copied along
+    # its 16 rows) with 4 elements of padding after each row of 128
+    assert "__shared__ __align__(16) float stage0[2112];" in spec.src and "stage1[2048];" in spec.src
     assert spec.src.count("__syncthreads();") == 2
     assert "*((tg_floatx4*)(stage0+" in spec.src and "*((tg_floatx4*)(stage1+" in spec.src
 
@@ -60,11 +62,15 @@ def test_tiles_and_bytes() -> None:
     k = Kernel(matmul_ast(256, 64, 256), CUDARenderer("sm_90")).apply_opts(STAGED)
     a, b = staged_loads(k)
     ta, tb = tile_of(k, a), tile_of(k, b)
-    assert ta.size == tb.size == 128 * 16 and stage_bytes(k) == 2 * 128 * 16 * 4
+    assert ta.size == tb.size == 128 * 16 and stage_bytes(k) == (132 + 128) * 16 * 4
     # stored k outermost, then the 16 threads, then a thread's 8 rows (contiguous: wide reads)
-    assert [k.axis_types[x] for x in ta.axes] == ["unroll", "local", "upcast"] and ta.strides == (128, 8, 1)
+    assert [k.axis_types[x] for x in ta.axes] == ["unroll", "local", "upcast"] and tb.strides == (128, 8, 1)
     # copied with A's stride-1 axis (k) fastest, B's (its columns) fastest: neighbouring threads, neighbouring bytes
     assert k.axis_types[ta.copy_order[-1]] == "unroll" and k.axis_types[tb.copy_order[-1]] == "local"
+    # A's copy writes neighbouring k rows at once: each row padded to 132 elements (a multiple of 4: float4 reads)
+    assert ta.strides == (132, 8, 1) and ta.span == 132 * 16 and tb.span == tb.size
+    with Context(STAGE_PAD=0):
+        assert tile_of(k, a).strides == (128, 8, 1) and tile_of(k, a).span == 128 * 16
 
 
 def test_tensor_core_fragments_from_the_tiles() -> None:
@@ -81,33 +87,35 @@ def test_refused_without_shared_memory() -> None:
 
 
 def test_past_the_shared_memory_limit() -> None:
-    """128 x 64 tiles of A and B in fp32 are 64 KiB: past the 48 KiB a block of an sm_75 GPU has; an sm_90 block
-    may opt in to 227 KiB, and the tiles are then declared in dynamic shared memory, which the launch asks for."""
+    """128 x 64 tiles of A and B in fp32 are 64 KiB (65 with A's rows padded): past the 48 KiB a block of an sm_75
+    GPU has; an sm_90 block may opt in to 227 KiB, and the tiles are then declared in dynamic shared memory, which
+    the launch asks for."""
     opts = [Opt(OptOps.LOCAL, 0, 32), Opt(OptOps.LOCAL, 1, 32), Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 4)]
     opts += [Opt(OptOps.UNROLL, 0, 64)]
     k = Kernel(matmul_ast(256, 256, 256), CUDARenderer("sm_75"))
-    with pytest.raises(KernelOptError, match="65536 bytes of shared memory per block; the device's limit is 49152"):
+    with pytest.raises(KernelOptError, match="66560 bytes of shared memory per block; the device's limit is 49152"):
         k.apply_opts(opts + [Opt(OptOps.STAGE)])
     assert not k.staged and len(k.applied_opts) == len(opts)  # refused: the kernel is as before
     spec = get_program(matmul_ast(256, 256, 256), CUDARenderer("sm_90"), opts=opts + [Opt(OptOps.STAGE)])
-    assert spec.shared_bytes == 65536 and "extern __shared__ __align__(1024) unsigned char __tg_smem[];" in spec.src
-    assert "float* stage1 = (float*)(__tg_smem + 32768);" in spec.src
+    assert spec.shared_bytes == 66560 and "extern __shared__ __align__(1024) unsigned char __tg_smem[];" in spec.src
+    assert "float* stage1 = (float*)(__tg_smem + 33792);" in spec.src
     assert "__shared__ __align__(1024) float" not in spec.src
     small = get_program(matmul_ast(256, 256, 256), CUDARenderer("sm_90"), opts=opts[:4] + [Opt(OptOps.UNROLL, 0, 16)])
     assert small.shared_bytes == 0  # (no STAGE: nothing in shared memory)
-    with pytest.raises(KernelOptError, match="262144 bytes of shared memory per block; the device's limit is 232448"):
+    with pytest.raises(KernelOptError, match="266240 bytes of shared memory per block; the device's limit is 232448"):
         Kernel(matmul_ast(256, 256, 256), CUDARenderer("sm_90")).apply_opts(opts + [Opt(OptOps.STAGE, None, 4)])
 
 
 def test_pipelined_slots_count_against_the_shared_memory_limit() -> None:
-    """Each slot is a whole copy of the tiles: 128 x 16 tiles of A and B in fp32 are 16 KiB, 3 slots 48 KiB (the
-    limit of an sm_75 block, accepted), 4 slots 64 KiB (refused, naming the limit)."""
+    """Each slot is a whole copy of the tiles: 128 x 16 tiles of A and B in fp32 are 16 KiB (16.25 with A's rows
+    padded), 2 slots 32.5 KiB (accepted on an sm_75 block, 48 KiB at most), 3 slots 48.75 KiB (refused, naming the
+    limit)."""
     opts = [Opt(OptOps.LOCAL, 0, 16), Opt(OptOps.LOCAL, 1, 16), Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 8)]
     opts += [Opt(OptOps.UNROLL, 0, 16)]
     k = Kernel(matmul_ast(256, 64, 256), CUDARenderer("sm_75")).apply_opts(opts)
-    assert stage_bytes(k.copy().apply_opts([Opt(OptOps.STAGE, None, 3)])) == 3 * 2 * 128 * 16 * 4 == 49152
-    with pytest.raises(KernelOptError, match="65536 bytes of shared memory per block; the device's limit is 49152"):
-        k.apply_opt(Opt(OptOps.STAGE, None, 4))
+    assert stage_bytes(k.copy().apply_opts([Opt(OptOps.STAGE, None, 2)])) == 2 * (132 + 128) * 16 * 4 == 33280
+    with pytest.raises(KernelOptError, match="49920 bytes of shared memory per block; the device's limit is 49152"):
+        k.apply_opt(Opt(OptOps.STAGE, None, 3))
     assert not k.staged
 
 
