@@ -29,27 +29,35 @@ def matmul_ast(n: int, k: int, m: int, dt: DType = dtypes.float32) -> UOp:
 
 STAGED = [Opt(OptOps.LOCAL, 0, 16), Opt(OptOps.LOCAL, 1, 16), Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 8)]
 STAGED += [Opt(OptOps.UNROLL, 0, 16), Opt(OptOps.STAGE)]
+PIPELINED = STAGED[:-1] + [Opt(OptOps.STAGE, None, 3)]  # (3 slots where the shared memory takes them)
 
 
 def test_heuristic_stages_a_big_fp32_matmul() -> None:
     spec = get_program(matmul_ast(4096, 1024, 4096), CUDARenderer("sm_90"))
-    assert list(spec.applied_opts) == STAGED
+    assert list(spec.applied_opts) == PIPELINED
     assert tuple(spec.local_size or ()) == (16, 16) and tuple(spec.global_size or ()) == (32, 32)
-    # two 128 x 16 tiles of 4 bytes, 16-byte aligned so a thread reads its 8 values as two float4; A's (copied along
-    # its 16 rows) with 4 elements of padding after each row of 128
-    assert "__shared__ __align__(16) float stage0[2112];" in spec.src and "stage1[2048];" in spec.src
+    # 3 slots of two 128 x 16 tiles of 4 bytes, 16-byte aligned so a thread reads its 8 values as two float4; A's
+    # (copied along its 16 rows) with 4 elements of padding after each row of 128: past 48 KiB, dynamic
+    # (each array 1024-byte aligned there: A's 3 x 2112 x 4 = 25344 bytes take 25600)
+    assert spec.shared_bytes == 25600 + 3 * 2048 * 4 and "float* stage1 = (float*)(__tg_smem + 25600);" in spec.src
+    # the first two steps' tiles copied before the loop, then one barrier a step: the loads of step r + 2 first,
+    # their stores after step r's reads
     assert spec.src.count("__syncthreads();") == 2
+    loop = spec.src[spec.src.index("for (") :]
+    assert loop.index("*(data1+") < loop.index("*((tg_floatx4*)(stage0+") < loop.rindex("*(stage0+")
     assert "*((tg_floatx4*)(stage0+" in spec.src and "*((tg_floatx4*)(stage1+" in spec.src
+    # an sm_75 block has 48 KiB: one slot
+    assert list(get_program(matmul_ast(4096, 1024, 4096), CUDARenderer("sm_75")).applied_opts) == STAGED
 
 
 def test_staged_tile_narrows_below_four_waves() -> None:
     # 2048^2 outputs make 256 blocks of 128 x 128, under four per SM of an H200 (132): 512 blocks of 128 x 64;
     # a renderer that does not know its SM count keeps the wide tile down to 128 blocks
-    narrow = STAGED[:3] + [Opt(OptOps.UPCAST, 1, 4)] + STAGED[4:]
+    narrow = PIPELINED[:3] + [Opt(OptOps.UPCAST, 1, 4)] + PIPELINED[4:]
     assert hand_coded_optimizations(Kernel(matmul_ast(2048, 2048, 2048), CUDARenderer("sm_90"))) == narrow
     unknown = CUDARenderer("sm_90")
     unknown.compute_units = 0
-    assert hand_coded_optimizations(Kernel(matmul_ast(2048, 2048, 2048), unknown)) == STAGED
+    assert hand_coded_optimizations(Kernel(matmul_ast(2048, 2048, 2048), unknown)) == PIPELINED
 
 
 def test_heuristic_keeps_small_matmuls_unstaged() -> None:

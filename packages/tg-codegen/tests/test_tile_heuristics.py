@@ -127,7 +127,7 @@ def test_gpu_matmul_1024_takes_the_narrow_staged_tile() -> None:
     for o in opts:
         threads *= o.arg if o.op is OptOps.LOCAL and o.arg is not None else 1
     assert threads == 256
-    assert sorted(o.arg or 0 for o in _upcasts(opts)) == [4, 8] and Opt(OptOps.STAGE) in opts
+    assert sorted(o.arg or 0 for o in _upcasts(opts)) == [4, 8] and _staged(opts)
 
 
 def test_gpu_matmul_tiles_by_size() -> None:
@@ -135,9 +135,13 @@ def test_gpu_matmul_tiles_by_size() -> None:
     blocks, too few: the register tile."""
     for n, staged in ((768, True), (512, False)):
         opts = hand_coded_optimizations(Kernel(_matmul(n), CUDARenderer()))
-        assert (Opt(OptOps.STAGE) in opts) is staged, (n, opts)
+        assert _staged(opts) is staged, (n, opts)
 
 
 def test_big_gpu_matmul_stages_its_tiles_in_shared_memory() -> None:
     opts = hand_coded_optimizations(Kernel(_matmul(4096), CUDARenderer()))
-    assert Opt(OptOps.STAGE) in opts and sorted(o.arg or 0 for o in _upcasts(opts)) == [8, 8]
+    assert _staged(opts) and sorted(o.arg or 0 for o in _upcasts(opts)) == [8, 8]
+
+
+def _staged(opts: list[Opt]) -> bool:
+    return any(o.op is OptOps.STAGE for o in opts)

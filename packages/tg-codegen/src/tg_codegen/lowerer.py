@@ -110,7 +110,7 @@ class Lowerer:
     def _lower_stores(self, ast: UOp, vaxis: int | None) -> UOp:
         combos = self._combos((AxisType.UPCAST,), last=vaxis)
         stores = [self._lower(s, self._idxs(c, inside_reduce=False), c) for s in ast.src for c in combos]
-        return UOp(Ops.SINK, dtypes.void, tuple(stores))
+        return UOp(Ops.SINK, dtypes.void, tuple(stores) + (self.stager.finish() if self.stager is not None else ()))
 
     def _vector_axis(self) -> tuple[int | None, int]:
         """(axis, lanes) to pack into vectors: an upcast axis the first store walks with stride 1, else the last."""
@@ -307,8 +307,9 @@ def _gate(valid: UOp) -> tuple[UOp, ...]:
 
 def _pack(sink: UOp, width: int) -> UOp:
     """Stores of neighbouring lanes, `width` at a time, packed into vector stores (vectorize.py)."""
-    groups = [list(sink.src[i : i + width]) for i in range(0, len(sink.src), width)]
-    return UOp(Ops.SINK, dtypes.void, tuple(pack_stores(groups)))
+    stores = [u for u in sink.src if u.op is Ops.STORE]  # (a staged pipeline's last barrier is a source too)
+    groups = [stores[i : i + width] for i in range(0, len(stores), width)]
+    return UOp(Ops.SINK, dtypes.void, tuple(pack_stores(groups)) + tuple(u for u in sink.src if u.op is not Ops.STORE))
 
 
 def _valid(st: ShapeTracker, idxs: tuple[UOp, ...]) -> UOp:

@@ -214,6 +214,8 @@ class Stager:
         self.wgmma: dict[UOp, WgmmaTile] = {}  # operands a warpgroup MMA reads by descriptor (plan_wgmma)
         self.ready: UOp | None = None  # the barrier after every tile of this step is copied
         self.rng: UOp | None = None  # the pipelined reduce loop
+        self.reads: list[UOp] = []  # every read of a tile (the prefetched copies' stores wait for them, see finish)
+        self.prefetched: list[tuple[UOp, UOp, UOp, UOp]] = []  # (load, step, slot, gate) stored at the step's end
 
     def _c(self, v: int) -> UOp:
         return UOp.const(self.lw.idx_dt, v)
@@ -224,11 +226,23 @@ class Stager:
         if load not in self.loads:
             return None
         ready = self._ready()
-        return UOp(
+        ret = UOp(
             Ops.LOAD,
             load.dtype,
             (UOp(Ops.INDEX, self.bufs[load].dtype, (self.bufs[load], self._addr(load, idxs), ready)),),
         )
+        self.reads.append(ret)
+        return ret
+
+    def finish(self) -> tuple[UOp, ...]:
+        """What the kernel's SINK must also hold: with prefetched copies, each step's stores of the values loaded at
+        its start into the slot of a later step, ordered after every read of this step's tiles, and the barrier
+        after them (the one barrier of a step); else nothing."""
+        if not self.prefetched:
+            return ()
+        after = UOp(Ops.NOOP, dtypes.void, tuple(self.reads))  # (an ordering only: renders as nothing)
+        stores = [st for load, step, slot, ok in self.prefetched for st in self._copy(load, step, slot, after, ok)]
+        return (UOp(Ops.BARRIER, dtypes.void, tuple(stores)),)
 
     def fragment(self, load: UOp, idxs: tuple[UOp, ...], dtype: DType) -> UOp | None:
         """A tensor-core fragment of `load` read with one ldmatrix: `idxs` is the position whose address this lane
@@ -382,9 +396,16 @@ class Stager:
                 for st in self._copy(load, self._c(j), self._c(j * self.tiles[load].span), None, None)
             )
             before = (UOp(Ops.CUSTOM, dtypes.void, before + first, COMMIT),) if asynchronous else before + first
-        done = UOp(Ops.BARRIER, dtypes.void, (self.rng, *before))
         step = self.rng + (self.depth - 1)
         slot = step % self.depth
+        if not asynchronous and not k.wgmma and not k.axes_of(AxisType.TCK):
+            # prefetched through registers: a step loads a later step's elements first, reads its own tiles (the
+            # loads' latency hidden behind its arithmetic), then stores them (finish) and waits at one barrier. The
+            # slot it stores into was last read a step before, behind that step's barrier
+            self.prefetched = [(u, step, slot * self.tiles[u].span, step < n) for u in self.loads]
+            values = tuple(st.src[1] for u, at, off, ok in self.prefetched for st in self._copy(u, at, off, None, ok))
+            return UOp(Ops.NOOP, dtypes.void, (UOp(Ops.BARRIER, dtypes.void, before), *values))
+        done = UOp(Ops.BARRIER, dtypes.void, (self.rng, *before))
         nxt = tuple(
             st for load in self.loads for st in self._copy(load, step, slot * self.tiles[load].span, done, step < n)
         )
@@ -562,5 +583,11 @@ def staged_matmul(k: Kernel, strides: list[tuple[int | None, ...]]) -> bool:
     if size_m % 128 or not tile_n:
         return False
     opts = [Opt(OptOps.LOCAL, m, 16), Opt(OptOps.LOCAL, n, 16), Opt(OptOps.UPCAST, m, 8)]
-    opts += [Opt(OptOps.UPCAST, n, tile_n // 16), Opt(OptOps.UNROLL, 0, 16), Opt(OptOps.STAGE)]
-    return k.apply_all(opts)
+    opts += [Opt(OptOps.UPCAST, n, tile_n // 16), Opt(OptOps.UNROLL, 0, 16)]
+    # pipelined where the shared memory takes the slots (Stager.finish: loads ahead, stores after the reads)
+    if STAGE_DEPTH.value > 1 and k.apply_all(opts + [Opt(OptOps.STAGE, None, STAGE_DEPTH.value)]):
+        return True
+    return k.apply_all(opts + [Opt(OptOps.STAGE)])
+
+
+STAGE_DEPTH = ContextVar("STAGE_DEPTH", 3)  # slots of the hand-coded fp32 tiles (1: copied at each step)
