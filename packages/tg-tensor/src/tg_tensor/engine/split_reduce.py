@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from tg_uop import GroupOp, Ops, UOp
-from tg_uop.helpers import prod
+from tg_uop import GroupOp, Ops, UOp, dtypes
+from tg_uop.helpers import ContextVar, prod
 
 SPLIT_REDUCE_MIN = 1 << 15  # reductions at least this long into at most SPLIT_REDUCE_OUT outputs are split
 SPLIT_REDUCE_OUT = 16
@@ -50,14 +50,32 @@ def compares_with_arange(node: UOp, resolve: Mapping[UOp, UOp] | None = None) ->
 
 
 def is_one_hot_sum(node: UOp) -> bool:
-    """A sum of where(idx == arange, v, 0): codegen folds it into an indexed load (tg_codegen/gather.py),
-    so it must stay one reduction (a split would turn the gather back into a scan of the table)."""
+    """A sum over the arange's values of where(idx == arange, v, 0): codegen folds it into an indexed load
+    (tg_codegen/gather.py), so it must stay one reduction (a split would turn the gather back into a scan of the
+    table). Its transpose, a sum over the indices (an embedding's gradient: for each row of the table, the rows of v
+    whose index is that row), is a scan either way and is split like any long reduction: the GPT example's token
+    embedding gradient (65 x 384 outputs, each a sum over 16384 tokens) ran on 195 blocks for 0.83 ms of its
+    17 ms bf16 step on an H200."""
     if node.op is not Ops.REDUCE_AXIS or node.arg[0] is not Ops.ADD:
         return False
     body = node.src[0].base
     while body.op is Ops.CAST:
         body = body.src[0].base
-    return body.op is Ops.WHERE and compares_with_arange(body.src[0].base)
+    if body.op is not Ops.WHERE or not compares_with_arange(body.src[0].base):
+        return False
+    shape = tuple(node.src[0].shape or ())
+    if not all(isinstance(s, int) for s in shape):
+        return True
+    reduced = prod(shape[a] for a in node.arg[1])
+    return any(prod(a.shape or ()) == reduced for a in _aranges(body.src[0].base))
+
+
+def _aranges(mask: UOp) -> list[UOp]:
+    """The ARANGE nodes a one-hot mask (compares_with_arange) compares with."""
+    if mask.op is Ops.AND:
+        return [a for s in mask.src for a in _aranges(s)]
+    inner = mask.src[0] if mask.op is Ops.CMPNE and mask.src[0].op is Ops.CMPNE else mask
+    return [s.base for s in inner.src if s.base.op is Ops.ARANGE]
 
 
 def split_reduce(node: UOp) -> UOp | None:
@@ -119,21 +137,30 @@ def split_axis(node: UOp) -> UOp | None:
 # units (a weight gradient: 384 x 1536 outputs, each a sum over batch x time = 16384, made 72 blocks of an H200's
 # 132 SMs; a bias gradient's 1536 outputs, 24 blocks) is cut in G parts, G the smallest power of two giving
 # SPLIT_K_WAVES blocks per unit. A block holds SPLIT_K_TILE outputs of a product (the GPU heuristic's 128 x 64
-# matmul tile), SPLIT_K_ROWS of another reduction (256 threads x 8).
+# matmul tile), SPLIT_K_ROWS of another reduction (256 threads x 8). A product of float32 operands (FMA tiles, one or
+# two blocks to an SM: a last wave a fraction full idles most of it) aims at SPLIT_K_WAVES_FP32: the GPT example's
+# BIG fp32 step on an H200 42.8 -> 40.6 ms (2, 4, 8, 16: 42.8, 42.4, 40.7, 42.1), TF32 20.5 -> 20.1; its bf16 step
+# was slower so (16.9 -> 17.5 ms with 8) and keeps 2.
 SPLIT_K_MIN = 4096  # the reduction per output at least this long (a 1024^3 matmul, 128 tiles, is left whole) ...
 SPLIT_K_PART_MIN = 64  # ... and each of the G parts at least this long
 SPLIT_K_TILE = 8192
 SPLIT_K_ROWS = 2048
 SPLIT_K_GEMV = 8  # outputs of a matrix-vector product per block (a 2048-row matvec: 256 blocks, left whole)
-SPLIT_K_WAVES = 2
+SPLIT_K_WAVES = ContextVar("SPLIT_K_WAVES", 2)
+SPLIT_K_WAVES_FP32 = ContextVar("SPLIT_K_WAVES_FP32", 8)
 SPLIT_K_MAX = 256
 
 
 def _is_product(u: UOp) -> bool:
     """Is `u` (a reduction's input) the product of two operands broadcast against each other: a matmul's?"""
+    u = _uncast(u)
+    return u.op is Ops.MUL and all(any(n.op is Ops.EXPAND for n in _chain(s)) for s in u.src)
+
+
+def _uncast(u: UOp) -> UOp:
     while u.op is Ops.CAST:
         u = u.src[0]
-    return u.op is Ops.MUL and all(any(n.op is Ops.EXPAND for n in _chain(s)) for s in u.src)
+    return u
 
 
 def _is_vector_product(u: UOp, out: tuple[int, ...]) -> bool:
@@ -173,11 +200,13 @@ def split_for_units(node: UOp, units: int) -> UOp | None:
     if units <= 0 or not all(isinstance(s, int) for s in shape):
         return None
     outs, red = prod(out), prod(shape) // max(1, prod(out))
-    per_block = SPLIT_K_GEMV if _is_vector_product(src, out) else SPLIT_K_TILE if _is_product(src) else SPLIT_K_ROWS
+    product = _is_product(src)
+    per_block = SPLIT_K_GEMV if _is_vector_product(src, out) else SPLIT_K_TILE if product else SPLIT_K_ROWS
     blocks = -(-outs // per_block)
     if red < SPLIT_K_MIN or blocks >= units:
         return None
-    want = min(SPLIT_K_MAX, red // SPLIT_K_PART_MIN, -(-SPLIT_K_WAVES * units // blocks))
+    waves = SPLIT_K_WAVES_FP32 if product and _uncast(src).dtype == dtypes.float32 else SPLIT_K_WAVES
+    want = min(SPLIT_K_MAX, red // SPLIT_K_PART_MIN, -(-waves.value * units // blocks))
     g = 1 << max(0, (want - 1).bit_length())  # the smallest power of two >= want
     parts = [p for p in (g, g // 2, g // 4) if p >= 2 and p * SPLIT_K_PART_MIN <= red]
     return _split_in_parts(node, parts, largest_first=True)
