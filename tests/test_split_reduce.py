@@ -82,3 +82,47 @@ def test_split_k_fills_the_compute_units(device: str) -> None:
     partials = split.src[0].src[0]
     assert partials.shape is not None and partials.shape[0] >= 2  # G partials per output
     np.testing.assert_allclose(Tensor(split).numpy(), x.astype(np.float64).sum(0, keepdims=True), rtol=1e-4, atol=1e-4)
+
+
+def _reduce_of(t: Tensor) -> sr.UOp:
+    """The (last) REDUCE_AXIS of t's lazy graph."""
+    return [u for u in t.uop.toposort if u.op is sr.Ops.REDUCE_AXIS][-1]
+
+
+def test_split_k_parts_of_float32_and_16_bit_products() -> None:
+    """A weight gradient's product (384 x 1536 outputs, 16384 long: 72 tiles of 8192 outputs) is cut for 8 blocks a
+    unit when its operands are float32 (FMA tiles), for 2 when they are bfloat16 (tensor cores)."""
+    x, dy = Tensor.empty(16384, 384), Tensor.empty(16384, 1536)
+
+    def parts(node: sr.UOp) -> int:
+        split = sr.split_for_units(node, 132)
+        assert split is not None
+        shape = split.src[0].src[0].shape
+        assert shape is not None
+        return int(shape[0])
+
+    assert parts(_reduce_of(x.T @ dy)) == 16  # ceil(8 * 132 / 72) = 15 -> 16 parts
+    assert parts(_reduce_of(x.T.cast("bfloat16") @ dy.cast("bfloat16"))) == 4  # ceil(2 * 132 / 72) = 4
+
+
+def test_embedding_gradient_is_split_but_its_lookup_is_not(device: str) -> None:
+    """An embedding's lookup (a one-hot sum over the table's rows) stays one reduction, codegen folds it into a
+    gather; its gradient (a one-hot sum over the 4096 indices, for each of 5 x 8 table entries) is a scan either way
+    and is split for a device of 132 units. Values against numpy."""
+    rng = np.random.default_rng(5)
+    idx, table = rng.integers(0, 5, 4096).astype(np.int32), rng.standard_normal((5, 8)).astype(np.float32)
+    g = rng.standard_normal((4096, 8)).astype(np.float32)
+    w = Tensor(table, device=device, requires_grad=True)
+    i = Tensor(idx, device=device)
+    out = w[i]
+    assert sr.is_one_hot_sum(_reduce_of(out)) and sr.split_for_units(_reduce_of(out), 132) is None
+    (out * Tensor(g, device=device)).sum().backward()
+    assert w.grad is not None
+    grad = _reduce_of(w.grad)
+    assert not sr.is_one_hot_sum(grad)
+    split = sr.split_for_units(grad, 132)
+    assert split is not None
+    want = np.zeros((5, 8), np.float64)
+    np.add.at(want, idx, g)
+    np.testing.assert_allclose(Tensor(split).numpy().reshape(5, 8), want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(out.numpy(), table[idx])
