@@ -228,8 +228,8 @@ class Block:
             # kernel fewer per layer and vector exponentials)
             gate_up = linear(x, self.w_gate_up, self.int8, prompt, norm=norm)
             return (x + quantized_matmul(gate_up, self.w_down, self.int8, glu=True)).contiguous()
-        if self.w_gate_up is not None and not self.split:  # (a GPU's decode step: the activation in the product's
-            # kernel, tg_nn.matvec)
+        if self.w_gate_up is not None and not self.split:  # (one product for gate and up; in a GPU's decode step
+            # the activation is computed by its kernel: tg_nn.matvec, tg_nn.quant)
             act = linear(x, self.w_gate_up, self.int8, prompt, norm=norm, gated=True)
         else:
             gate, up = self.project(x, self.w_gate_up, self.w_gate, self.w_up, prompt=prompt, norm=norm)
