@@ -33,6 +33,7 @@ import functools
 from dataclasses import dataclass
 
 from tg_nn.quant_gpu import GPU_LD8, GPU_PRELUDE
+from tg_nn.util import swiglu
 from tg_tensor import KernelSource, Tensor, source_kernel
 from tg_uop import DType, dtypes
 
@@ -102,7 +103,7 @@ def matvec(
         raise ValueError(f"matvec: residual {residual.shape} must be ({m}, {n_out}), the result's shape")
     if not has_matvec(x.device, w.dtype, m, k):
         y = (rms_norm(x, norm, eps) if norm is not None else x) @ w.T
-        y = y[:, :n_out].silu() * y[:, n_out:] if glu else y
+        y = swiglu(y) if glu else y
         return y if residual is None else residual + y
     inputs = [x.cast(dtypes.float32), w]
     inputs += [norm.cast(dtypes.float32)] if norm is not None else []
