@@ -108,7 +108,7 @@ def test_cuda_source_compiles(dt: str, m: int, n: int) -> None:
     assert COMPILER is not None
     types = {"half": dtypes.float16, "__bf16": dtypes.bfloat16, "float": dtypes.float32}
     for norm, res, glu in ((True, False, True), (False, True, False)):
-        how = plan(m, n, 2048, norm)
+        how = plan(m, n, 2048)
         src = _source(m, n, 2048, norm, 1e-5, res, glu, how, "CUDA", (dtypes.float32, dtypes.float32, types[dt]))
         assert src is not None
         assert COMPILER.compile(src.src)[:4] == b"\x7fELF"

@@ -5,6 +5,7 @@ and the logits of the single-sequence model up to float rounding; the scheduler'
 from __future__ import annotations
 
 import pathlib
+from typing import Any
 
 import numpy as np
 import pytest
@@ -155,29 +156,10 @@ def test_scheduler_keeps_requests_in_the_lowest_slots(session: Session, monkeypa
     """A step runs the rows up to the highest slot in use (a decoder of every size): when the request in slot 0 is
     done, the one in the highest slot moves down into it, and the steps after run two rows, not three; the answers
     are the sequential ones."""
-    args = [{"max_tokens": n, "temperature": 0} for n in (2, 7, 7)]
-    prompts = [PROMPTS[0], PROMPTS[1], PROMPTS[3]]
-    alone = []
-    for p, a in zip(prompts, args):
-        session.cached = []  # (the other tests' decoders prefilled on the model's cache)
-        alone.append([c.tokens for _, c in session.generate(p, **a)][-1])
-    session.cached = []
+    prompts, args, alone = _sequential_answers(session, (2, 7, 7))
     sched = BatchScheduler(session, slots=3, sizes=(1, 2, 3))
-    steps: list[tuple[list[int], int]] = []
-    step = sched.decoder.step
-
-    def recorded(tokens: dict[int, int], positions: dict[int, int]) -> np.ndarray:
-        logits = step(tokens, positions)
-        steps.append((sorted(tokens), logits.shape[0]))
-        return logits
-
-    monkeypatch.setattr(sched.decoder, "step", recorded)
-    jobs = [sched.submit(p, a) for p, a in zip(prompts, args)]  # (queued before the worker starts: admitted together)
-    sched.start()
-    try:
-        assert [[c.tokens for _, c in job][-1] for job in jobs] == alone
-    finally:
-        sched.stop()
+    steps = _record_steps(sched, monkeypatch)
+    _assert_batched_answers(sched, prompts, args, alone)
     assert len(alone[0]) == 2 and len(alone[1]) == len(alone[2]) == 7, alone  # (no early end of turn)
     assert steps[0] == ([0, 1, 2], 3)
     assert steps[1:] == [([0, 1], 2)] * 5, steps
@@ -198,17 +180,37 @@ def test_steps_run_one_row_or_all_by_default(session: Session) -> None:
 def test_scheduler_moves_a_request_only_to_save_rows(session: Session, monkeypatch: pytest.MonkeyPatch) -> None:
     """With the default sizes (1 or all rows) a request done early moves nothing while two others run (they need all
     the rows either way); the last one left moves to slot 0 and runs one row."""
-    args = [{"max_tokens": n, "temperature": 0} for n in (2, 4, 7)]
+    prompts, args, alone = _sequential_answers(session, (2, 4, 7))
+    sched = BatchScheduler(session, slots=3)
+    steps = _record_steps(sched, monkeypatch)
+    moves: list[tuple[int, int]] = []
+    move = sched.decoder.move
+    monkeypatch.setattr(sched.decoder, "move", lambda src, dst, n: moves.append((src, dst)) or move(src, dst, n))
+    _assert_batched_answers(sched, prompts, args, alone)
+    assert [len(a) for a in alone] == [2, 4, 7], alone  # (no early end of turn)
+    assert steps == [([0, 1, 2], 3)] + [([1, 2], 3)] * 2 + [([0], 1)] * 3, steps
+    assert moves == [(2, 0)]
+
+
+Answers = list[list[int]]
+
+
+def _sequential_answers(session: Session, lengths: tuple[int, ...]) -> tuple[Answers, list[dict[str, Any]], Answers]:
+    """Three prompts, greedy request arguments of `lengths` tokens, and each one's answer generated alone."""
+    args = [{"max_tokens": n, "temperature": 0} for n in lengths]
     prompts = [PROMPTS[0], PROMPTS[1], PROMPTS[3]]
-    alone = []
+    alone: Answers = []
     for p, a in zip(prompts, args):
         session.cached = []  # (the other tests' decoders prefilled on the model's cache)
         alone.append([c.tokens for _, c in session.generate(p, **a)][-1])
     session.cached = []
-    sched = BatchScheduler(session, slots=3)
+    return prompts, args, alone
+
+
+def _record_steps(sched: BatchScheduler, monkeypatch: pytest.MonkeyPatch) -> list[tuple[list[int], int]]:
+    """Each decoder step's slots and rows, as the scheduler runs them."""
     steps: list[tuple[list[int], int]] = []
-    moves: list[tuple[int, int]] = []
-    step, move = sched.decoder.step, sched.decoder.move
+    step = sched.decoder.step
 
     def recorded(tokens: dict[int, int], positions: dict[int, int]) -> np.ndarray:
         logits = step(tokens, positions)
@@ -216,13 +218,16 @@ def test_scheduler_moves_a_request_only_to_save_rows(session: Session, monkeypat
         return logits
 
     monkeypatch.setattr(sched.decoder, "step", recorded)
-    monkeypatch.setattr(sched.decoder, "move", lambda src, dst, n: moves.append((src, dst)) or move(src, dst, n))
-    jobs = [sched.submit(p, a) for p, a in zip(prompts, args)]  # (queued before the worker starts: admitted together)
+    return steps
+
+
+def _assert_batched_answers(
+    sched: BatchScheduler, prompts: Answers, args: list[dict[str, Any]], alone: Answers
+) -> None:
+    """The requests submitted together (queued before the worker starts: admitted together) answer as alone."""
+    jobs = [sched.submit(p, a) for p, a in zip(prompts, args)]
     sched.start()
     try:
         assert [[c.tokens for _, c in job][-1] for job in jobs] == alone
     finally:
         sched.stop()
-    assert [len(a) for a in alone] == [2, 4, 7], alone  # (no early end of turn)
-    assert steps == [([0, 1, 2], 3)] + [([1, 2], 3)] * 2 + [([0], 1)] * 3, steps
-    assert moves == [(2, 0)]

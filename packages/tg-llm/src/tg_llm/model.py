@@ -37,13 +37,14 @@ from tg_llm.weights import (
     _random_params,
     _storage,
     _tensor,
+    gated_mlp,
     linear,
 )
 from tg_nn.gguf import dequantize
 from tg_nn.matvec import rms_norm
 from tg_nn.models.decode_attention import decode_attention, has_kernel
 from tg_nn.models.kv_cache import KVCache, causal_mask
-from tg_nn.quant import QuantizedWeight, quantized_matmul
+from tg_nn.quant import QuantizedWeight
 from tg_runtime import Device
 from tg_runtime.device import DeviceSet
 from tg_tensor import Tensor, TinyJit
@@ -221,20 +222,10 @@ class Block:
         """x (the residual stream after attention, realized) plus the SwiGLU MLP of its norm, realized (`prompt`: x
         is a prompt's tokens, weights.linear)."""
         norm = (self.ffn_norm, self.cfg.norm_eps)
-        on_cpu = x.device.split(":")[0] == "CPU"  # (elsewhere the activation is tg's graph either way, and a GPU's
-        # long prompt takes weights.linear's tensor-core product)
-        if isinstance(self.w_down, QuantizedWeight) and self.w_gate_up is not None and not self.split and on_cpu:
-            # (the activation computed by the down projection's kernel as it reads gate and up: on the CPU one small
-            # kernel fewer per layer and vector exponentials)
-            gate_up = linear(x, self.w_gate_up, self.int8, prompt, norm=norm)
-            return (x + quantized_matmul(gate_up, self.w_down, self.int8, glu=True)).contiguous()
-        if self.w_gate_up is not None and not self.split:  # (a GPU's decode step: the activation in the product's
-            # kernel, tg_nn.matvec)
-            act = linear(x, self.w_gate_up, self.int8, prompt, norm=norm, gated=True)
-        else:
-            gate, up = self.project(x, self.w_gate_up, self.w_gate, self.w_up, prompt=prompt, norm=norm)
-            act = gate.silu() * up
-        return linear(act, self.w_down, self.int8, prompt, residual=x)
+        if self.w_gate_up is not None and not self.split:  # one product for gate and up (weights.gated_mlp)
+            return gated_mlp(x, self.w_gate_up, self.w_down, self.int8, prompt, norm, residual=x)
+        gate, up = self.project(x, self.w_gate_up, self.w_gate, self.w_up, prompt=prompt, norm=norm)
+        return linear(gate.silu() * up, self.w_down, self.int8, prompt, residual=x)
 
 
 class Llama:

@@ -15,11 +15,12 @@ import numpy as np
 from tg_llm.config import LlamaConfig
 from tg_nn.matvec import has_matvec, matvec, rms_norm
 from tg_nn.quant import QuantizedWeight, quantized_matmul
+from tg_nn.util import swiglu
 from tg_runtime import Device
 from tg_tensor import Tensor
 from tg_uop import DType, dtypes
 
-__all__ = ["Norm", "Weight", "linear"]
+__all__ = ["Norm", "Weight", "gated_mlp", "linear"]
 
 Weight = Tensor | QuantizedWeight
 Norm = tuple[Tensor, float]  # an RMS norm's weight and epsilon
@@ -61,9 +62,23 @@ def linear(
         return quantized_matmul(x, w, int8, residual=residual, gated=gated)  # (both in the product's GPU kernel)
     y = _product(x, w, int8, unpack, prompt)
     if gated:
-        half = int(y.shape[-1]) // 2
-        y = y[..., :half].silu() * y[..., half:]
+        y = swiglu(y)
     return y if residual is None else (residual + y).contiguous()
+
+
+def gated_mlp(
+    x: Tensor, w_gate_up: Weight, w_down: Weight, int8: bool, prompt: bool, norm: Norm, residual: Tensor
+) -> Tensor:
+    """residual + swiglu(rms_norm(x, *norm) @ w_gate_up.T) @ w_down.T, a SwiGLU MLP whose gate and up projections
+    are one matrix (see linear for `int8` and `prompt`). Where the activation is computed is decided here: on the
+    CPU with the down projection kept quantized, by the down projection's kernel as it reads gate and up (one small
+    kernel fewer per layer, vector exponentials); elsewhere by the gate/up product's (tg_nn.matvec and tg_nn.quant's
+    GPU kernels in a decode step, tg's graph otherwise)."""
+    if isinstance(w_down, QuantizedWeight) and str(x.device).split(":")[0] == "CPU":
+        gate_up = linear(x, w_gate_up, int8, prompt, norm=norm)
+        return (residual + quantized_matmul(gate_up, w_down, int8, glu=True)).contiguous()
+    act = linear(x, w_gate_up, int8, prompt, norm=norm, gated=True)
+    return linear(act, w_down, int8, prompt, residual=residual)
 
 
 def _product(x: Tensor, w: Weight, int8: bool, unpack: bool, prompt: bool) -> Tensor:

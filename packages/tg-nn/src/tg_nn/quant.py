@@ -34,6 +34,7 @@ from tg_nn.gguf_format import parse_gguf
 from tg_nn.quant_cpu import CPU_TYPES, cpu_source
 from tg_nn.quant_cpu_float import cpu_float_source
 from tg_nn.quant_gpu import gpu_launch, gpu_source
+from tg_nn.util import swiglu
 from tg_runtime.device import Device
 from tg_tensor import KernelSource, Tensor, source_kernel
 from tg_uop import DType, dtypes
@@ -123,7 +124,7 @@ def quantized_matmul(
     fused_glu = glu and family == "CPU" and not int8
     graph = family not in ("CPU", "CL", "CUDA") or os.getenv("TG_QUANT_GRAPH") == "1" or m == 0
     if glu and (graph or not fused_glu):  # the activation in tg's graph, then the plain product
-        x, glu, width = x[..., :cols].silu() * x[..., cols:], False, cols
+        x, glu, width = swiglu(x), False, cols
     epilogue = family in ("CL", "CUDA") and not graph  # (gated and residual in the GPU kernel)
     if graph:
         y = x.cast(dtypes.float32) @ w.dequantize().T
@@ -141,7 +142,7 @@ def quantized_matmul(
         if epilogue:
             return y
     if gated:
-        y = y[..., :n_out].silu() * y[..., n_out:]
+        y = swiglu(y)
     return y if residual is None else residual + y
 
 
