@@ -217,11 +217,9 @@ def _direct_dot(x: Tensor, w: Tensor, dtype: DType | None, big: bool = False) ->
     its kernel on 16 cores; this takes ~10. None where the general path differs: other dtypes (accumulation
     casts), no_grad (DETACH nodes), lazy or constant operands (a constant's sum is folded), several devices; and,
     unless `big` (asked after those), products big enough that the device may want w packed or copied K-major."""
-    from tg_tensor.tensor import Tensor
-
     xu, wu = x.uop, w.uop
     f32 = dtypes.float32
-    if dtype is not None or xu.dtype is not f32 or wu.dtype is not f32 or Tensor.no_grad:
+    if dtype is not None or xu.dtype is not f32 or wu.dtype is not f32 or type(x).no_grad:
         return None
     xs, ws = xu.shape, wu.shape
     if xs is None or ws is None or len(xs) != 2 or len(ws) != 2:
@@ -243,7 +241,7 @@ def _direct_dot(x: Tensor, w: Tensor, dtype: DType | None, big: bool = False) ->
     wt = UOp(Ops.RESHAPE, f32, (UOp(Ops.PERMUTE, f32, (wu,), (1, 0)),), (1, m, k))
     total = UOp(Ops.REDUCE_AXIS, f32, (UOp(Ops.MUL, f32, (xe, UOp(Ops.EXPAND, f32, (wt,), nmk))),), (Ops.ADD, (2,)))
     structure_as(total, ("dot", n, k, m), (xu, wu))
-    return Tensor(UOp(Ops.RESHAPE, f32, (total,), (n, m)))
+    return type(x)(UOp(Ops.RESHAPE, f32, (total,), (n, m)))  # (x's class: Tensor, without importing it here)
 
 
 def _packs(x: Tensor, w: Tensor) -> int:

@@ -131,20 +131,21 @@ def structure_as(node: UOp, template: tuple[object, ...], sources: tuple[UOp, ..
     """
     if _ATTR in node.__dict__:
         return
-    leaves: list[UOp] = []
-    index: dict[UOp, int] = {}
-    sids: list[int] = []
-    maps: list[tuple[int, ...]] = []
-    for s in sources:
-        sid, sub = structure(s)
-        sids.append(sid)
-        maps.append(merge_leaves(sub, leaves, index))
-    key = (template, tuple(sids), tuple(maps))
+    parts = [structure(s) for s in sources]
+    if len(parts) == 2 and len(parts[0][1]) == 1 and len(parts[1][1]) == 1:  # (two operands on a buffer each)
+        (sa, (a,)), (sb, (b,)) = parts
+        key: tuple[object, ...] = (template, (sa, sb), a is b)
+        leaves: tuple[UOp, ...] = (a,) if a is b else (a, b)
+    else:
+        found: list[UOp] = []
+        index: dict[UOp, int] = {}
+        maps = tuple(merge_leaves(sub, found, index) for _, sub in parts)
+        key, leaves = (template, tuple(sid for sid, _ in parts), maps), tuple(found)
     if (known := _templates.get(key)) is not None:
-        node.__dict__[_ATTR] = (known, tuple(leaves))
+        node.__dict__[_ATTR] = (known, leaves)
         return
     sid, walked = structure(node)
-    if walked == tuple(leaves):  # (the node's leaves are its sources' in order: recalled from now on)
+    if walked == leaves:  # (the node's leaves are its sources' in order: recalled from now on)
         if len(_templates) >= IDS_MAX:
             _templates.clear()
         _templates[key] = sid
