@@ -489,13 +489,16 @@ def writes_nothing(item: ScheduleItem) -> bool:
 
 
 def _shape_of(result: UOp) -> tuple[sint, ...] | None:
-    """The shape of a realized node (a BUFFER's is its size: no shape computed for a new BUFFER node)."""
-    return (result.arg[1],) if result.op is Ops.BUFFER else result.shape
+    """The shape of a realized node (a BUFFER's is its size, a view's its arg: no shape computed for a new node)."""
+    if result.op is Ops.BUFFER:
+        return (result.arg[1],)
+    return result.arg if result.op is Ops.RESHAPE and type(result.arg) is tuple else result.shape
 
 
 def _strip_reshapes(u: UOp) -> tuple[UOp, tuple[sint, ...]]:
     """The node under a chain of reshapes (when it is lazy), and the shape to view it as."""
-    shape = tuple(u.shape or ())
+    # (a reshape's arg is its shape: no shape computed for the new node a matmul's result is)
+    shape = u.arg if u.op is Ops.RESHAPE and type(u.arg) is tuple else tuple(u.shape or ())
     node = u
     while node.op is Ops.RESHAPE and node.src[0].op not in (Ops.BUFFER, Ops.CONST):
         node = node.src[0]
