@@ -119,7 +119,7 @@ _templates: dict[tuple[object, ...], int] = {}
 def structure_as(node: UOp, template: tuple[object, ...], sources: tuple[UOp, ...]) -> None:
     """Give `node`, built from `sources` by the caller in a way that `template` names in full (an op and its sizes,
     say), its structure: walked for the first node of each template over sources of these structures, then recalled
-    (a matmul's seven new nodes: one dictionary look-up instead of seven node keys). Nothing to do where the node has
+    (a matmul's eight new nodes: one dictionary look-up instead of eight node keys). Nothing to do where the node has
     its structure already.
 
     >>> from tg_uop import UOp, Ops, dtypes
