@@ -102,6 +102,10 @@ static void tg_leave_shared_cpu(int me, int workers) {
   int shared = mine == atomic_load_explicit(&tg_pool.cpu[0], memory_order_relaxed);
   for (int i = 1; i < me && !shared; i++) shared = mine == atomic_load_explicit(&tg_pool.cpu[i], memory_order_relaxed);
   if (!shared || mine < 0) return;
+  static double next_try[TG_MAX_WORKERS + 1]; /* (each worker its own: a CPU it cannot leave is not tried at once) */
+  double t = tg_now_us();
+  if (t < next_try[me]) return;
+  next_try[me] = t + 1000;
   cpu_set_t allowed, free_, others;
   if (pthread_getaffinity_np(pthread_self(), sizeof allowed, &allowed) != 0) return;
   free_ = others = allowed;
