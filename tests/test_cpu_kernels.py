@@ -224,23 +224,44 @@ def test_thread_pool_woken_ahead_of_a_job() -> None:
         np.testing.assert_allclose(got, a * 2 - 1, rtol=1e-5, atol=1e-6, err_msg=pattern)
 
 
+def _wakes(wake: Callable[[], object], seconds: float, look: Callable[[], bool]) -> bool:
+    """Call tg_pool_wake every 0.1 ms for `seconds` or until `look()` (called before each wake and once more at the
+    end) is true: whether this thread ran without a 0.5 ms pause up to that last look (else the wakes were not 0.1 ms
+    apart and a worker may rightly have slept)."""
+    last = start = time.perf_counter()
+    while True:
+        done = look()  # (before the time is read: a pause after it is caught below)
+        now = time.perf_counter()
+        if now - last >= 5e-4:
+            return False
+        if done or now - start >= seconds:
+            return True
+        wake()
+        last = now
+        while time.perf_counter() - now < 1e-4:
+            pass
+
+
+def _append_false(values: list[int], value: int) -> bool:
+    """Keep `value`, and say the wakes go on (_wakes's look while naps are counted)."""
+    values.append(value)
+    return False
+
+
 def _spinning_under_wakes(runner: CompiledRunner, item: ScheduleItem) -> tuple[int | None, bool]:
-    """(the most workers seen asleep while tg_pool_wake was called every 0.1 ms for 4 * SPIN_US after a job, None if
-    this thread never ran that long without a 0.5 ms pause; whether they slept within 5 s once the wakes stopped)."""
+    """(how often a worker went to sleep while tg_pool_wake was called every 0.1 ms for 4 * SPIN_US after a job, None
+    if this thread never ran that long without a 0.5 ms pause; whether they slept within 5 s once the wakes stopped).
+    Naps are counted, not sleeping workers: on a busy machine a woken worker may wait a while for a CPU."""
     pool = ops_cpu._pools[0]
-    wake, sleeping = pool.tg_pool_wake, pool.tg_pool_sleeping
+    wake, sleeping, naps = pool.tg_pool_wake, pool.tg_pool_sleeping, pool.tg_pool_naps
     seen: int | None = None
-    for _attempt in range(20):  # (an attempt where this thread was descheduled for 0.5 ms proves nothing: again)
-        runner(item.bufs)  # the worker has run a job just now: spinning
-        asleep, last, end = 0, time.perf_counter(), time.perf_counter() + 4 * SPIN_US * 1e-6
-        while (now := time.perf_counter()) < end and now - last < 5e-4:
-            asleep = max(asleep, sleeping())
-            wake()
-            last = now
-            while time.perf_counter() - now < 1e-4:
-                pass
-        if now >= end:
-            seen = asleep
+    for _attempt in range(50):  # (an attempt where this thread was descheduled for 0.5 ms proves nothing: again)
+        runner(item.bufs)  # the worker has run a job just now: spinning (or, busy machine, still asleep: woken here)
+        if not _wakes(wake, 0.5, lambda: sleeping() == 0):
+            continue
+        counts: list[int] = []
+        if _wakes(wake, 4 * SPIN_US * 1e-6, lambda counts=counts: _append_false(counts, naps())):
+            seen = counts[-1] - counts[0]
             break
     deadline = time.perf_counter() + 5.0
     while sleeping() == 0 and time.perf_counter() < deadline:
@@ -266,7 +287,7 @@ def test_thread_pool_wakes_keep_spinning_workers_awake() -> None:
     p.join(timeout=60)
     if asleep is None:
         pytest.skip("the test thread never ran 4 * SPIN_US without a 0.5 ms pause (a busy machine)")
-    assert asleep == 0, f"a worker slept between wakes 0.1 ms apart ({asleep} asleep)"
+    assert asleep == 0, f"a worker went to sleep {asleep} times between wakes 0.1 ms apart"
     assert slept_after, "the worker still spun 5 s after the last wake"
 
 

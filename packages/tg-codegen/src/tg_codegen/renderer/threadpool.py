@@ -23,7 +23,8 @@ How a call runs:
   through 256x256 matmuls, waking a halted vCPU too late to take a chunk: 300 us kernels instead of 155).
 - a worker that finds itself on its caller's CPU (or on another worker's) moves to one nobody here uses: Linux may
   wake a thread on its waker's CPU though another is idle, and the two then take turns on one core.
-- `tg_pool_sleeping()`, `tg_pool_moves()`: how many workers sleep now, how often one moved (tests, diagnostics).
+- `tg_pool_sleeping()`, `tg_pool_naps()`, `tg_pool_moves()`: how many workers sleep now, how often one went to
+  sleep, how often one moved (tests, diagnostics).
 Measured per call on a 2-core EPYC with the workers spinning: ~1-2 us (bench/bench_cpu.py `thread_overhead`).
 
 >>> "void tg_pool_run(" in THREAD_POOL_C
@@ -76,6 +77,7 @@ static struct {
   _Atomic uint64_t wake_us; /* when tg_pool_wake was last called (microseconds): spinners spin past it */
   _Atomic int cpu[TG_MAX_WORKERS + 1]; /* the CPU of the caller [0] and of each awake worker [1 + i], or TG_NO_CPU */
   _Atomic int moves;      /* workers moved off a CPU they shared (tg_pool_moves: tests) */
+  _Atomic int naps;       /* times a worker chose to sleep (tg_pool_naps: tests) */
   int workers;
   pthread_mutex_t lock, busy;
   pthread_cond_t wake;
@@ -161,7 +163,10 @@ static void *tg_worker(void *index) {
       tg_pause();
       if (++spins % 256 != 0) continue;
       tg_leave_shared_cpu(me, tg_pool.workers);
-      if (tg_now_us() > (until = tg_spin_until(until))) {
+      double now = tg_now_us(); /* (read before the last wake's time: a worker descheduled between the two reads
+                                   must not take a wake it has not seen for a wake 1 ms old) */
+      if (now > (until = tg_spin_until(until))) {
+        atomic_fetch_add(&tg_pool.naps, 1);
         pthread_mutex_lock(&tg_pool.lock);
         unsigned wakes = atomic_load(&tg_pool.wakes);
         atomic_store_explicit(&tg_pool.cpu[me], TG_NO_CPU, memory_order_relaxed);
@@ -222,6 +227,7 @@ void tg_pool_wake(void) {
 
 int tg_pool_sleeping(void) { return atomic_load(&tg_pool.sleepers); }
 int tg_pool_moves(void) { return atomic_load(&tg_pool.moves); }
+int tg_pool_naps(void) { return atomic_load(&tg_pool.naps); }
 
 void tg_pool_run(tg_chunk_fn fn, void *args, int n, int threads) {
   if (n <= 1 || threads <= 1 || (uint64_t)n > TG_CHUNK_MASK || pthread_mutex_trylock(&tg_pool.busy) != 0) {
