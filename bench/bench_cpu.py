@@ -20,7 +20,8 @@ Diagnostics beside the headline (what tg's figure is made of): `matmul_kernels`,
 (the copies into panels and the product, without building and scheduling the graph), `realize_parts`, where a
 realize of tg's figure goes (microseconds building the graph, then realizing it, and the kernels alone on those
 buffers), and `thread_pool_us`, one launch of a threaded kernel that does almost nothing (the cost of handing a
-kernel to the threads and back).
+kernel to the threads and back; `moves`: how often in the whole run a pool worker found itself on the Python thread's
+CPU and left it).
 BENCH_SMALL=1: small sizes (a smoke run); BENCH_BEAM=0 skips the BEAM figures.
 """
 
@@ -382,7 +383,13 @@ def bench_thread_pool() -> None:
     st = time.perf_counter()
     for _ in range(calls):
         runner(item.bufs)
-    emit("thread_pool_us", "tg", (time.perf_counter() - st) / calls * 1e6, "us", chunks=threads * 4, threads=threads)
+    from tg_runtime import ops_cpu
+
+    per_call_us = (time.perf_counter() - st) / calls * 1e6
+    # (moves: how often a worker found itself on the Python thread's CPU, or another worker's, and left it, in the
+    # whole run: Linux may wake a worker there though another CPU is idle)
+    moves = int(ops_cpu._pools[0].tg_pool_moves()) if ops_cpu._pools else 0
+    emit("thread_pool_us", "tg", per_call_us, "us", chunks=threads * 4, threads=threads, moves=moves)
 
 
 def bench_tiny_realize() -> None:

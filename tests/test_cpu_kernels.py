@@ -10,6 +10,7 @@ compiler.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import platform
 import shutil
 import threading
@@ -223,6 +224,117 @@ def test_thread_pool_woken_ahead_of_a_job() -> None:
         np.testing.assert_allclose(got, a * 2 - 1, rtol=1e-5, atol=1e-6, err_msg=pattern)
 
 
+def _wakes(wake: Callable[[], object], seconds: float, look: Callable[[], bool]) -> bool:
+    """Call tg_pool_wake every 0.1 ms for `seconds` or until `look()` (called before each wake and once more at the
+    end) is true: whether this thread ran without a 0.5 ms pause up to that last look (else the wakes were not 0.1 ms
+    apart and a worker may rightly have slept)."""
+    last = start = time.perf_counter()
+    while True:
+        done = look()  # (before the time is read: a pause after it is caught below)
+        now = time.perf_counter()
+        if now - last >= 5e-4:
+            return False
+        if done or now - start >= seconds:
+            return True
+        wake()
+        last = now
+        while time.perf_counter() - now < 1e-4:
+            pass
+
+
+def _append_false(values: list[int], value: int) -> bool:
+    """Keep `value`, and say the wakes go on (_wakes's look while naps are counted)."""
+    values.append(value)
+    return False
+
+
+def _spinning_under_wakes(runner: CompiledRunner, item: ScheduleItem) -> tuple[int | None, bool]:
+    """(how often a worker went to sleep while tg_pool_wake was called every 0.1 ms for 4 * SPIN_US after a job, None
+    if this thread never ran that long without a 0.5 ms pause; whether they slept within 5 s once the wakes stopped).
+    Naps are counted, not sleeping workers: on a busy machine a woken worker may wait a while for a CPU."""
+    pool = ops_cpu._pools[0]
+    wake, sleeping, naps = pool.tg_pool_wake, pool.tg_pool_sleeping, pool.tg_pool_naps
+    seen: int | None = None
+    for _attempt in range(50):  # (an attempt where this thread was descheduled for 0.5 ms proves nothing: again)
+        runner(item.bufs)  # the worker has run a job just now: spinning (or, busy machine, still asleep: woken here)
+        if not _wakes(wake, 0.5, lambda: sleeping() == 0):
+            continue
+        counts: list[int] = []
+        if _wakes(wake, 4 * SPIN_US * 1e-6, lambda counts=counts: _append_false(counts, naps())):
+            seen = counts[-1] - counts[0]
+            break
+    deadline = time.perf_counter() + 5.0
+    while sleeping() == 0 and time.perf_counter() < deadline:
+        time.sleep(0.01)
+    return seen, sleeping() > 0
+
+
+def test_thread_pool_wakes_keep_spinning_workers_awake() -> None:
+    """Realizes every ~0.1 ms (tg_pool_wake, each realize's Device.prepare) keep a worker spinning well past SPIN_US
+    after its last job: an eager loop that makes its inputs between its threaded launches finds it awake, not asleep
+    since SPIN_US after the launch before. With the wakes stopped it sleeps again. (In a forked child: one worker,
+    not the ones other tests started.)"""
+    if "fork" not in multiprocessing.get_all_start_methods():
+        pytest.skip("no fork on this platform")
+    a = _rand(36, 9)
+    item = _item(Tensor(a).realize() + 1)
+    runner = CompiledRunner(get_program(item.ast, _pool_renderer(2), opts=[Opt(T, 0, 9)]))
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_child_runs_threaded_kernel, args=(lambda: _spinning_under_wakes(runner, item), q))
+    p.start()
+    asleep, slept_after = q.get(timeout=120)
+    p.join(timeout=60)
+    if asleep is None:
+        pytest.skip("the test thread never ran 4 * SPIN_US without a 0.5 ms pause (a busy machine)")
+    assert asleep == 0, f"a worker went to sleep {asleep} times between wakes 0.1 ms apart"
+    assert slept_after, "the worker still spun 5 s after the last wake"
+
+
+def _worker_leaves_callers_cpu(runner: CompiledRunner, item: ScheduleItem) -> tuple[int, list[int]]:
+    """Put the (one) worker on this thread's CPU, this thread pinned there, wake the pool: (that CPU, the worker's
+    CPU every ms after, until it has been on another one for 5 ms, or 2 s)."""
+    runner(item.bufs)  # starts the worker
+    me = threading.get_native_id()
+    (worker,) = [int(t) for t in os.listdir("/proc/self/task") if int(t) != me]
+    allowed = os.sched_getaffinity(worker)
+    cpu = _cpu_of(me)
+    os.sched_setaffinity(0, {cpu})  # (this thread only: Linux affinity is per thread)
+    os.sched_setaffinity(worker, {cpu})  # moved here (it spins: running) ...
+    os.sched_setaffinity(worker, allowed)  # ... and free to go, where it stays unless moved
+    ops_cpu._pools[0].tg_pool_wake()  # (the pool learns where its caller is)
+    seen = []
+    for _ in range(2000):  # (up to 2 s: a busy machine may run the worker late; it moves at its first look)
+        time.sleep(0.001)
+        seen.append(_cpu_of(worker))
+        if seen[-5:] == [seen[-1]] * 5 and seen[-1] != cpu:
+            break
+    return cpu, seen
+
+
+def _cpu_of(tid: int) -> int:
+    return int(open(f"/proc/self/task/{tid}/stat").read().rsplit(")", 1)[1].split()[36])
+
+
+def test_thread_pool_worker_leaves_the_callers_cpu() -> None:
+    """A worker that finds itself on its caller's CPU (where Linux may wake it though another CPU is idle) moves to
+    another one: the two would take turns on one core. (In a forked child, whose one worker is the only other
+    thread.)"""
+    if "fork" not in multiprocessing.get_all_start_methods() or not hasattr(os, "sched_setaffinity"):
+        pytest.skip("no fork or no CPU affinity on this platform")
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one CPU: nowhere to move")
+    item = _item(Tensor(_rand(36, 9)).realize() + 1)
+    runner = CompiledRunner(get_program(item.ast, _pool_renderer(2), opts=[Opt(T, 0, 9)]))
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_child_runs_threaded_kernel, args=(lambda: _worker_leaves_callers_cpu(runner, item), q))
+    p.start()
+    cpu, seen = q.get(timeout=120)
+    p.join(timeout=60)
+    assert seen[-1] != cpu, f"the worker stayed on its caller's CPU {cpu} for {len(seen)} ms"
+
+
 def test_prepare_is_harmless_where_nothing_sleeps() -> None:
     """Device.prepare on a device without a waker (PYTHON) does nothing; on the CPU it only wakes the pool."""
     Device["PYTHON"].prepare()
@@ -250,7 +362,7 @@ def test_heuristics_thread_short_axes_on_many_threads() -> None:
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
 
 
-def _child_runs_threaded_kernel(fn: Callable[[], float], q: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+def _child_runs_threaded_kernel(fn: Callable[[], object], q: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
     q.put(fn())
 
 

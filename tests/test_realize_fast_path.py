@@ -371,3 +371,25 @@ def test_the_short_way_launches_a_kernel_of_a_bound_variable(monkeypatch: Any) -
             out = (t.shrink(((0, v.bind(3)),)) * 2).realize()
             np.testing.assert_allclose(out.numpy(), x[:3] * 2, rtol=1e-6)
     assert seen == [(3,), (3,)]  # the first realize recorded the structure, the next two replayed it
+
+
+def test_a_realized_reduction_is_a_view_of_its_buffer() -> None:
+    """A matmul's (or any keepdim-free reduction's) root has a trailing axis of 1 that the tensor's reshape takes off:
+    by either way of realizing (a schedule, then the short way of a seen structure) the tensor becomes one reshape of
+    its buffer (a contiguous buffer, read without a kernel), and a graph on the root finds the same values."""
+    from tg_tensor.engine.util import is_contiguous_buffer
+
+    with fresh():
+        for seed in range(3):  # (the first schedules and caches, the others replay)
+            a, b = _f32(6, 5, seed=seed), _f32(5, 7, seed=seed + 10)
+            ta, tb = Tensor(a).realize(), Tensor(b).realize()
+            c, s = ta @ tb, (ta * 2).sum(1)
+            root = c.uop.src[0]  # (the reduce, of shape (6, 7, 1))
+            same_root = Tensor(root)
+            c.realize(), s.realize()
+            assert is_contiguous_buffer(c.uop) and is_contiguous_buffer(s.uop), (c.uop.op, s.uop.op)
+            GlobalCounters.reset()
+            np.testing.assert_allclose(c.numpy(), a @ b, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(s.numpy(), (a * 2).sum(1), rtol=1e-5, atol=1e-5)
+            assert GlobalCounters.kernel_count == 0
+            np.testing.assert_allclose(same_root.numpy().reshape(6, 7), a @ b, rtol=1e-5, atol=1e-5)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 from tg_tensor import Tensor, chains, linalg
 from tg_tensor.front import front
 from tg_uop import Ops
+from tg_uop.structure import structure
 
 rng = np.random.default_rng(0)
 
@@ -40,6 +42,23 @@ def test_direct_dot_on_transposed_operands(monkeypatch: pytest.MonkeyPatch) -> N
     assert linalg._direct_dot(x.T, w.T, None) is not None
     assert fast.uop is general_dot(x.T, w.T, monkeypatch).uop
     np.testing.assert_allclose(fast.numpy(), x.numpy().T @ w.numpy().T, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("operands", ["distinct", "same", "transposed"])
+def test_direct_dot_structure_is_the_walked_one(operands: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The structure `_direct_dot` gives its graph (recalled after the first product of these sizes) is the one the
+    schedule cache would walk: the general path's graph on other buffers of the same shapes and aliasing."""
+
+    def pair() -> tuple[Tensor, Tensor]:
+        x = realized(6, 6)
+        return {"distinct": (x, realized(6, 6)), "same": (x, x), "transposed": (x.T, realized(6, 6).T)}[operands]
+
+    for _ in range(2):  # (the first computes and remembers it, the second recalls it)
+        fast = operator.matmul(*pair())
+        walked = general_dot(*pair(), monkeypatch)
+        assert fast.uop.src[0] is not walked.uop.src[0]
+        assert structure(fast.uop.src[0])[0] == structure(walked.uop.src[0])[0]
+        assert len(structure(fast.uop.src[0])[1]) == (1 if operands == "same" else 2)
 
 
 @pytest.mark.parametrize(

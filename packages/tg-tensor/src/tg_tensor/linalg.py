@@ -18,6 +18,7 @@ from tg_runtime.device import Device
 from tg_tensor.engine.util import ShapeError, broadcast_shape, is_contiguous_buffer, to_dtype
 from tg_uop import DType, Ops, UOp, dtypes
 from tg_uop.helpers import ContextVar, all_int, prod
+from tg_uop.structure import structure_as
 
 if TYPE_CHECKING:
     from tg_tensor.tensor import Tensor
@@ -30,28 +31,31 @@ class LinalgMixin:
 
     def dot(self: Tensor, w: Tensor, dtype: DType | None = None) -> Tensor:
         """Matrix product with numpy's rules for 1-D operands and broadcast batch dims."""
-        if self.ndim == 0 or w.ndim == 0:  # numpy and torch refuse 0-d operands too (use * for a scalar)
-            raise ShapeError(f"matmul: both operands need at least 1 dim, got shapes {self.shape} and {w.shape}")
-        k_w = w.shape[-2] if w.ndim > 1 else w.shape[0]
-        if self.shape[-1] != k_w:
-            raise ShapeError(f"matmul: shapes {self.shape} and {w.shape} do not align: {self.shape[-1]} != {k_w}")
-        if self.ndim > 2 and w.ndim > 2:
+        xs, ws = self.shape, w.shape  # (read once: a small matmul's checks are a share of its time)
+        if not xs or not ws:  # numpy and torch refuse 0-d operands too (use * for a scalar)
+            raise ShapeError(f"matmul: both operands need at least 1 dim, got shapes {xs} and {ws}")
+        k_w = ws[-2] if len(ws) > 1 else ws[0]
+        if xs[-1] != k_w:
+            raise ShapeError(f"matmul: shapes {xs} and {ws} do not align: {xs[-1]} != {k_w}")
+        if len(xs) == 2 and len(ws) == 2:
+            if (direct := _direct_dot(self, w, dtype)) is not None:
+                return direct
+        elif len(xs) > 2 and len(ws) > 2:
             try:
-                broadcast_shape(self.shape[:-2], w.shape[:-2])
+                broadcast_shape(xs[:-2], ws[:-2])
             except ValueError:
                 raise ShapeError(
-                    f"matmul: batch dims {self.shape[:-2]} and {w.shape[:-2]} (of shapes {self.shape} and "
-                    f"{w.shape}) cannot be broadcast together"
+                    f"matmul: batch dims {xs[:-2]} and {ws[:-2]} (of shapes {xs} and {ws}) cannot be broadcast together"
                 ) from None
-        if w.ndim == 1:
+        if len(ws) == 1:
             return (self * w).sum(-1, dtype=dtype)
-        if self.ndim == 1:
+        if len(xs) == 1:
             return (self.reshape(-1, 1) * w).sum(-2, dtype=dtype)
         if panel := _packs(self, w):
             return _packed_dot(self, w, dtype, panel)
         if _k_major_copy(self, w):  # (x @ w.T with w the K-major copy: the layout the tensor cores read directly)
             w = w.transpose(-1, -2).contiguous().transpose(-1, -2)
-        elif (direct := _direct_dot(self, w, dtype)) is not None:
+        elif (direct := _direct_dot(self, w, dtype, True)) is not None:
             return direct
         x = self.unsqueeze(-2)  # (..., n, 1, k)
         wt = w.transpose(-1, -2).unsqueeze(-3)  # (..., 1, m, k)
@@ -205,30 +209,39 @@ def _layout(t: Tensor) -> OperandLayout:
     return Device[t.device].renderer.operand_layout(t.dtype) if one else OperandLayout()
 
 
-def _direct_dot(x: Tensor, w: Tensor, dtype: DType | None) -> Tensor | None:
-    """`x @ w` of two realized fp32 matrices built as UOps directly: the very graph the general path builds (the
-    same nodes: UOps are hash-consed), without its eight intermediate Tensors and their broadcast and dtype checks.
+def _direct_dot(x: Tensor, w: Tensor, dtype: DType | None, big: bool = False) -> Tensor | None:
+    """`x @ w` of two realized fp32 matrices built as UOps directly: the very graph the general
+    path builds (the same nodes: UOps are hash-consed), without its eight intermediate Tensors and their broadcast and
+    dtype checks, its structure (tg_uop.structure) recalled from the last product of these sizes on operands alike.
     A 256x256 matmul's graph took ~80 us of Python on a 2-core EPYC (~170 on the 16-core Xeon host), more than
     its kernel on 16 cores; this takes ~10. None where the general path differs: other dtypes (accumulation
-    casts), no_grad (DETACH nodes), lazy or constant operands (a constant's sum is folded), several devices."""
-    from tg_tensor.tensor import Tensor
-
+    casts), no_grad (DETACH nodes), lazy or constant operands (a constant's sum is folded), several devices; and,
+    unless `big` (asked after those), products big enough that the device may want w packed or copied K-major."""
     xu, wu = x.uop, w.uop
-    if dtype is not None or xu.dtype != dtypes.float32 or wu.dtype != dtypes.float32 or Tensor.no_grad:
+    f32 = dtypes.float32
+    if dtype is not None or xu.dtype is not f32 or wu.dtype is not f32 or type(x).no_grad:
         return None
-    if x.ndim != 2 or w.ndim != 2 or xu.base.op is not Ops.BUFFER or wu.base.op is not Ops.BUFFER:
+    xs, ws = xu.shape, wu.shape
+    if xs is None or ws is None or len(xs) != 2 or len(ws) != 2:
         return None
-    if not isinstance(xu.device, str) or xu.device != wu.device or not (all_int(x.shape) and all_int(w.shape)):
+    n, k, m = xs[0], xs[1], ws[1]
+    if type(n) is not int or type(k) is not int or type(m) is not int:
         return None
-    n, k, m = int(x.shape[0]), int(x.shape[1]), int(w.shape[1])
     if min(n, k, m) < 2:  # (size-1 axes: the general path's reshapes and reduce differ)
         return None
+    if not big and n * k * m >= min(PACK_MIN_MACS, K_MAJOR_MIN_MACS):
+        return None
+    if xu.base.op is not Ops.BUFFER or wu.base.op is not Ops.BUFFER:
+        return None
+    if type(device := xu.device) is not str or device != wu.device:
+        return None
     # (the nodes built as they are: every shape here is valid by construction, so UOp.reshape's checks are skipped)
-    f32, nmk = dtypes.float32, (n, m, k)
-    xs = UOp(Ops.EXPAND, f32, (UOp(Ops.RESHAPE, f32, (xu,), (n, 1, k)),), nmk)
+    nmk = (n, m, k)
+    xe = UOp(Ops.EXPAND, f32, (UOp(Ops.RESHAPE, f32, (xu,), (n, 1, k)),), nmk)
     wt = UOp(Ops.RESHAPE, f32, (UOp(Ops.PERMUTE, f32, (wu,), (1, 0)),), (1, m, k))
-    prod_ = UOp(Ops.MUL, f32, (xs, UOp(Ops.EXPAND, f32, (wt,), nmk)))
-    return Tensor(UOp(Ops.RESHAPE, f32, (UOp(Ops.REDUCE_AXIS, f32, (prod_,), (Ops.ADD, (2,))),), (n, m)))
+    total = UOp(Ops.REDUCE_AXIS, f32, (UOp(Ops.MUL, f32, (xe, UOp(Ops.EXPAND, f32, (wt,), nmk))),), (Ops.ADD, (2,)))
+    structure_as(total, ("dot", n, k, m), (xu, wu))
+    return type(x)(UOp(Ops.RESHAPE, f32, (total,), (n, m)))  # (x's class: Tensor, without importing it here)
 
 
 def _packs(x: Tensor, w: Tensor) -> int:

@@ -472,9 +472,22 @@ class UOp(metaclass=UOpMetaClass):
     @cached
     def device(self) -> str | None:
         """The device a tensor-level node lives on."""
+        # (a chain of new one-source nodes, a matmul's movement ops: walked down in a loop to the first node that
+        # knows its device, and each given it on the way back, not one nested call per node)
+        chain: list[UOp] = []
+        node = self
+        while len(node.src) == 1 and node.op not in _OWN_DEVICE and "device" not in node.src[0].__dict__:
+            chain.append(node)
+            node = node.src[0]
+        d = node._own_device()
+        for n in chain[1:] if node is self else [*chain[1:], node]:
+            n.__dict__["device"] = d  # (as `cached` stores it; `self` is stored by `cached`)
+        return d
+
+    def _own_device(self) -> str | None:
         if self.op is Ops.DEVICE:
             return self.arg if isinstance(self.arg, str) else str(self.arg)  # (keeps a str subclass: device sets)
-        if self.op in (Ops.COPY, Ops.MULTI, Ops.COLLECTIVE):
+        if self.op in _OWN_DEVICE:
             return self.src[-1].device
         for s in self.src:
             if (d := s.device) is not None:
@@ -549,6 +562,7 @@ class UOp(metaclass=UOpMetaClass):
         return self.shape
 
 
+_OWN_DEVICE = frozenset({Ops.DEVICE, Ops.COPY, Ops.MULTI, Ops.COLLECTIVE})  # (device not their first source's)
 _UCACHE = UOpMetaClass.ucache
 _new_object = object.__new__
 _set_op, _set_dtype, _set_src, _set_arg = (UOp.__dict__[f].__set__ for f in ("op", "dtype", "src", "arg"))

@@ -350,7 +350,7 @@ class Realizer:
         if len(tensors) == 1 and not keeps_graph:  # (one tensor that autograd does not need: every tiny realize)
             t, ((root, shape),) = tensors[0], roots
             old, result = t._uop, becomes[root]
-            t.uop = result if _shape_of(result) == shape else result.reshape(shape)
+            t.uop = _view_as(result, shape)
             if old.op not in _OWN and old is not t._uop:
                 self._share(old, t, (id(t),))
             return
@@ -363,7 +363,7 @@ class Realizer:
                 if _reads_any(t.uop, grad_nodes):
                     t._lazy = t.uop
             result = becomes[root]
-            t.uop = result if _shape_of(result) == shape else result.reshape(shape)
+            t.uop = _view_as(result, shape)
         self._share_results(tensors, before)
 
     def _share_results(self, tensors: Sequence[Holder], before: list[UOp]) -> None:
@@ -489,13 +489,29 @@ def writes_nothing(item: ScheduleItem) -> bool:
 
 
 def _shape_of(result: UOp) -> tuple[sint, ...] | None:
-    """The shape of a realized node (a BUFFER's is its size: no shape computed for a new BUFFER node)."""
-    return (result.arg[1],) if result.op is Ops.BUFFER else result.shape
+    """The shape of a realized node (a BUFFER's is its size, a view's its arg: no shape computed for a new node)."""
+    if result.op is Ops.BUFFER:
+        return (result.arg[1],)
+    return result.arg if result.op is Ops.RESHAPE and type(result.arg) is tuple else result.shape
+
+
+def _view_as(result: UOp, shape: tuple[sint, ...]) -> UOp:
+    """A realized node seen at `shape` (the tensor's, of as many elements: its graph's root under the reshapes
+    `_strip_reshapes` took off). A view of a whole buffer is viewed again from the buffer (a matmul's root has a
+    trailing axis of 1: its tensor gets RESHAPE(BUFFER), a contiguous buffer, not a reshape of that root's view)."""
+    if _shape_of(result) == shape:
+        return result
+    if result.op is Ops.RESHAPE and result.src[0].op is Ops.BUFFER:
+        result = result.src[0]
+    if result.op is Ops.BUFFER:  # (no checks: the reshapes taken off were checked when they were built)
+        return result if shape == (result.arg[1],) else UOp(Ops.RESHAPE, result.dtype, (result,), tuple(shape))
+    return result.reshape(shape)
 
 
 def _strip_reshapes(u: UOp) -> tuple[UOp, tuple[sint, ...]]:
     """The node under a chain of reshapes (when it is lazy), and the shape to view it as."""
-    shape = tuple(u.shape or ())
+    # (a reshape's arg is its shape: no shape computed for the new node a matmul's result is)
+    shape = u.arg if u.op is Ops.RESHAPE and type(u.arg) is tuple else tuple(u.shape or ())
     node = u
     while node.op is Ops.RESHAPE and node.src[0].op not in (Ops.BUFFER, Ops.CONST):
         node = node.src[0]

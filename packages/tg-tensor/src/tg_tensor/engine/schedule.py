@@ -491,11 +491,7 @@ def _lazy_structure(rz: Realizer, roots: list[UOp]) -> tuple[tuple[object, ...],
         root = roots[0]
         if realized and any(weakref.ref(n) in realized for n in root.toposort):
             return None
-        sid, root_leaves = structure(root)
-        if rz.failed.data or rz.stale.data:  # (weak containers: len() is Python)
-            for leaf in root_leaves:
-                check_not_stale(leaf)
-        return ("LAZY", sid, len(root_leaves)), list(root_leaves)
+        return _one_root_key(rz, root)
     sids: list[int] = []
     leaves: list[UOp] = []
     index: dict[UOp, int] = {}
@@ -510,6 +506,15 @@ def _lazy_structure(rz: Realizer, roots: list[UOp]) -> tuple[tuple[object, ...],
         for leaf in leaves:
             check_not_stale(leaf)
     return ("LAZY", tuple(sids), tuple(maps)), leaves
+
+
+def _one_root_key(rz: Realizer, root: UOp) -> tuple[tuple[object, ...], list[UOp]]:
+    """_lazy_structure of one root (no node of its graph realized before): its key and leaves."""
+    sid, root_leaves = structure(root)
+    if rz.failed.data or rz.stale.data:  # (weak containers: len() is Python)
+        for leaf in root_leaves:
+            check_not_stale(leaf)
+    return ("LAZY", sid, len(root_leaves)), list(root_leaves)
 
 
 def _record(items: list[ScheduleItem], leaves: list[UOp], becomes: list[UOp]) -> _Recipe | None:
@@ -599,11 +604,19 @@ def replay_one(rz: Realizer, root: UOp) -> tuple[UOp, list[Buffer], dict[UOp, in
     when the schedule cache holds `root`'s structure as one kernel with one output (else None, and nothing
     changed): create_schedule's hit for one root, without a ScheduleItem (the tiny realize's short way).
     The output BUFFER node and its Buffer are filed, and `root` is recorded as realized by it."""
-    found = _cached(rz, [root])
-    if found is None or (recipe := found[3]) is None or len(recipe.items) != 1 or len(recipe.outs) != 1:
+    if not rz.realized.data and root.op is not Ops.BUFFER and root.base.op is not Ops.BUFFER:
+        key, leaves = _one_root_key(rz, root)  # (nothing realized is alive: _cached's way, without its lists)
+        recipe = rz.recipes.get(key)
+        if recipe is not None and rz.plain_only and recipe.fixed:
+            return None
+    elif (found := _cached(rz, [root])) is not None:
+        (root,), _, leaves, recipe = found
+    else:
         return None
-    ((ast, bufs, var_vals),), (result,) = _replay_launches(rz, recipe, found[2])
-    rz.realized[found[0][0]] = result
+    if recipe is None or len(recipe.items) != 1 or len(recipe.outs) != 1:
+        return None
+    ((ast, bufs, var_vals),), (result,) = _replay_launches(rz, recipe, leaves)
+    rz.realized[root] = result
     return ast, bufs, var_vals, result
 
 
