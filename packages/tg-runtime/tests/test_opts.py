@@ -236,7 +236,7 @@ def test_local_opts_need_a_device_with_locals(opt: Opt) -> None:
         ([Opt(OptOps.UPCAST, 0, 3)], "cannot split"),
         ([Opt(OptOps.UPCAST, 7, 2)], "does not exist"),
         ([Opt(OptOps.UNROLL, 1, 2)], "does not exist"),
-        ([Opt(OptOps.THREAD, 0, 2), Opt(OptOps.THREAD, 0, 2)], "already split"),
+        ([Opt(OptOps.THREAD, 0, 2), Opt(OptOps.THREAD, 0, 2), Opt(OptOps.THREAD, 1, 2)], "already split"),
         ([Opt(OptOps.PADTO, 0, 4)], "multiple already"),
         ([Opt(OptOps.SWAP, 1, 0)], "axis < arg"),
         ([Opt(OptOps.NOLOCALS), Opt(OptOps.NOLOCALS)], "already"),

@@ -15,6 +15,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from tg_codegen.axes import AxisType
 from tg_codegen.kernel import Kernel
 from tg_codegen.opt import KernelOptError, Opt, OptOps
@@ -178,13 +180,20 @@ def _tile_pair(
 
     best: tuple[tuple[int, ...], tuple[tuple[int, int], tuple[int, int]]] | None = None
     outer = next((n for n in range(len(globals_)) if size(n) > 1), None)
+    # (another axis long enough to share among the threads: the outer one may be cut into lanes. The MNIST step's
+    # conv input gradient, batch x channels x 121 pixels x 9 taps: 16 threads kept the batch whole for them and
+    # gathered 4 lanes along the channels, 12 GFLOPS a core against 36 with lanes along the batch; the threads
+    # split the 121 pixels anyway)
+    long_axes = [n for n in range(len(globals_)) if size(n) >= 4 * k.opts.threads]
     for v in range(len(globals_)):
         mv = moving(globals_[v])
         contiguous = bool(mv) and all(unmasked[i][globals_[v]] == 1 for i in mv)
         wide = 64 if k.opts.vector_bytes >= 64 else 32
         lanes, most = TILE_CONTIGUOUS[wide] if contiguous else (TILE_GATHERED, TILE_GATHERED_MAX)
         v_amt = next((w for w in lanes if size(v) % w == 0), None)
-        if v_amt is None or not mv or (v == outer and size(v) // v_amt < 4 * k.opts.threads):
+        if v_amt is None or not mv:
+            continue
+        if v == outer and size(v) // v_amt < 4 * k.opts.threads and all(n == v for n in long_axes):
             continue  # (the outermost axis must keep enough iterations to share among the threads)
         for o in range(len(globals_)):
             mo = moving(globals_[o])
@@ -238,9 +247,14 @@ def _threads(k: Kernel) -> None:
             return
     # every output axis is shorter than the threads or spreads badly (16 threads, axes of 4, 8, 3, 3: the MNIST
     # step's conv weight gradient ran on one thread for 21 of its 39 ms on the 16-core Xeon host; 2 threads split
-    # the 4): the axis whose indices keep the most threads busy
-    for i in sorted(range(len(sizes)), key=lambda i: -busy_threads(sizes[i], n)):
-        if busy_threads(sizes[i], n) >= 2 and k.apply_first([Opt(OptOps.THREAD, i, sizes[i])]):
+    # the 4): the axis, or pair of axes (chunks of both indices), whose indices keep the most threads busy (one
+    # axis of 8 left half of 16 threads idle: that weight gradient took 4.0 ms of the 19 ms step)
+    choices: list[tuple[float, tuple[int, ...]]] = [(busy_threads(size, n), (i,)) for i, size in enumerate(sizes)]
+    pairs = [(i, j) for i, j in itertools.combinations(range(len(sizes)), 2) if sizes[i] * sizes[j] <= 16 * n]
+    choices += [(busy_threads(sizes[i] * sizes[j], n), (i, j)) for i, j in pairs]
+    for busy, axes in sorted(choices, key=lambda c: (-c[0], len(c[1]))):
+        # (the first axis's THREAD takes it whole and leaves the globals' numbering as it was for the second)
+        if busy >= 2 and k.apply_all([Opt(OptOps.THREAD, a, sizes[a]) for a in axes]):
             return
 
 

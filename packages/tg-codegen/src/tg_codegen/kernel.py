@@ -347,12 +347,16 @@ def _unroll(k: Kernel, opt: Opt) -> None:
 
 
 def _thread(k: Kernel, opt: Opt) -> None:
+    """Split an output axis over CPU threads. A second THREAD opt adds a second axis: the chunks are then the pairs
+    of both axes' indices (16 threads and output axes of 8 and 4: 32 chunks, not 8 with half the threads idle)."""
     if not k.opts.has_threads:
         raise KernelOptError(f"{opt}: the {k.opts.device or 'generic'} renderer has no CPU threads")
-    if k.axes_of(AxisType.THREAD):
-        raise KernelOptError(f"{opt}: the kernel is already split over threads")
+    if len(threads := k.axes_of(AxisType.THREAD)) >= 2:
+        raise KernelOptError(f"{opt}: the kernel is already split over threads along two axes")
     axis = k._pick(opt, AxisType.GLOBAL)
     _not_carried(k, opt, axis)
+    if threads and not (isinstance(k.full_shape[threads[0]], int) and isinstance(k.full_shape[axis], int)):
+        raise KernelOptError(f"{opt}: chunks over two axes need both axes' sizes known")
     k._split(axis, k._amount(axis, opt.arg), AxisType.THREAD, inner=False)
 
 

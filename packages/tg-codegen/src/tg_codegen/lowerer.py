@@ -48,12 +48,24 @@ class Lowerer:
             reduces = t in (AxisType.REDUCE, AxisType.GROUP)
             kind = RangeKind.REDUCE if reduces else RangeKind.THREAD if t == AxisType.THREAD else RangeKind.LOOP
             self.loop.append(UOp(Ops.RANGE, self.idx_dt, (end,), (i, kind)))
+        self._thread_pair()
         self.in_bounds: tuple[UOp, ...] = ()  # launch ids of symbolic axes below their size (launched at the largest)
         if k.opts.has_local:
             self._launch_ids()
         self.memo: dict[tuple[UOp, tuple[UOp, ...]], UOp] = {}
         self.n_locals = 0
         self.stager = Stager(self) if k.staged else None
+
+    def _thread_pair(self) -> None:
+        """Two THREAD axes (sizes a and b) run as one chunk loop of a * b: the first axis's index is chunk // b,
+        the second's chunk % b (the C renderer hands one loop's iterations to the thread pool)."""
+        threads = [a for a in self.k.axes_of(AxisType.THREAD) if self.loop[a].op is Ops.RANGE]
+        if len(threads) != 2:
+            return
+        (first, second), inner = threads, int(self.k.full_shape[threads[1]])
+        total = UOp.const(self.idx_dt, int(self.k.full_shape[first]) * inner)
+        chunk = UOp(Ops.RANGE, self.idx_dt, (total,), (first, RangeKind.THREAD))
+        self.loop[first], self.loop[second] = chunk // inner, chunk % inner
 
     def _index_dtype(self) -> DType:
         """int32 index maths, or int64 when this kernel's sizes can pass 2^31 (wide_index.py)."""
