@@ -38,15 +38,28 @@ def _splits(u: UOp, units: int) -> bool:
 
 def compares_with_arange(node: UOp, resolve: Mapping[UOp, UOp] | None = None) -> bool:
     """Is `node` `x == arange` or `x != arange` (or an AND of those): the one-hot mask of tensor indexing?"""
-    node = resolve.get(node, node) if resolve is not None else node
+    return _aranges(node, resolve) is not None
+
+
+def _aranges(node: UOp, resolve: Mapping[UOp, UOp] | None = None) -> list[UOp] | None:
+    """The ARANGE nodes a one-hot mask compares with (compares_with_arange), or None when `node` is not one."""
+
+    def look(u: UOp) -> UOp:
+        return resolve.get(u, u) if resolve is not None else u
+
+    node = look(node)
     if node.op is Ops.AND:
-        return all(compares_with_arange(s, resolve) for s in node.src)
+        found: list[UOp] = []
+        for s in node.src:
+            if (sub := _aranges(s, resolve)) is None:
+                return None
+            found += sub
+        return found
     if node.op is not Ops.CMPNE:
-        return False
-    inner = resolve.get(node.src[0], node.src[0]) if resolve is not None else node.src[0]
-    if inner.op is Ops.CMPNE:  # x == y is written (x != y) != True
+        return None
+    if (inner := look(node.src[0])).op is Ops.CMPNE:  # x == y is written (x != y) != True
         node = inner
-    return any((resolve.get(s, s) if resolve is not None else s).base.op is Ops.ARANGE for s in node.src)
+    return [b for s in node.src if (b := look(s).base).op is Ops.ARANGE] or None
 
 
 def is_one_hot_sum(node: UOp) -> bool:
@@ -61,21 +74,13 @@ def is_one_hot_sum(node: UOp) -> bool:
     body = node.src[0].base
     while body.op is Ops.CAST:
         body = body.src[0].base
-    if body.op is not Ops.WHERE or not compares_with_arange(body.src[0].base):
+    if body.op is not Ops.WHERE or (aranges := _aranges(body.src[0].base)) is None:
         return False
     shape = tuple(node.src[0].shape or ())
     if not all(isinstance(s, int) for s in shape):
         return True
     reduced = prod(shape[a] for a in node.arg[1])
-    return any(prod(a.shape or ()) == reduced for a in _aranges(body.src[0].base))
-
-
-def _aranges(mask: UOp) -> list[UOp]:
-    """The ARANGE nodes a one-hot mask (compares_with_arange) compares with."""
-    if mask.op is Ops.AND:
-        return [a for s in mask.src for a in _aranges(s)]
-    inner = mask.src[0] if mask.op is Ops.CMPNE and mask.src[0].op is Ops.CMPNE else mask
-    return [s.base for s in inner.src if s.base.op is Ops.ARANGE]
+    return any(prod(a.shape or ()) == reduced for a in aranges)
 
 
 def split_reduce(node: UOp) -> UOp | None:
