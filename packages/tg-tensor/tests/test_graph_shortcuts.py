@@ -44,6 +44,37 @@ def test_direct_dot_on_transposed_operands(monkeypatch: pytest.MonkeyPatch) -> N
     np.testing.assert_allclose(fast.numpy(), x.numpy().T @ w.numpy().T, rtol=1e-4, atol=1e-4)
 
 
+def general_packed_dot(x: Tensor, w: Tensor, monkeypatch: pytest.MonkeyPatch) -> Tensor:
+    with monkeypatch.context() as m:
+        m.setattr(linalg, "_direct_packed_dot", lambda *a: None)
+        return x @ w
+
+
+@pytest.mark.parametrize("n,k,m,transposed", [(48, 20, 32, False), (64, 600, 32, False), (32, 7, 48, True)])
+def test_direct_packed_dot_is_the_general_graph(
+    n: int, k: int, m: int, transposed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The packed product (w, and x whose rows divide into panels, copied into panels first; the size threshold
+    lowered so small ones take it) built directly: the general path's nodes, numpy's values, its structure recalled
+    on other buffers equal to the walked one."""
+    monkeypatch.setattr(linalg, "PACK_MIN_MACS", 0)
+    monkeypatch.setattr(linalg, "PACK_MIN_STRIP_BYTES", 0)
+
+    def pair() -> tuple[Tensor, Tensor]:
+        return (realized(k, n).T, realized(m, k).T) if transposed else (realized(n, k), realized(k, m))
+
+    x, w = pair()
+    panel = linalg._packs(x, w)
+    assert panel and n % panel == 0, "not the packed product of both operands this test is about"
+    fast = x @ w
+    assert linalg._direct_packed_dot(x, w, panel) is not None
+    assert fast.uop is general_packed_dot(x, w, monkeypatch).uop
+    np.testing.assert_allclose(fast.numpy(), x.numpy() @ w.numpy(), rtol=1e-4, atol=1e-4)
+    for _ in range(2):  # (the first product of these sizes above remembered its structure: recalled here)
+        again, walked = operator.matmul(*pair()), general_packed_dot(*pair(), monkeypatch)
+        assert structure(again.uop.src[0].src[0])[0] == structure(walked.uop.src[0].src[0])[0]
+
+
 @pytest.mark.parametrize("operands", ["distinct", "same", "transposed"])
 def test_direct_dot_structure_is_the_walked_one(operands: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The structure `_direct_dot` gives its graph (recalled after the first product of these sizes) is the one the

@@ -214,9 +214,26 @@ def _direct_dot(x: Tensor, w: Tensor, dtype: DType | None, big: bool = False) ->
     path builds (the same nodes: UOps are hash-consed), without its eight intermediate Tensors and their broadcast and
     dtype checks, its structure (tg_uop.structure) recalled from the last product of these sizes on operands alike.
     A 256x256 matmul's graph took ~80 us of Python on a 2-core EPYC (~170 on the 16-core Xeon host), more than
-    its kernel on 16 cores; this takes ~10. None where the general path differs: other dtypes (accumulation
-    casts), no_grad (DETACH nodes), lazy or constant operands (a constant's sum is folded), several devices; and,
-    unless `big` (asked after those), products big enough that the device may want w packed or copied K-major."""
+    its kernel on 16 cores; this takes ~10. None where the general path differs (`_matrices`); and, unless `big`
+    (asked after those), products big enough that the device may want w packed or copied K-major."""
+    if (sizes := _matrices(x, w, dtype)) is None:
+        return None
+    n, k, m = sizes
+    if not big and n * k * m >= min(PACK_MIN_MACS, K_MAJOR_MIN_MACS):
+        return None
+    # (the nodes built as they are: every shape here is valid by construction, so UOp.reshape's checks are skipped)
+    xu, wu, f32, nmk = x.uop, w.uop, dtypes.float32, (n, m, k)
+    xe = UOp(Ops.EXPAND, f32, (UOp(Ops.RESHAPE, f32, (xu,), (n, 1, k)),), nmk)
+    wt = UOp(Ops.RESHAPE, f32, (UOp(Ops.PERMUTE, f32, (wu,), (1, 0)),), (1, m, k))
+    total = UOp(Ops.REDUCE_AXIS, f32, (UOp(Ops.MUL, f32, (xe, UOp(Ops.EXPAND, f32, (wt,), nmk))),), (Ops.ADD, (2,)))
+    structure_as(total, ("dot", n, k, m), (xu, wu))
+    return type(x)(UOp(Ops.RESHAPE, f32, (total,), (n, m)))  # (x's class: Tensor, without importing it here)
+
+
+def _matrices(x: Tensor, w: Tensor, dtype: DType | None) -> tuple[int, int, int] | None:
+    """(n, k, m) when `x @ w` may be built directly (`_direct_dot`, `_direct_packed_dot`): two realized fp32
+    matrices on one device, no size-1 axis; None where the general path's graph differs: other dtypes (accumulation
+    casts), no_grad (DETACH nodes), lazy or constant operands (a constant's sum is folded), several devices."""
     xu, wu = x.uop, w.uop
     f32 = dtypes.float32
     if dtype is not None or xu.dtype is not f32 or wu.dtype is not f32 or type(x).no_grad:
@@ -229,19 +246,36 @@ def _direct_dot(x: Tensor, w: Tensor, dtype: DType | None, big: bool = False) ->
         return None
     if min(n, k, m) < 2:  # (size-1 axes: the general path's reshapes and reduce differ)
         return None
-    if not big and n * k * m >= min(PACK_MIN_MACS, K_MAJOR_MIN_MACS):
-        return None
     if xu.base.op is not Ops.BUFFER or wu.base.op is not Ops.BUFFER:
         return None
     if type(device := xu.device) is not str or device != wu.device:
         return None
-    # (the nodes built as they are: every shape here is valid by construction, so UOp.reshape's checks are skipped)
-    nmk = (n, m, k)
-    xe = UOp(Ops.EXPAND, f32, (UOp(Ops.RESHAPE, f32, (xu,), (n, 1, k)),), nmk)
-    wt = UOp(Ops.RESHAPE, f32, (UOp(Ops.PERMUTE, f32, (wu,), (1, 0)),), (1, m, k))
-    total = UOp(Ops.REDUCE_AXIS, f32, (UOp(Ops.MUL, f32, (xe, UOp(Ops.EXPAND, f32, (wt,), nmk))),), (Ops.ADD, (2,)))
-    structure_as(total, ("dot", n, k, m), (xu, wu))
-    return type(x)(UOp(Ops.RESHAPE, f32, (total,), (n, m)))  # (x's class: Tensor, without importing it here)
+    return n, k, m
+
+
+def _direct_packed_dot(x: Tensor, w: Tensor, panel: int) -> Tensor | None:
+    """`_packed_dot` of two realized fp32 matrices whose rows divide into panels, built as UOps directly (the same
+    nodes as its Tensor ops make, its structure recalled as `_direct_dot`'s): a 1024x1024 matmul's graph took
+    ~400 us of Python on the 2-core EPYC and ~450 on the 16-core Xeon host (its kernels: ~2.5 ms there). None
+    where `_matrices` says no or the rows do not divide."""
+    if (sizes := _matrices(x, w, None)) is None or sizes[0] % panel:
+        return None
+    (n, k, m), f32, p = sizes, dtypes.float32, panel
+
+    def node(op: Ops, src: UOp, arg: object) -> UOp:
+        return UOp(op, f32, (src,), arg)
+
+    def packed(u: UOp, split: tuple[int, int, int], order: tuple[int, int, int], shape: tuple[int, ...]) -> UOp:
+        """u split into panels, copied panel-major (CONTIGUOUS), seen as `shape` with the panel's rows last."""
+        copy = node(Ops.CONTIGUOUS, node(Ops.PERMUTE, node(Ops.RESHAPE, u, split), order), None)
+        return node(Ops.RESHAPE, node(Ops.PERMUTE, copy, (0, 2, 1)), shape)
+
+    full = (n // p, p, m // p, p, k)
+    rows = node(Ops.EXPAND, packed(x.uop, (n // p, p, k), (0, 2, 1), (n // p, p, 1, 1, k)), full)
+    cols = node(Ops.EXPAND, packed(w.uop, (k, m // p, p), (1, 0, 2), (1, 1, m // p, p, k)), full)
+    total = UOp(Ops.REDUCE_AXIS, f32, (UOp(Ops.MUL, f32, (rows, cols)),), (Ops.ADD, (4,)))
+    structure_as(total, ("packed dot", n, k, m, p), (x.uop, w.uop))
+    return type(x)(node(Ops.RESHAPE, node(Ops.RESHAPE, total, (n // p, p, m // p, p)), (n, m)))
 
 
 def _packs(x: Tensor, w: Tensor) -> int:
@@ -262,6 +296,8 @@ def _packed_dot(x: Tensor, w: Tensor, dtype: DType | None, P: int) -> Tensor:
 
     Both packed: (x (..., n/P, P, 1, 1, k) * w (..., 1, 1, m/P, P, k)).sum(k) is (..., n/P, P, m/P, P), which is
     (..., n, m) as it is stored. Only w packed: (x (..., n, 1, k, 1) * w (..., 1, m/P, k, P)).sum(k)."""
+    if dtype is None and (direct := _direct_packed_dot(x, w, P)) is not None:
+        return direct
     b, k, m = w.ndim - 2, int(w.shape[-2]), int(w.shape[-1])
     panels = w.reshape(*w.shape[:-2], k, m // P, P)
     panels = panels.permute(*range(b), b + 1, b, b + 2).contiguous()  # (..., m/P, k, P)
