@@ -31,7 +31,7 @@ from tg_runtime import ops_cpu
 from tg_runtime.ops_cpu import ClangCompiler, CPUProgram, load_thread_pool
 from tg_runtime.runner import CompiledRunner
 from tg_tensor.engine.realizer import ScheduleItem, current
-from tg_uop.helpers import prod
+from tg_uop.helpers import Context, prod
 
 U, R, T, K, S = OptOps.UPCAST, OptOps.UNROLL, OptOps.THREAD, OptOps.KBLOCK, OptOps.SWAP
 
@@ -386,6 +386,25 @@ def test_heuristics_lanes_on_the_outer_axis_when_another_feeds_the_threads() -> 
     want = np.einsum("bop,oct->bcpt", g.reshape(32, 16, 121), w.reshape(16, 8, 9))
     got = _run(item, opts, renderer).reshape(want.shape)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("n", [256, 512])
+def test_heuristics_split_a_matmul_tile_grid_over_threads(n: int) -> None:
+    """16 threads, a register-tiled matmul: its row and column tiles both split (about two chunks a thread, 8 x 4),
+    so each thread reads a block of both operands rather than all of one (CPU_THREAD_GRID=0: rows only); values vs
+    numpy, on the pool."""
+    from tg_codegen.heuristic import hand_coded_optimizations
+
+    a, b = _rand(n, n), _rand(n, n, seed=1)
+    with Context(CPU_PACK=0):
+        item = _matmul(a, b, "CPU")
+    renderer = _pool_renderer(16)
+    opts = hand_coded_optimizations(Kernel(item.ast, renderer))
+    assert [(o.axis, o.arg) for o in opts if o.op is T] == [(0, 8), (1, 4)], opts
+    assert _chunks(get_program(item.ast, renderer, opts=opts).src) == 32
+    np.testing.assert_allclose(_run(item, opts, renderer).reshape(n, n), a @ b, rtol=1e-3, atol=1e-3)
+    with Context(CPU_THREAD_GRID=0):
+        assert len([o for o in hand_coded_optimizations(Kernel(item.ast, renderer)) if o.op is T]) == 1
 
 
 def _chunks(src: str) -> int:
