@@ -17,6 +17,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -278,15 +279,7 @@ def test_thread_pool_wakes_keep_spinning_workers_awake() -> None:
     not the ones other tests started.)"""
     if "fork" not in multiprocessing.get_all_start_methods():
         pytest.skip("no fork on this platform")
-    a = _rand(36, 9)
-    item = _item(Tensor(a).realize() + 1)
-    runner = CompiledRunner(get_program(item.ast, _pool_renderer(2), opts=[Opt(T, 0, 9)]))
-    ctx = multiprocessing.get_context("fork")
-    q = ctx.Queue()
-    p = ctx.Process(target=_child_runs_threaded_kernel, args=(lambda: _spinning_under_wakes(runner, item), q))
-    p.start()
-    asleep, slept_after = q.get(timeout=120)
-    p.join(timeout=60)
+    asleep, slept_after = _in_forked_child(_spinning_under_wakes)
     if asleep is None:
         pytest.skip("the test thread never ran 4 * SPIN_US without a 0.5 ms pause (a busy machine)")
     assert asleep == 0, f"a worker went to sleep {asleep} times between wakes 0.1 ms apart"
@@ -326,14 +319,7 @@ def test_thread_pool_worker_leaves_the_callers_cpu() -> None:
         pytest.skip("no fork or no CPU affinity on this platform")
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("one CPU: nowhere to move")
-    item = _item(Tensor(_rand(36, 9)).realize() + 1)
-    runner = CompiledRunner(get_program(item.ast, _pool_renderer(2), opts=[Opt(T, 0, 9)]))
-    ctx = multiprocessing.get_context("fork")
-    q = ctx.Queue()
-    p = ctx.Process(target=_child_runs_threaded_kernel, args=(lambda: _worker_leaves_callers_cpu(runner, item), q))
-    p.start()
-    cpu, seen = q.get(timeout=120)
-    p.join(timeout=60)
+    cpu, seen = _in_forked_child(_worker_leaves_callers_cpu)
     assert seen[-1] != cpu, f"the worker stayed on its caller's CPU {cpu} for {len(seen)} ms"
 
 
@@ -427,6 +413,21 @@ def test_two_thread_axes(second: tuple[int, int]) -> None:
     assert _chunks(get_program(item.ast, renderer, opts=opts).src) == 8 * second[1]
     with pytest.raises(KernelOptError, match="two axes"):
         get_program(item.ast, renderer, opts=[*opts, Opt(T, 0, 1)])
+
+
+def _in_forked_child(probe: Callable[[CompiledRunner, ScheduleItem], Any]) -> Any:
+    """`probe(runner, item)` in a forked child (one pool worker, not the ones other tests started), on a kernel of 9
+    chunks for 2 threads: what it returns."""
+    item = _item(Tensor(_rand(36, 9)).realize() + 1)
+    runner = CompiledRunner(get_program(item.ast, _pool_renderer(2), opts=[Opt(T, 0, 9)]))
+    q = multiprocessing.get_context("fork").Queue()
+    p = multiprocessing.get_context("fork").Process(
+        target=_child_runs_threaded_kernel, args=(lambda: probe(runner, item), q)
+    )
+    p.start()
+    result = q.get(timeout=120)
+    p.join(timeout=60)
+    return result
 
 
 def _child_runs_threaded_kernel(fn: Callable[[], object], q: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
