@@ -67,7 +67,7 @@ def test_direct_packed_dot_is_the_general_graph(
     panel = linalg._packs(x, w)
     assert panel and n % panel == 0, "not the packed product of both operands this test is about"
     fast = x @ w
-    assert linalg._direct_packed_dot(x, w, panel) is not None
+    assert linalg._direct_packed_dot(x, w, None, panel) is not None
     assert fast.uop is general_packed_dot(x, w, monkeypatch).uop
     np.testing.assert_allclose(fast.numpy(), x.numpy() @ w.numpy(), rtol=1e-4, atol=1e-4)
     for _ in range(2):  # (the first product of these sizes above remembered its structure: recalled here)

@@ -253,12 +253,12 @@ def _matrices(x: Tensor, w: Tensor, dtype: DType | None) -> tuple[int, int, int]
     return n, k, m
 
 
-def _direct_packed_dot(x: Tensor, w: Tensor, panel: int) -> Tensor | None:
+def _direct_packed_dot(x: Tensor, w: Tensor, dtype: DType | None, panel: int) -> Tensor | None:
     """`_packed_dot` of two realized fp32 matrices whose rows divide into panels, built as UOps directly (the same
     nodes as its Tensor ops make, its structure recalled as `_direct_dot`'s): a 1024x1024 matmul's graph took
     ~400 us of Python on the 2-core EPYC and ~450 on the 16-core Xeon host (its kernels: ~2.5 ms there). None
     where `_matrices` says no or the rows do not divide."""
-    if (sizes := _matrices(x, w, None)) is None or sizes[0] % panel:
+    if (sizes := _matrices(x, w, dtype)) is None or sizes[0] % panel:
         return None
     (n, k, m), f32, p = sizes, dtypes.float32, panel
 
@@ -296,7 +296,7 @@ def _packed_dot(x: Tensor, w: Tensor, dtype: DType | None, P: int) -> Tensor:
 
     Both packed: (x (..., n/P, P, 1, 1, k) * w (..., 1, 1, m/P, P, k)).sum(k) is (..., n/P, P, m/P, P), which is
     (..., n, m) as it is stored. Only w packed: (x (..., n, 1, k, 1) * w (..., 1, m/P, k, P)).sum(k)."""
-    if dtype is None and (direct := _direct_packed_dot(x, w, P)) is not None:
+    if (direct := _direct_packed_dot(x, w, dtype, P)) is not None:
         return direct
     b, k, m = w.ndim - 2, int(w.shape[-2]), int(w.shape[-1])
     panels = w.reshape(*w.shape[:-2], k, m // P, P)
