@@ -13,11 +13,13 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import TYPE_CHECKING, Any
 
 from tg_tensor.chains import movement_chain
 from tg_tensor.engine.util import ShapeError
+from tg_tensor.gradient import custom_gradient
 from tg_uop import DType, dtypes
 
 if TYPE_CHECKING:
@@ -79,6 +81,48 @@ def _packs_weight(x: Tensor, out: tuple[int, ...], weight: Tensor) -> bool:
     return out[-1] % CONV_ROW_LANES != 0 and macs >= CONV_PACK_MIN_MACS
 
 
+def _flips_for_input_grad(
+    pads: tuple[tuple[int, int], ...], kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]
+) -> bool:
+    """Whether conv2d's input gradient is taken as a convolution of the output gradient with the flipped weights
+    (`_conv_grad`): stride 1 and no side padded by more than the dilated kernel's reach. Otherwise autograd goes
+    through the windows' views, which sums a (N, Cin, *out, *kernel) product back onto the input."""
+    reach = [d * (k - 1) for k, d in zip(kernel, dilation)]
+    return all(s == 1 for s in stride) and all(max(p) <= r for p, r in zip(pads, reach))
+
+
+def _conv_grad(
+    pads: tuple[tuple[int, int], ...],
+    dilation: tuple[int, ...],
+    groups: int,
+    ret: Tensor,
+    g: Tensor,
+    x: Tensor,
+    w: Tensor,
+) -> tuple[Tensor, Tensor]:
+    """The gradients of a stride-1 conv2d to its input and weight.
+
+    Input: the output gradient, padded by the kernel's reach less the forward padding on each side, correlated
+    with the weights flipped along every spatial axis and with in/out channels swapped (per group). One
+    convolution, like the forward one, instead of a (N, Cin, *out, *kernel) product summed back onto the input.
+    Weight: the windows of the input times the output gradient, summed over the batch and the output positions.
+    """
+    nd = w.ndim - 2
+    kernel, (cout, cin) = tuple(int(s) for s in w.shape[2:]), (int(w.shape[0]), int(w.shape[1]))
+    rcout, gx_in = cout // groups, g.cast(x.dtype)
+    wt = w.reshape(groups, rcout, cin, *kernel).transpose(1, 2).reshape(groups * cin, rcout, *kernel)
+    reach = [d * (k - 1) for k, d in zip(kernel, dilation)]
+    gpads = tuple((r - b, r - a) for r, (b, a) in zip(reach, pads))
+    if any(any(p) for p in gpads):  # padded once into a buffer: the convolution then reads it without bounds checks
+        gx_in = gx_in.pad(((0, 0), (0, 0)) + gpads).contiguous()
+    gx = gx_in.conv2d(wt.flip(tuple(range(2, 2 + nd))), groups=groups, dilation=dilation)
+    windows = x._conv_windows(pads, kernel, 1, dilation, groups, rcout)
+    out = tuple(int(s) for s in windows.shape[3 : 3 + nd])
+    gw_in = g.cast(w.dtype).reshape(int(x.shape[0]), groups, rcout, *out, *([1] * (nd + 1)))
+    gw = (windows * gw_in).sum((0, *range(3, 3 + nd))).reshape(cout, cin, *kernel)
+    return gx, gw
+
+
 class ConvMixin:
     """conv2d (1-D/2-D/3-D), conv_transpose2d, max_pool2d, avg_pool2d."""
 
@@ -133,7 +177,7 @@ class ConvMixin:
         nd = weight.ndim - 2
         if nd < 1 or self.ndim != weight.ndim:
             raise ShapeError(f"conv2d: input {self.shape} and weight {weight.shape} need the same rank >= 3")
-        bs, cin_all = int(self.shape[0]), int(self.shape[1])
+        cin_all = int(self.shape[1])
         cout, cin = int(weight.shape[0]), int(weight.shape[1])
         kernel = tuple(int(s) for s in weight.shape[2:])
         if groups * cin != cin_all or cout % groups:
@@ -143,14 +187,34 @@ class ConvMixin:
             )
         if isinstance(padding, str):
             padding = _named_padding(padding, kernel, stride, dilation)
-        rcout = cout // groups
-        x = self._conv_windows(_padding_pairs(padding, nd), kernel, stride, dilation, groups, rcout)
+        pads, d = _padding_pairs(padding, nd), _tuple(dilation, nd, "dilation")
+        if self.no_grad or not _flips_for_input_grad(pads, kernel, _tuple(stride, nd, "stride"), d):
+            ret = self._conv(weight, pads, stride, d, groups, dtype)
+        else:
+            rule = functools.partial(_conv_grad, pads, d, groups)
+            # (not from detached inputs: the graph stays the one a forward pass builds; gradients reach self and
+            # weight through the rule only)
+            ret = custom_gradient(self._conv(weight, pads, 1, d, groups, dtype), (self, weight), rule)
+        return ret if bias is None else ret + bias.reshape(1, -1, *([1] * nd))
+
+    def _conv(
+        self: Tensor,
+        weight: Tensor,
+        pads: tuple[tuple[int, int], ...],
+        stride: IntOrTuple,
+        dilation: tuple[int, ...],
+        groups: int,
+        dtype: DType | None,
+    ) -> Tensor:
+        """conv2d without bias, checked: one multiply over the windows and a sum."""
+        bs, nd, cin, cout = int(self.shape[0]), weight.ndim - 2, int(weight.shape[1]), int(weight.shape[0])
+        kernel, rcout = tuple(int(s) for s in weight.shape[2:]), cout // groups
+        x = self._conv_windows(pads, kernel, stride, dilation, groups, rcout)
         out = tuple(int(s) for s in x.shape[3 : 3 + nd])
         if _packs_weight(self, out, weight):
             weight = weight.permute(*range(1, nd + 2), 0).contiguous().permute(nd + 1, *range(nd + 1))
         w = weight.reshape(1, groups, rcout, *([1] * nd), cin, *kernel)
-        ret = (x * w).sum(tuple(range(-1 - nd, 0)), keepdim=True, dtype=dtype).reshape(bs, cout, *out)
-        return ret if bias is None else ret + bias.reshape(1, -1, *([1] * nd))
+        return (x * w).sum(tuple(range(-1 - nd, 0)), keepdim=True, dtype=dtype).reshape(bs, cout, *out)
 
     def _conv_windows(
         self: Tensor,

@@ -111,7 +111,8 @@ NO_GRAD_OPS = frozenset(
 
 
 def custom_gradient(out: Tensor, inputs: tuple[Tensor, ...], rule: Rule) -> Tensor:
-    """`out`, whose gradient to inputs[i] is rule(out, g, *inputs)[i] (out is computed from detached inputs).
+    """`out`, whose gradient to inputs[i] is rule(out, g, *inputs)[i]: gradients reach the inputs through the rule
+    only, never through the nodes under `out` (computed from detached inputs, or from the inputs themselves).
 
     Used by pow, whose gradients are PyTorch's formulas, NaN and inf included. The registry (node -> inputs,
     rule) is the Realizer's, weak in the node; a rule must not hold the output.
