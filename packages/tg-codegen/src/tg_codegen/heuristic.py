@@ -337,8 +337,8 @@ def _gpu(k: Kernel) -> None:
             k.apply_opts(trial.applied_opts[len(k.applied_opts) :])
             return
     budget = GPU_WORKGROUP // max(1, prod(int(k.full_shape[a]) for a in k.axes_of(AxisType.GROUP)))
-    if not (k.reduceops and not k.axes_of(AxisType.GROUP) and _broadcast_axes(k)):
-        _gpu_locals(k, budget)
+    if not (k.reduceops and not k.axes_of(AxisType.GROUP) and _broadcast_axes(k)) or _a_window(k):
+        _gpu_locals(k, budget, whole=True)
         return
     if staged_matmul(k, _load_strides(k)):  # a big matmul: operand tiles in shared memory (tc/stage.py)
         return
@@ -357,6 +357,16 @@ def _gpu(k: Kernel) -> None:
         _gpu_locals(k, GPU_CONV_WORKGROUP)
         return
     k.apply_opts(tiled.applied_opts[len(k.applied_opts) :])
+
+
+GPU_POOL_WINDOW = 16  # a reduction this short to each output, with no operand reused across outputs: a pooling
+
+
+def _a_window(k: Kernel) -> bool:
+    """A pooling: each output reduces a few inputs (max_pool2d's 2x2) and no two loads are reused across outputs
+    as a product's are (a bias read per channel is not). Threads along the outputs, as an elementwise kernel's; a
+    register tile only spread a warp's loads over the channels (MNIST's pooled 26x26 rows, 0.5 TB/s)."""
+    return _reduce_size(k) <= GPU_POOL_WINDOW and not _a_product(k)
 
 
 GPU_MIN_WORKGROUPS = 16  # a tile leaving fewer workgroups than this idles > 85% of an H100's 132 SMs
@@ -604,8 +614,14 @@ def _group_wide(k: Kernel, unit: int, size: int) -> bool:
     return True
 
 
-def _gpu_locals(k: Kernel, budget: int) -> None:
-    """Threads of a workgroup along the innermost output axes (neighbouring threads, neighbouring outputs)."""
+# an axis whose largest power-of-two part is below this takes its whole length of threads when it fits the
+# workgroup: MNIST's 13-, 26-, 11- and 15-wide rows had threads along the channels (676 floats apart), 0.3-0.5 TB/s
+GPU_WHOLE_AXIS_BELOW = 8
+
+
+def _gpu_locals(k: Kernel, budget: int, whole: bool = False) -> None:
+    """Threads of a workgroup along the innermost output axes (neighbouring threads, neighbouring outputs); with
+    `whole`, an axis of a small power-of-two part (13, 26) takes threads along its whole length where it fits."""
     globals_ = k.axes_of(AxisType.GLOBAL)
     for n in reversed(range(len(globals_))):
         if budget <= 1:
@@ -614,5 +630,7 @@ def _gpu_locals(k: Kernel, budget: int) -> None:
         if not isinstance(size, int):  # (a symbolic axis stays across workgroups)
             continue
         amounts = [a for a in (256, 128, 64, 32, 16, 8, 4, 2) if a <= budget and size % a == 0]
+        if whole and size & -size < GPU_WHOLE_AXIS_BELOW and 2 < size <= budget:
+            amounts.insert(0, size)
         if amounts and k.apply_first([Opt(OptOps.LOCAL, n, amounts[0])]):
             budget //= amounts[0]
