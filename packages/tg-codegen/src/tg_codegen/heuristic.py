@@ -410,6 +410,8 @@ def _gpu_tile(k: Kernel, budget: int) -> list[Opt]:
         tiled_inner |= wide.apply_first([Opt(OptOps.UPCAST, ax, a) for a in amounts])
     if tiled_inner:
         return wide.applied_opts[done:]
+    if not done and (taps := _tap_threads(k)) is not None:
+        return taps
     if GPU_CONV_TILE_2D and (square := _conv_tile_2d(k)) is not None:
         return square
     small = k.copy()
@@ -475,15 +477,92 @@ def _conv_tile_2d(k: Kernel) -> list[Opt] | None:
     Each thread computes 16 channels x 4 images, so a loaded input value serves 16 FMAs and a loaded weight 4
     (the 1-D tile of 16 channels reused a weight once). MNIST conv2 forward on an H100: 532 -> 304 us
     (bench/sweep_mnist_kernels.py). Needs B divisible by 128 and C by 32; None otherwise.
+
+    Where the image's rows are odd (MNIST's 11 and 13; `_row_threads`), the workgroup runs along them instead of
+    the batch, with the same register tile (B divisible by 4 then): H200 sweep (.exp/sweep2.py) at batch 512,
+    conv2 forward 303 -> 147 us, its input gradient (a convolution with the flipped weights) 381 -> 167 us.
     """
-    outer = _broadcast_axes(k)[:-2]
+    axes = _broadcast_axes(k)
+    outer = axes[:-2]
     if len(k.applied_opts) or len(outer) < 2:
         return None
     b, c = outer[-2], outer[-1]
-    trial = k.copy()
     opts = [Opt(OptOps.LOCAL, b, 32), Opt(OptOps.LOCAL, c, 2), Opt(OptOps.UPCAST, c, 16), Opt(OptOps.UPCAST, b, 4)]
+    rows = _row_threads(k, axes[-2:], GPU_CONV_ROW_THREADS // 2)
+    window = _window(k)
+    tries = [opts]
+    if rows and window is not None:
+        # the threads along the image's rows instead of the batch: a warp reads and writes neighbouring pixels
+        # (with the batch as threads it wrote 32 images 6,400-21,632 floats apart); the first tap row unrolled
+        tries.insert(0, rows + opts[1:] + [Opt(OptOps.UNROLL, window[1][0], 0)])
+    for trial in tries:
+        try:
+            k.copy().apply_opts(trial)
+            return trial
+        except KernelOptError:
+            continue
+    return None
+
+
+# a conv tile's workgroup along odd rows (13, 11, 26 wide) takes up to this many threads, channels included
+GPU_CONV_ROW_THREADS = 512
+
+
+def _row_threads(k: Kernel, spatial: list[int], most: int) -> list[Opt] | None:
+    """LOCALs along the two innermost output axes (an image's rows and columns, as Opt axis numbers) when neither
+    has a power-of-two part of GPU_WHOLE_AXIS_BELOW: the columns whole, the rows whole or by their largest
+    divisor that keeps at most `most` threads; None when the axes are not such rows."""
+    if len(spatial) != 2:
+        return None
+    globals_ = k.axes_of(AxisType.GLOBAL)
+    (r, c), (nr, nc) = spatial, (int(k.full_shape[globals_[a]]) for a in spatial)
+    if any(n & -n >= GPU_WHOLE_AXIS_BELOW or n <= 2 for n in (nr, nc)) or nc > most:
+        return None
+    d = max(d for d in range(1, nr + 1) if nr % d == 0 and d * nc <= most)
+    return ([Opt(OptOps.LOCAL, r, d)] if d > 1 else []) + [Opt(OptOps.LOCAL, c, nc)]
+
+
+def _tap_threads(k: Kernel) -> list[Opt] | None:
+    """A convolution's weight gradient: output axes that are the kernel's taps (at most GPU_WINDOW_TAPS long, along
+    which a load moves as it does along a long reduce axis: the input's window positions) take threads whole, with
+    the output channels (threads of a workgroup reading the same gradient value, neighbouring inputs); a second
+    channel axis (the input channels) and the output channels make a 16x4 register tile, else the threads take 16
+    output channels, the reduction is unrolled along a short image row and shared by two threads (GROUP).
+    H200 sweep (.exp/sweep2.py, MNIST step, batch 512): conv1's 256-part first stage 368 -> 71 us, conv2's
+    350 -> 186 us."""
+    globals_, reduces = k.axes_of(AxisType.GLOBAL), k.axes_of(AxisType.REDUCE)
+    size = [int(k.full_shape[a]) for a in globals_]
+    rsize = [int(k.full_shape[a]) for a in reduces]
+    taps: set[int] = set()
+    for strides in _load_strides(k, ignore_valid=True):
+        for n, g in enumerate(globals_):
+            st = strides[g]
+            if (
+                st
+                and size[n] <= GPU_WINDOW_TAPS
+                and any(strides[r] == st and rs > GPU_WINDOW_TAPS for r, rs in zip(reduces, rsize))
+            ):
+                taps.add(n)
+    channels = [n for n in _broadcast_axes(k) if n not in taps]
+    if len(taps) != 2 or not channels or sum(1 for n in range(len(globals_)) if size[n] > 1) < 3:
+        return None
+    t1, t2 = sorted(taps)
+    tile = [n for n in channels[1:] if size[n] % 16 == 0]
+    cout = channels[0]
+    if tile:
+        opts = [Opt(OptOps.LOCAL, cout, 8), Opt(OptOps.LOCAL, t1, size[t1]), Opt(OptOps.LOCAL, t2, size[t2])]
+        opts += [Opt(OptOps.UPCAST, tile[0], 16), Opt(OptOps.UPCAST, cout, 4)]
+        opts += [Opt(OptOps.UNROLL, 0, 0)] if rsize[0] <= 32 else []
+    else:
+        row = max((i for i, n in enumerate(rsize) if n <= 32), key=lambda i: rsize[i], default=None)
+        opts = [Opt(OptOps.LOCAL, cout, 16), Opt(OptOps.LOCAL, t2, size[t2]), Opt(OptOps.LOCAL, t1, size[t1])]
+        if row is not None:
+            opts += [Opt(OptOps.UNROLL, row, 0)]
+            rest = [i for i in range(len(rsize)) if i != row]
+            if rest and rsize[rest[-1]] % 2 == 0:
+                opts += [Opt(OptOps.GROUP, rest[-1], 2)]  # (an unrolled axis keeps its number)
     try:
-        trial.apply_opts(opts)
+        k.copy().apply_opts(opts)
     except KernelOptError:
         return None
     return opts
