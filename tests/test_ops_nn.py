@@ -388,3 +388,24 @@ def test_scatter_multiply_and_scalar_src(device: str) -> None:
     np.testing.assert_equal(out, [[10.0, 2.0, 60.0], [4.0, 60.0, 6.0]])
     filled = _t(a, device).scatter(0, _t(np.array([[1, 0, 1]], np.int32), device), 0.5).numpy()
     np.testing.assert_equal(filled, [[1.0, 0.5, 3.0], [0.5, 5.0, 0.5]])
+
+
+def test_conv_weight_gradient_with_packed_output_gradient_on_cpu() -> None:
+    """On the CPU, a conv whose output rows do not split into 8-float vectors (11 wide) and with at least 8 input
+    channels copies its output gradient with the channels innermost for the weight gradient (the register tile's
+    vector lanes): one more kernel than with CPU_PACK=0, the same values as numpy's."""
+    from tg import Context
+
+    x, w = _r(8, 8, 13, 13), _r(16, 8, 3, 3)
+    g = _r(8, 16, 11, 11)
+    dx, dw = ref_conv_grads(x, w, g, (1, 1), (1, 1), [(0, 0), (0, 0)], 1)
+    kernels = {}
+    for pack in (1, 0):
+        with Context(CPU_PACK=pack):
+            xt, wt = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
+            xt.conv2d(wt).backward(Tensor(g))
+            assert wt.grad is not None and xt.grad is not None
+            kernels[pack] = len(wt.grad.schedule())
+            np.testing.assert_allclose(wt.grad.numpy(), dw, rtol=1e-4, atol=1e-3)
+            np.testing.assert_allclose(xt.grad.numpy(), dx, rtol=1e-4, atol=1e-3)
+    assert kernels[1] == kernels[0] + 1, kernels
