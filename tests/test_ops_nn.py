@@ -402,8 +402,8 @@ def test_conv_weight_gradient_with_packed_output_gradient_on_cpu() -> None:
     kernels = {}
     for pack in (1, 0):
         with Context(CPU_PACK=pack):
-            xt, wt = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
-            xt.conv2d(wt).backward(Tensor(g))
+            xt, wt = Tensor(x, device="CPU", requires_grad=True), Tensor(w, device="CPU", requires_grad=True)
+            xt.conv2d(wt).backward(Tensor(g, device="CPU"))
             assert wt.grad is not None and xt.grad is not None
             kernels[pack] = len(wt.grad.schedule())
             np.testing.assert_allclose(wt.grad.numpy(), dw, rtol=1e-4, atol=1e-3)
