@@ -213,7 +213,7 @@ class ConvMixin:
         groups: int,
         dtype: DType | None,
     ) -> Tensor:
-        """conv2d without bias, checked: one multiply over the windows and a sum."""
+        """conv2d without bias, its inputs checked: one multiply over the windows and a sum."""
         bs, nd, cin, cout = int(self.shape[0]), weight.ndim - 2, int(weight.shape[1]), int(weight.shape[0])
         kernel, rcout = tuple(int(s) for s in weight.shape[2:]), cout // groups
         x = self._conv_windows(pads, kernel, stride, dilation, groups, rcout)
