@@ -381,11 +381,11 @@ def _conv_kernels(xs: tuple[int, ...], ws: tuple[int, ...], device: str = "CPU")
 
 
 def test_gpu_conv_threads_along_rows_and_taps() -> None:
-    """MNIST's second conv (batch 8 here): the forward and the input gradient (a convolution too) take threads
+    """MNIST's second conv (batch 128 here): the forward and the input gradient (a convolution too) take threads
     along the whole 11- and 13-wide rows, with the 16x4 channel x image register tile (an H200 sweep: 303 -> 147
     and 381 -> 167 us at batch 512); the weight gradient takes threads along its 3x3 taps and 8 output channels
     with a 16x4 input x output channel tile (350 -> 186 us). All compile for sm_90."""
-    asts = _conv_kernels((8, 32, 13, 13), (64, 32, 3, 3))
+    asts = _conv_kernels((128, 32, 13, 13), (64, 32, 3, 3))
     rows = {"forward": 11, "input_grad": 13}
     for name, found in asts.items():
         spec = get_program(found[0], CUDARenderer("sm_90"))
@@ -400,12 +400,13 @@ def test_gpu_conv_threads_along_rows_and_taps() -> None:
 
 
 def test_gpu_conv_rules_give_numpy_values(device: str) -> None:
-    """MNIST's second conv at batch 64 on a device with workgroups (CL): the forward and the input gradient take
-    threads along the rows, the weight gradient along the taps; all three against numpy."""
+    """MNIST's second conv at batch 128 (the batch tile that the row rule replaces needs 128) on a device with
+    workgroups (CL): the forward and the input gradient take threads along the rows, the weight gradient along
+    the taps; all three against numpy."""
     if not Device[device].renderer.has_local:
         pytest.skip(f"{device} has no workgroups: the GPU rules do not apply (its own rules are tested elsewhere)")
     rng = np.random.default_rng(3)
-    x = rng.standard_normal((64, 32, 13, 13)).astype(np.float32)
+    x = rng.standard_normal((128, 32, 13, 13)).astype(np.float32)
     w = rng.standard_normal((64, 32, 3, 3)).astype(np.float32)
     renderer = Device[device].renderer
     threads = {
@@ -417,7 +418,7 @@ def test_gpu_conv_rules_give_numpy_values(device: str) -> None:
     xt, wt = Tensor(x, device=device, requires_grad=True), Tensor(w, device=device, requires_grad=True)
     out = xt.conv2d(wt)
     gx, gw = (out * out).sum().gradient(xt, wt)
-    windows = np.lib.stride_tricks.sliding_window_view(x, (3, 3), axis=(2, 3))  # (64, 32, 11, 11, 3, 3)
+    windows = np.lib.stride_tricks.sliding_window_view(x, (3, 3), axis=(2, 3))  # (128, 32, 11, 11, 3, 3)
     want = np.tensordot(windows, w, axes=((1, 4, 5), (1, 2, 3))).transpose(0, 3, 1, 2)
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-3, atol=1e-3)
     g = 2 * want

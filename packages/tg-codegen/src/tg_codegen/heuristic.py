@@ -479,7 +479,7 @@ def _conv_tile_2d(k: Kernel) -> list[Opt] | None:
     (bench/sweep_mnist_kernels.py). Needs B divisible by 128 and C by 32; None otherwise.
 
     Where the image's rows are odd (MNIST's 11 and 13; `_row_threads`), the workgroup runs along them instead of
-    the batch, with the same register tile (B divisible by 4 then): H200 sweep (.exp/sweep2.py) at batch 512,
+    the batch, with the same register tile: H200 sweep (.exp/sweep2.py) at batch 512,
     conv2 forward 303 -> 147 us, its input gradient (a convolution with the flipped weights) 381 -> 167 us.
     """
     axes = _broadcast_axes(k)
@@ -488,20 +488,23 @@ def _conv_tile_2d(k: Kernel) -> list[Opt] | None:
         return None
     b, c = outer[-2], outer[-1]
     opts = [Opt(OptOps.LOCAL, b, 32), Opt(OptOps.LOCAL, c, 2), Opt(OptOps.UPCAST, c, 16), Opt(OptOps.UPCAST, b, 4)]
+    try:
+        k.copy().apply_opts(opts)
+    except KernelOptError:
+        return None
     rows = _row_threads(k, axes[-2:], GPU_CONV_ROW_THREADS // 2)
     window = _window(k)
-    tries = [opts]
     if rows and window is not None:
         # the threads along the image's rows instead of the batch: a warp reads and writes neighbouring pixels
-        # (with the batch as threads it wrote 32 images 6,400-21,632 floats apart); the first tap row unrolled
-        tries.insert(0, rows + opts[1:] + [Opt(OptOps.UNROLL, window[1][0], 0)])
-    for trial in tries:
+        # (with the batch as threads it wrote 32 images 6,400-21,632 floats apart); the first tap row unrolled.
+        # Only where the batch tile applies (the kernels the sweep measured); other convs keep their window tile
+        along = rows + opts[1:] + [Opt(OptOps.UNROLL, window[1][0], 0)]
         try:
-            k.copy().apply_opts(trial)
-            return trial
+            k.copy().apply_opts(along)
+            return along
         except KernelOptError:
-            continue
-    return None
+            pass
+    return opts
 
 
 # a conv tile's workgroup along odd rows (13, 11, 26 wide) takes up to this many threads, channels included
