@@ -479,7 +479,7 @@ def _conv_tile_2d(k: Kernel) -> list[Opt] | None:
     (bench/sweep_mnist_kernels.py). Needs B divisible by 128 and C by 32; None otherwise.
 
     Where the image's rows are odd (MNIST's 11 and 13; `_row_threads`), the workgroup runs along them instead of
-    the batch, with the same register tile: H200 sweep (.exp/sweep2.py) at batch 512,
+    the batch, with the same register tile: H200 sweep (bench/sweep_mnist_kernels.py --wide) at batch 512,
     conv2 forward 303 -> 147 us, its input gradient (a convolution with the flipped weights) 381 -> 167 us.
     """
     axes = _broadcast_axes(k)
@@ -531,8 +531,8 @@ def _tap_threads(k: Kernel) -> list[Opt] | None:
     the output channels (threads of a workgroup reading the same gradient value, neighbouring inputs); a second
     channel axis (the input channels) and the output channels make a 16x4 register tile, else the threads take 16
     output channels, the reduction is unrolled along a short image row and shared by two threads (GROUP).
-    H200 sweep (.exp/sweep2.py, MNIST step, batch 512): conv1's 256-part first stage 368 -> 71 us, conv2's
-    350 -> 186 us."""
+    H200 sweep (bench/sweep_mnist_kernels.py --wide, MNIST step, batch 512): conv1's 256-part first stage
+    368 -> 71 us, conv2's 350 -> 186 us."""
     globals_, reduces = k.axes_of(AxisType.GLOBAL), k.axes_of(AxisType.REDUCE)
     size = [int(k.full_shape[a]) for a in globals_]
     rsize = [int(k.full_shape[a]) for a in reduces]
