@@ -108,16 +108,18 @@ def test_grid_dimensions_repacked_to_fit() -> None:
 
 
 def test_conv_2d_tile_matches_numpy_on_cl(device: str) -> None:
-    """The GPU conv tile (32x2 workgroup, 16x4 register tile) applies to batch 128 x 32 channels; values vs numpy."""
+    """The GPU conv tile (a 16x4 register tile of channels x images) applies to batch 128 x 32 channels, with odd
+    5x5 outputs (as MNIST's 11x11 and 13x13) its workgroup along the rows (5x5 threads x 2 channels, the first tap
+    row unrolled; the 32x2 workgroup along the batch before); values vs numpy."""
     if device != "CL":
         pytest.skip("the GPU heuristics run on the CL device here (CUDA: tests/test_cuda_*.py on the GPU)")
     rng = np.random.default_rng(0)
-    x = rng.standard_normal((128, 2, 7, 7)).astype(np.float32)  # odd 5x5 outputs, as MNIST's 11x11 and 26x26
+    x = rng.standard_normal((128, 2, 7, 7)).astype(np.float32)
     w = rng.standard_normal((32, 2, 3, 3)).astype(np.float32)
     out = Tensor(x, device=device).conv2d(Tensor(w, device=device))
     (item,) = [it for it in out.schedule() if it.ast.op.name == "SINK"]
     spec = get_program(item.ast, CUDARenderer("sm_90"))
-    assert [o.arg for o in spec.applied_opts] == [32, 2, 16, 4], spec.applied_opts
+    assert [o.arg for o in spec.applied_opts] == [5, 5, 2, 16, 4, 0], spec.applied_opts
     current().unqueue(item)
     out = Tensor(x, device=device).conv2d(Tensor(w, device=device))
     windows = np.lib.stride_tricks.sliding_window_view(x, (3, 3), axis=(2, 3))  # (128, 2, 5, 5, 3, 3)
