@@ -337,7 +337,7 @@ def _gpu(k: Kernel) -> None:
             k.apply_opts(trial.applied_opts[len(k.applied_opts) :])
             return
     budget = GPU_WORKGROUP // max(1, prod(int(k.full_shape[a]) for a in k.axes_of(AxisType.GROUP)))
-    if not (k.reduceops and not k.axes_of(AxisType.GROUP) and _broadcast_axes(k)) or _a_window(k):
+    if not (k.reduceops and not k.axes_of(AxisType.GROUP) and _broadcast_axes(k)) or _a_pooling(k):
         _gpu_locals(k, budget, whole=True)
         return
     if staged_matmul(k, _load_strides(k)):  # a big matmul: operand tiles in shared memory (tc/stage.py)
@@ -362,7 +362,7 @@ def _gpu(k: Kernel) -> None:
 GPU_POOL_WINDOW = 16  # a reduction this short to each output, with no operand reused across outputs: a pooling
 
 
-def _a_window(k: Kernel) -> bool:
+def _a_pooling(k: Kernel) -> bool:
     """A pooling: each output reduces a few inputs (max_pool2d's 2x2) and no two loads are reused across outputs
     as a product's are (a bias read per channel is not). Threads along the outputs, as an elementwise kernel's; a
     register tile only spread a warp's loads over the channels (MNIST's pooled 26x26 rows, 0.5 TB/s)."""
@@ -450,19 +450,22 @@ def _window(k: Kernel) -> tuple[int, list[int]] | None:
     the two rows share their loads (an input row serves two output rows and three taps). The 64-channel conv
     (64,64,56,56)x(64,64,3,3) on an H100: 19.1 -> 24.7 TFLOPS (a sweep of 22 opt lists: docs/gpu.md).
     """
+    reduces = k.axes_of(AxisType.REDUCE)
+    found = [(g, r) for g, r in _same_stride_pairs(k) if int(k.full_shape[reduces[r]]) <= GPU_WINDOW_TAPS]
+    return (min(g for g, _ in found), sorted({r for _, r in found})) if found else None
+
+
+def _same_stride_pairs(k: Kernel) -> set[tuple[int, int]]:
+    """(output axis, reduce axis) pairs, as Opt axis numbers, along which some load moves by the same nonzero
+    stride: a convolution's output positions and its taps (`_window`), or, in its weight gradient, the taps and the
+    input positions (`_tap_threads`). A padded conv's masked input counts as unmasked."""
     globals_, reduces = k.axes_of(AxisType.GLOBAL), k.axes_of(AxisType.REDUCE)
-    outs: set[int] = set()
-    taps: set[int] = set()
-    for strides in _load_strides(k, ignore_valid=True):  # (a padded conv's input is masked)
+    pairs: set[tuple[int, int]] = set()
+    for strides in _load_strides(k, ignore_valid=True):
         for ri, r in enumerate(reduces):
-            st = strides[r]
-            if st is None or st == 0 or int(k.full_shape[r]) > GPU_WINDOW_TAPS:
-                continue
-            for gi, g in enumerate(globals_):
-                if strides[g] == st:
-                    outs.add(gi)
-                    taps.add(ri)
-    return (min(outs), sorted(taps)) if outs else None
+            if st := strides[r]:
+                pairs.update((gi, ri) for gi, g in enumerate(globals_) if strides[g] == st)
+    return pairs
 
 
 # matmul-like kernels without any register tile unroll their innermost reduce loop (whole when <= 32): the MNIST
@@ -536,16 +539,7 @@ def _tap_threads(k: Kernel) -> list[Opt] | None:
     globals_, reduces = k.axes_of(AxisType.GLOBAL), k.axes_of(AxisType.REDUCE)
     size = [int(k.full_shape[a]) for a in globals_]
     rsize = [int(k.full_shape[a]) for a in reduces]
-    taps: set[int] = set()
-    for strides in _load_strides(k, ignore_valid=True):
-        for n, g in enumerate(globals_):
-            st = strides[g]
-            if (
-                st
-                and size[n] <= GPU_WINDOW_TAPS
-                and any(strides[r] == st and rs > GPU_WINDOW_TAPS for r, rs in zip(reduces, rsize))
-            ):
-                taps.add(n)
+    taps = {n for n, r in _same_stride_pairs(k) if size[n] <= GPU_WINDOW_TAPS and rsize[r] > GPU_WINDOW_TAPS}
     channels = [n for n in _broadcast_axes(k) if n not in taps]
     if len(taps) != 2 or not channels or sum(1 for n in range(len(globals_)) if size[n] > 1) < 3:
         return None

@@ -47,6 +47,11 @@ def _padding_pairs(padding: Any, n: int) -> tuple[tuple[int, int], ...]:
     raise ValueError(f"padding: expected an int, {n} ints or {2 * n} ints, got {padding!r}")
 
 
+def _reach(kernel: tuple[int, ...], dilation: tuple[int, ...]) -> list[int]:
+    """How far each spatial dim's dilated kernel reaches past its first tap: d * (k - 1)."""
+    return [d * (k - 1) for k, d in zip(kernel, dilation)]
+
+
 def _named_padding(name: str, kernel: tuple[int, ...], stride: IntOrTuple, dilation: IntOrTuple) -> tuple[int, ...]:
     """torch's padding="valid" (none) and "same" (output size = input size; the odd extra on the right)."""
     nd = len(kernel)
@@ -56,7 +61,7 @@ def _named_padding(name: str, kernel: tuple[int, ...], stride: IntOrTuple, dilat
         raise ValueError(f"conv2d: padding must be an int, a tuple, 'valid' or 'same', got {name!r}")
     if any(s != 1 for s in _tuple(stride, nd, "stride")):
         raise ValueError(f"conv2d: padding='same' is not supported for strided convolutions (stride={stride!r})")
-    totals = [d * (k - 1) for k, d in zip(kernel, _tuple(dilation, nd, "dilation"))]
+    totals = _reach(kernel, _tuple(dilation, nd, "dilation"))
     flat: list[int] = []
     for t in reversed(totals):  # torch's flat order: last dim first, (left, right) each
         flat += [t // 2, t - t // 2]
@@ -88,8 +93,7 @@ def _flips_for_input_grad(
     """Whether conv2d's input gradient is taken as a convolution of the output gradient with the flipped weights
     (`_conv_grad`): stride 1 and no side padded by more than the dilated kernel's reach. Otherwise autograd goes
     through the windows' views, which sums a (N, Cin, *out, *kernel) product back onto the input."""
-    reach = [d * (k - 1) for k, d in zip(kernel, dilation)]
-    return all(s == 1 for s in stride) and all(max(p) <= r for p, r in zip(pads, reach))
+    return all(s == 1 for s in stride) and all(max(p) <= r for p, r in zip(pads, _reach(kernel, dilation)))
 
 
 def _conv_grad(
@@ -112,8 +116,7 @@ def _conv_grad(
     kernel, (cout, cin) = tuple(int(s) for s in w.shape[2:]), (int(w.shape[0]), int(w.shape[1]))
     rcout, gx_in = cout // groups, g.cast(x.dtype)
     wt = w.reshape(groups, rcout, cin, *kernel).transpose(1, 2).reshape(groups * cin, rcout, *kernel)
-    reach = [d * (k - 1) for k, d in zip(kernel, dilation)]
-    gpads = tuple((r - b, r - a) for r, (b, a) in zip(reach, pads))
+    gpads = tuple((r - b, r - a) for r, (b, a) in zip(_reach(kernel, dilation), pads))
     if any(any(p) for p in gpads):  # padded once into a buffer: the convolution then reads it without bounds checks
         gx_in = gx_in.pad(((0, 0), (0, 0)) + gpads).contiguous()
     gx = gx_in.conv2d(wt.flip(tuple(range(2, 2 + nd))), groups=groups, dilation=dilation)
@@ -269,7 +272,7 @@ class ConvMixin:
         for j in range(nd):  # insert s-1 zeros between input elements
             if s[j] > 1:
                 x = x._dilate(2 + j, s[j])
-        pads = tuple((d[j] * (kernel[j] - 1) - p[j], d[j] * (kernel[j] - 1) - p[j] + op[j]) for j in range(nd))
+        pads = tuple((r - p[j], r - p[j] + op[j]) for j, r in enumerate(_reach(kernel, d)))
         x = x.pad(((0, 0), (0, 0)) + pads)
         return x.conv2d(w, bias, groups=groups, dilation=d)
 
