@@ -11,6 +11,8 @@ from tg import Device, Tensor
 from tg_codegen import Kernel, Opt, OptOps, get_program
 from tg_codegen.axes import AxisType
 from tg_codegen.heuristic import hand_coded_optimizations
+from tg_codegen.renderer.cuda import CUDARenderer
+from tg_codegen.tc.stage import staged_loads, tile_of
 from tg_runtime import CompiledRunner
 from tg_tensor.engine.realizer import current
 
@@ -83,14 +85,38 @@ def test_conv_window_tile(cl: str) -> None:
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
-def test_heuristic_tile_of_a_matmul(cl: str) -> None:
-    """The fp32 matmul tile the GPU heuristics stage (16x16 threads, 8x8 each, K by 16), at 256 x 64 x 256."""
+SPLIT = [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UPCAST, 1, 2)]
+
+
+@pytest.mark.parametrize("split", [True, False], ids=["split", "contiguous"])
+def test_heuristic_tile_of_a_matmul(cl: str, split: bool) -> None:
+    """The fp32 matmul tile the GPU heuristics stage (16x16 threads, 8x8 each, K by 16), at 256 x 64 x 256: a
+    thread's 8 rows and columns as two groups of 4 (stored [2][16 threads][4], tc/stage._outer_upcasts_first), and
+    as 8 (STAGE_SPLIT=0, stored thread by thread)."""
     rng = np.random.default_rng(5)
     a, b = rng.standard_normal((256, 64)).astype(np.float32), rng.standard_normal((64, 256)).astype(np.float32)
     out = Tensor(a, device=cl).realize() @ Tensor(b, device=cl).realize()
-    opts = [Opt(OptOps.LOCAL, 0, 16), Opt(OptOps.LOCAL, 1, 16), Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 8)]
+    opts = [Opt(OptOps.LOCAL, 0, 16), Opt(OptOps.LOCAL, 1, 16)]
+    opts += SPLIT if split else [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 8)]
     got = _run_last_kernel(out, lambda _: opts + [Opt(OptOps.UNROLL, 0, 16)])
     np.testing.assert_allclose(got.reshape(256, 256), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_split_tile_layout() -> None:
+    """The B tile of the split fp32 matmul tile (columns n = 64*h + 16*v + l for upcasts h (2), v (4) and thread l)
+    is stored [k][h][l][v]: a thread's 4 neighbouring columns are one 16-byte vector, and the 16 threads of a
+    warp read 16 neighbouring vectors; with one upcast of 8 the thread's columns stay contiguous ([k][l][8])."""
+    a, b = Tensor.empty(256, 64), Tensor.empty(64, 256)
+    items = (a.realize() @ b.realize()).schedule()
+    for item in items:
+        current().unqueue(item)
+    for opts, want in ((SPLIT, (64, 4, 1)), ([Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 8)], (8, 1))):
+        k = Kernel(items[-1].ast, CUDARenderer("sm_90"))
+        k.apply_opts([Opt(OptOps.LOCAL, 0, 16), Opt(OptOps.LOCAL, 1, 16), *opts, Opt(OptOps.UNROLL, 0, 16)])
+        k.apply_opt(Opt(OptOps.STAGE, None, 3))
+        b_load = next(u for u in staged_loads(k) if tile_of(k, u).copy_order[-1] != k.axes_of(AxisType.UNROLL)[0])
+        tile = tile_of(k, b_load)
+        assert tile.strides[0] == 128 and tile.strides[1:] == want, (tile, [k.axis_types[a] for a in tile.axes])
 
 
 def test_matmul_of_a_transposed_view(cl: str) -> None:

@@ -27,8 +27,9 @@ def matmul_ast(n: int, k: int, m: int, dt: DType = dtypes.float32) -> UOp:
     return UOp(Ops.SINK, dtypes.void, (store,))
 
 
-STAGED = [Opt(OptOps.LOCAL, 0, 16), Opt(OptOps.LOCAL, 1, 16), Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 8)]
-STAGED += [Opt(OptOps.UNROLL, 0, 16), Opt(OptOps.STAGE)]
+# (a thread's 8 rows and 8 columns each as two groups of 4, stored 64 apart: tc/stage._outer_upcasts_first)
+STAGED = [Opt(OptOps.LOCAL, 0, 16), Opt(OptOps.LOCAL, 1, 16), Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UPCAST, 1, 4)]
+STAGED += [Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.UPCAST, 1, 2), Opt(OptOps.UNROLL, 0, 16), Opt(OptOps.STAGE)]
 PIPELINED = STAGED[:-1] + [Opt(OptOps.STAGE, None, 3)]  # (3 slots where the shared memory takes them)
 
 
@@ -50,14 +51,18 @@ def test_heuristic_stages_a_big_fp32_matmul() -> None:
     assert list(get_program(matmul_ast(4096, 1024, 4096), CUDARenderer("sm_75")).applied_opts) == STAGED
 
 
-def test_staged_tile_narrows_below_four_waves() -> None:
-    # 2048^2 outputs make 256 blocks of 128 x 128, under four per SM of an H200 (132): 512 blocks of 128 x 64;
+def test_staged_tile_narrows_below_one_and_a_half_waves() -> None:
+    # 1536^2 outputs make 144 blocks of 128 x 128, under 1.5 per SM of an H200 (132): 288 blocks of 128 x 64;
     # a renderer that does not know its SM count keeps the wide tile down to 128 blocks
-    narrow = PIPELINED[:3] + [Opt(OptOps.UPCAST, 1, 4)] + PIPELINED[4:]
-    assert hand_coded_optimizations(Kernel(matmul_ast(2048, 2048, 2048), CUDARenderer("sm_90"))) == narrow
+    narrow = PIPELINED[:5] + PIPELINED[6:]  # (no second UPCAST of the columns: 4 each)
+    assert hand_coded_optimizations(Kernel(matmul_ast(1536, 1536, 1536), CUDARenderer("sm_90"))) == narrow
     unknown = CUDARenderer("sm_90")
     unknown.compute_units = 0
-    assert hand_coded_optimizations(Kernel(matmul_ast(2048, 2048, 2048), unknown)) == PIPELINED
+    assert hand_coded_optimizations(Kernel(matmul_ast(1536, 1536, 1536), unknown)) == PIPELINED
+    # 2048^2 (256 blocks, 1.9 per SM) and the GPT step's 16384 x 384 outputs (384 blocks, 2.9 per SM): wide, which
+    # measured faster than twice as many narrow ones
+    for n, k, m in ((2048, 2048, 2048), (16384, 1536, 384)):
+        assert hand_coded_optimizations(Kernel(matmul_ast(n, k, m), CUDARenderer("sm_90"))) == PIPELINED
 
 
 def test_heuristic_keeps_small_matmuls_unstaged() -> None:
@@ -71,14 +76,20 @@ def test_tiles_and_bytes() -> None:
     a, b = staged_loads(k)
     ta, tb = tile_of(k, a), tile_of(k, b)
     assert ta.size == tb.size == 128 * 16 and stage_bytes(k) == (132 + 128) * 16 * 4
-    # stored k outermost, then the 16 threads, then a thread's 8 rows (contiguous: wide reads)
-    assert [k.axis_types[x] for x in ta.axes] == ["unroll", "local", "upcast"] and tb.strides == (128, 8, 1)
+    # stored k outermost, then a thread's two groups of rows, the 16 threads, its 4 rows of a group (contiguous:
+    # float4 reads, the 16 threads' 16 neighbouring ones)
+    assert [k.axis_types[x] for x in ta.axes] == ["unroll", "upcast", "local", "upcast"]
+    assert tb.strides == (128, 64, 4, 1)
     # copied with A's stride-1 axis (k) fastest, B's (its columns) fastest: neighbouring threads, neighbouring bytes
     assert k.axis_types[ta.copy_order[-1]] == "unroll" and k.axis_types[tb.copy_order[-1]] == "local"
     # A's copy writes neighbouring k rows at once: each row padded to 132 elements (a multiple of 4: float4 reads)
-    assert ta.strides == (132, 8, 1) and ta.span == 132 * 16 and tb.span == tb.size
+    assert ta.strides == (132, 64, 4, 1) and ta.span == 132 * 16 and tb.span == tb.size
     with Context(STAGE_PAD=0):
-        assert tile_of(k, a).strides == (128, 8, 1) and tile_of(k, a).span == 128 * 16
+        assert tile_of(k, a).strides == (128, 64, 4, 1) and tile_of(k, a).span == 128 * 16
+    # one UPCAST of 8 per operand (STAGE_SPLIT=0's tile): a thread's 8 rows stored together
+    old = STAGED[:2] + [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 1, 8)] + STAGED[-2:]
+    k = Kernel(matmul_ast(256, 64, 256), CUDARenderer("sm_90")).apply_opts(old)
+    assert [tile_of(k, u).strides for u in staged_loads(k)] == [(132, 8, 1), (128, 8, 1)]
 
 
 def test_tensor_core_fragments_from_the_tiles() -> None:

@@ -44,6 +44,14 @@ def _upcasts(opts: list[Opt]) -> list[Opt]:
     return [o for o in opts if o.op is OptOps.UPCAST]
 
 
+def _tile(opts: list[Opt]) -> dict[int, int]:
+    """Elements a thread computes along each axis (the product of its UPCASTs: 4 then 2 make 8)."""
+    ret: dict[int, int] = {}
+    for o in _upcasts(opts):
+        ret[o.axis or 0] = ret.get(o.axis or 0, 1) * (o.arg or 1)
+    return ret
+
+
 def test_cpu_matmul_tile_by_vector_width() -> None:
     """The N axis (B moves along it with stride 1) is the vector axis, so it comes last: AVX2 (16 registers) one
     8-float vector by 8 rows, AVX-512 (32 registers) one 16-float vector by 16 rows."""
@@ -127,7 +135,7 @@ def test_gpu_matmul_1024_takes_the_narrow_staged_tile() -> None:
     for o in opts:
         threads *= o.arg if o.op is OptOps.LOCAL and o.arg is not None else 1
     assert threads == 256
-    assert sorted(o.arg or 0 for o in _upcasts(opts)) == [4, 8] and _staged(opts)
+    assert _tile(opts) == {0: 8, 1: 4} and _staged(opts)
 
 
 def test_gpu_matmul_tiles_by_size() -> None:
@@ -140,7 +148,7 @@ def test_gpu_matmul_tiles_by_size() -> None:
 
 def test_big_gpu_matmul_stages_its_tiles_in_shared_memory() -> None:
     opts = hand_coded_optimizations(Kernel(_matmul(4096), CUDARenderer()))
-    assert _staged(opts) and sorted(o.arg or 0 for o in _upcasts(opts)) == [8, 8]
+    assert _staged(opts) and _tile(opts) == {0: 8, 1: 8}
 
 
 def _staged(opts: list[Opt]) -> bool:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -99,6 +100,8 @@ def tile_of(k: Kernel, load: UOp) -> Tile:
     found = [a for a in k.axes_of(*TILE_AXES) if strides[a] != 0 and k.full_shape[a] != 1]
     copy_order = tuple(sorted(found, key=lambda a: (-global_stride(a), a)))
     axes = copy_order if copied_layout(k) else tuple(sorted(found, key=lambda a: (rank[k.axis_types[a]], a)))
+    if not copied_layout(k) and not k.wgmma and not k.axes_of(AxisType.TCK):
+        axes = _outer_upcasts_first(k, load, axes, global_stride)
     if k.wgmma and load.dtype.itemsize == 4:  # TF32 warpgroup MMAs read K-major tiles only: K innermost
         axes = tuple(sorted(axes, key=lambda a: k.axis_types[a] in (AxisType.UNROLL, AxisType.TCK)))
     sizes = [int(k.full_shape[a]) for a in axes]
@@ -106,6 +109,28 @@ def tile_of(k: Kernel, load: UOp) -> Tile:
     if smem:
         smem[0] += _row_padding(k, load, axes, copy_order, smem[0])
     return Tile(tuple(axes), tuple(smem), int(prod(sizes)), copy_order, smem[0] * sizes[0] if sizes else 1)
+
+
+def _outer_upcasts_first(
+    k: Kernel, load: UOp, axes: tuple[int, ...], global_stride: Callable[[int], int]
+) -> tuple[int, ...]:
+    """`axes` with the UPCAST axes that a thread's 16-byte reads do not need stored outside the LOCAL ones.
+
+    A thread's register tile along one operand axis of 8 (UPCAST 4, LOCAL 16, UPCAST 2: its elements 4 apart in
+    two groups 64 apart) is read as two 16-byte vectors. Stored thread by thread ([LOCAL][8]), the 16 threads of a
+    warp that read different vectors hit them 32 bytes apart: 4-way bank conflicts. Stored as [2][LOCAL][4], they
+    read 16 neighbouring vectors, and the copy, which walks the operand's contiguous axis, writes neighbouring
+    addresses too. The innermost UPCAST axes (least global stride) up to one 16-byte vector stay innermost; with a
+    single UPCAST axis nothing moves."""
+    upcasts = sorted((a for a in axes if k.axis_types[a] is AxisType.UPCAST), key=global_stride)
+    vector, inner = max(1, 16 // load.dtype.itemsize), 0
+    while inner < len(upcasts) and prod(int(k.full_shape[a]) for a in upcasts[:inner]) < vector:
+        inner += 1
+    outer = sorted(upcasts[inner:], key=lambda a: -global_stride(a))
+    if not outer:
+        return axes
+    unroll = [a for a in axes if k.axis_types[a] is AxisType.UNROLL]
+    return tuple(unroll + outer + [a for a in axes if a not in unroll and a not in outer])
 
 
 # Elements of padding after each row of a tile copied element by element along its rows' index (an fp32 matmul's A
@@ -530,10 +555,12 @@ STAGE_MIN_WORKGROUPS = 128  # fewer 128x128 blocks than this leave SMs idle: 128
 # register tile; a GPT-2-small block's c_proj weight gradient likewise, bench_tc_opts.py / bench_gpu.py); below it
 # the register tile
 STAGE_MIN_NARROW = 64
-# and on a renderer that knows its compute units, 128x128 blocks need this many waves of them: a GPT step's
-# 16384x1536x384 product made 384 wide blocks at 25.8 TFLOPS on an H200, 768 narrow ones 31.2 (16384x384x1536:
-# 1,536 wide blocks 34.3, narrow 31.5; torch 46.7 / 45.4; .exp-style sweep of bench_tc_opts' lists)
-STAGE_MIN_WAVES = 4
+# and on a renderer that knows its compute units, 128x128 blocks need this many per unit. With a thread's rows and
+# columns read as 16-byte vectors of neighbouring threads (STAGE_SPLIT), the GPT step's products into 16384x384
+# make 384 wide blocks (2.9 per SM of an H200) at 42-45 TFLOPS against 38-40 for 768 narrow ones (torch 38-47;
+# K = 384 and 1536, x @ W.T and g @ W), and 2048^3 256 (1.9 per SM) at 46.7 against 39.4 (torch 49.7). Before,
+# the narrow blocks had won at 2.9 per SM (31.2 against 25.8 TFLOPS).
+STAGE_MIN_WAVES = 1.5
 
 
 def matmul_axes(k: Kernel, strides: list[tuple[int | None, ...]]) -> tuple[int, int, list[int]] | None:
@@ -578,12 +605,17 @@ def staged_matmul(k: Kernel, strides: list[tuple[int | None, ...]]) -> bool:
     batch = prod(int(k.full_shape[a]) for a in found[2])
     # the wide tile where it divides N and leaves enough workgroups, else the narrow one (twice the workgroups: the
     # c_attn weight gradient of GPT-2 small, 2304 x 768, makes 108 wide tiles for an H100's 132 SMs)
-    tiles = ((128, max(STAGE_MIN_WORKGROUPS, STAGE_MIN_WAVES * k.opts.compute_units)), (64, STAGE_MIN_NARROW))
+    tiles = ((128, max(STAGE_MIN_WORKGROUPS, int(STAGE_MIN_WAVES * k.opts.compute_units))), (64, STAGE_MIN_NARROW))
     tile_n = next((t for t, least in tiles if size_n % t == 0 and size_m // 128 * (size_n // t) * batch >= least), 0)
     if size_m % 128 or not tile_n:
         return False
-    opts = [Opt(OptOps.LOCAL, m, 16), Opt(OptOps.LOCAL, n, 16), Opt(OptOps.UPCAST, m, 8)]
-    opts += [Opt(OptOps.UPCAST, n, tile_n // 16), Opt(OptOps.UNROLL, 0, 16)]
+    opts = [Opt(OptOps.LOCAL, m, 16), Opt(OptOps.LOCAL, n, 16)]
+    if STAGE_SPLIT.value:  # a thread's 8 rows (and columns) as two groups of 4 (_outer_upcasts_first)
+        opts += [Opt(OptOps.UPCAST, m, 4), Opt(OptOps.UPCAST, n, 4), Opt(OptOps.UPCAST, m, 2)]
+        opts += [Opt(OptOps.UPCAST, n, 2)] if tile_n == 128 else []
+    else:
+        opts += [Opt(OptOps.UPCAST, m, 8), Opt(OptOps.UPCAST, n, tile_n // 16)]
+    opts += [Opt(OptOps.UNROLL, 0, 16)]
     # pipelined where the shared memory takes the slots (Stager.finish: loads ahead, stores after the reads)
     if STAGE_DEPTH.value > 1 and k.apply_all(opts + [Opt(OptOps.STAGE, None, STAGE_DEPTH.value)]):
         return True
@@ -591,3 +623,6 @@ def staged_matmul(k: Kernel, strides: list[tuple[int | None, ...]]) -> bool:
 
 
 STAGE_DEPTH = ContextVar("STAGE_DEPTH", 3)  # slots of the hand-coded fp32 tiles (1: copied at each step)
+STAGE_SPLIT = ContextVar(
+    "STAGE_SPLIT", 1
+)  # 0: a thread's rows and columns contiguous (the layout before _outer_upcasts_first)
