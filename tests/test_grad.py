@@ -164,6 +164,8 @@ GRAD_CASES: dict[str, tuple[F, list[np.ndarray]]] = {
     "max_pool2d": (lambda x: x.max_pool2d(2, stride=1), [_r(1, 1, 3, 3)]),
     "avg_pool2d": (lambda x: x.avg_pool2d(2, padding=1), [_r(1, 1, 3, 3)]),
     "layernorm": (lambda x: x.layernorm(), [_r(2, 4)]),
+    "layernorm_affine": (lambda x, w, b: x.layernorm(weight=w, bias=b), [_r(2, 4), _r(4), _r(4)]),
+    "layernorm_axes": (lambda x, w: x.layernorm((0, 2), weight=w), [_r(2, 3, 4), _r(2, 1, 4)]),
     "batchnorm": (lambda x, w, b: x.batchnorm(w, b, x.mean((0, 2)), w.abs() + 0.5), [_r(2, 2, 2), _r(2), _r(2)]),
     "dropout": (_dropout, [_r(2, 4)]),
     "sequential": (lambda x: x.sequential([Tensor.relu, lambda t: t * 2, Tensor.exp]), [_r(*U)]),

@@ -278,6 +278,24 @@ def test_layernorm_batchnorm(device: str) -> None:
     np.testing.assert_allclose(out.numpy(), ref_bn, rtol=1e-5, atol=1e-5)
 
 
+def test_layernorm_affine_values_and_gradients(device: str) -> None:
+    """layernorm with weight and bias, and its gradients (a rule from the normalized x, recomputed), against
+    numpy's formulas."""
+    x, w, b, g = _r(3, 2, 5), _r(5), _r(5), _r(3, 2, 5)
+    tx, tw, tb = (Tensor(a, device=device, requires_grad=True) for a in (x, w, b))
+    out = tx.layernorm(weight=tw, bias=tb)
+    (out * _t(g, device)).sum().backward()
+    rstd = 1 / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
+    xhat = (x - x.mean(-1, keepdims=True)) * rstd
+    np.testing.assert_allclose(out.numpy(), xhat * w + b, rtol=1e-4, atol=1e-5)
+    gy = g * w
+    dx = rstd * (gy - gy.mean(-1, keepdims=True) - xhat * (gy * xhat).mean(-1, keepdims=True))
+    assert tx.grad is not None and tw.grad is not None and tb.grad is not None
+    np.testing.assert_allclose(tx.grad.numpy(), dx, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(tw.grad.numpy(), (g * xhat).sum((0, 1)), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(tb.grad.numpy(), g.sum((0, 1)), rtol=1e-4, atol=1e-4)
+
+
 def test_dropout_honours_training(device: str) -> None:
     t = Tensor.ones(200, device=device)
     assert t.dropout(0.5) is t  # not training: identity

@@ -81,10 +81,7 @@ class LayerNorm:
     def __call__(self, x: Tensor) -> Tensor:
         if tuple(x.shape[-len(self.normalized_shape) :]) != self.normalized_shape:
             raise ValueError(f"LayerNorm: input shape {x.shape} does not end in {self.normalized_shape}")
-        x = x.layernorm(axis=self.axis, eps=self.eps)
-        if self.weight is None or self.bias is None:
-            return x
-        return x * self.weight + self.bias
+        return x.layernorm(axis=self.axis, eps=self.eps, weight=self.weight, bias=self.bias)
 
 
 class LayerNorm2d(LayerNorm):
