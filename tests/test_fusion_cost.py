@@ -189,3 +189,23 @@ def test_llm_decode_step_kernels_grow_linearly_with_layers(gpu_like: str) -> Non
         list(model.greedy_tokens(3, 0, 3))  # eager, capture, replay
         counts.append(len(model._chain.recording.launches))
     assert counts[2] - counts[1] == counts[1] - counts[0], counts
+
+
+def test_layernorm_of_a_stored_sum_recomputes_its_normalized_x() -> None:
+    """A layer norm of a residual stream (here a sum of 8 buffers, stored: every kernel below reads it), forward and
+    backward in one schedule: x - mean and the normalized x are recomputed from the stored sum and the row statistics,
+    not stored. Weighed from the roots down, they counted the sum's 8 buffers as their own inputs and were stored
+    (9 kernels, 5 tensors of x's size written); the second look, producers first, takes them back: 7 kernels writing
+    the sum, the output and the gradient."""
+    n = 512
+    parts = [Tensor.empty(n, 384, requires_grad=True) for _ in range(8)]
+    x = parts[0]
+    for p in parts[1:]:
+        x = x + p
+    w, b = Tensor.empty(384, requires_grad=True), Tensor.empty(384, requires_grad=True)
+    y = x.layernorm(weight=w, bias=b)
+    ((y * Tensor.empty(n, 384)).sum() + (x * Tensor.empty(n, 384)).sum()).backward()
+    assert parts[0].grad is not None and w.grad is not None and b.grad is not None
+    items = _kernels(y, parts[0].grad, w.grad, b.grad)
+    assert sum(it.bufs[0].size == n * 384 for it in items) == 3, [it.bufs[0].size for it in items]
+    assert len(items) == 7

@@ -21,7 +21,9 @@ two full buffers stays fused for up to 3 readers (it is cheaper to read both aga
 sum); the sum of 30 gradient buffers that 8 kernels read is computed once, and so is a concatenation of 28
 gradients that five kernels read (in = out, but ~80 operations per element). A node larger than what it reads (a
 broadcast: a matmul's operand expanded over the other's columns) is never stored: that would multiply memory.
-Nodes are decided from the roots down, so a node computed once is an anchor for the nodes it reads.
+Nodes are decided from the roots down, so a node computed once is an anchor for the nodes it reads; a second look,
+producers first, takes back a node that, with the nodes chosen under it as anchors, costs at most LOAD_LIKE times
+its own bytes to compute (a layer norm's x - mean once the residual stream under it is stored).
 
 Reductions follow the same idea elsewhere: a reduction read through an expand is its own kernel (schedule.py),
 and a long reduction to few outputs is split in two kernels (split_reduce.py).
@@ -52,6 +54,7 @@ ALU_PER_BYTE = 8  # ALU operations that cost what a byte of memory traffic does 
 # added work (on an H200: 280 steps/s with those stored, 330 fused); what the rule is for reads many (a residual
 # stream's gradient: 12 to 30 buffers, a concatenation of gradients: 52)
 MIN_INPUTS = 8
+LOAD_LIKE = 1.25  # a node whose computation reads and computes at most this times its own bytes: cheap as a load
 
 
 def worth_computing_once(readers: int, in_bytes: int, alus: int, out_bytes: int) -> bool:
@@ -106,7 +109,22 @@ class FusionCost:
                 s = self.resolve(s)
                 if s.op is not Ops.BUFFER:
                     readers.setdefault(s, set()).update(label)
-        return chosen
+        # a second look, producers first: a node was weighed before the nodes under it were decided, so the inputs
+        # of a producer that is itself computed once counted as its own (a layer norm's x - mean read the ~8
+        # buffers of the residual stream under it, which is stored too). A node that then reads about what it
+        # holds (x - mean: one buffer of its size and a row statistic) is as cheap to compute as to load: it is
+        # recomputed in its readers again
+        for n in reversed(chosen):
+            if self._load_like(n):
+                self.anchors.discard(n)
+        return [n for n in chosen if n in self.anchors]
+
+    def _load_like(self, n: UOp) -> bool:
+        """Does computing `n` (with the current anchors) read and compute at most LOAD_LIKE times its own bytes?"""
+        work, out = self._work(n), _nbytes(n)
+        if work is None or out is None:
+            return False
+        return work[0] + work[1] * (out // n.dtype.itemsize) / ALU_PER_BYTE <= LOAD_LIKE * out
 
     def _users_first(self, roots: list[UOp]) -> list[UOp]:
         """Every node under `roots` (stopping at buffers), each after all the nodes that read it."""
