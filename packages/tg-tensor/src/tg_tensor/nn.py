@@ -82,9 +82,9 @@ class NNMixin(ConvMixin):
         (broadcast against x, as nn.LayerNorm's over the trailing axes).
 
         Its gradients come from the normalized x, recomputed from x, the mean and 1/sqrt(var + eps) of the forward
-        pass (`_layernorm_grad`), as PyTorch's fused layer norm does: the forward pass stores only its output and
-        two numbers per row, where autograd through the formula kept x - mean and the normalized x for the
-        backward pass (two more tensors of x's size written and read per layer norm of a training step).
+        pass (`_layernorm_grad`), as PyTorch's fused layer norm does: the backward kernels read x and two numbers
+        per row, and the weight's and bias' gradients are plain reductions (autograd through the formula gave the
+        GPT step one more kernel per layer norm).
 
         >>> from tg_tensor import Tensor
         >>> [round(v, 3) for v in Tensor([[1.0, 2.0, 3.0]]).layernorm(weight=Tensor([1.0, 1.0, 2.0])).tolist()[0]]

@@ -623,6 +623,5 @@ def staged_matmul(k: Kernel, strides: list[tuple[int | None, ...]]) -> bool:
 
 
 STAGE_DEPTH = ContextVar("STAGE_DEPTH", 3)  # slots of the hand-coded fp32 tiles (1: copied at each step)
-STAGE_SPLIT = ContextVar(
-    "STAGE_SPLIT", 1
-)  # 0: a thread's rows and columns contiguous (the layout before _outer_upcasts_first)
+# 0: a thread's 8 rows (and columns) stored together, as before _outer_upcasts_first (A/B runs)
+STAGE_SPLIT = ContextVar("STAGE_SPLIT", 1)
