@@ -13,7 +13,10 @@ kernels share (dY above) read once. Two kernels are siblings when
   take one reduction), and
 - the later one reads nothing written by the earlier one or by any kernel between them (it runs at the earlier
   one's place), or nothing between them reads what the earlier one writes (it runs at the later one's place), and
-- neither reads a memory that an assign of the same schedule overwrites (ordering.py decides where those run).
+- of each memory that an assign of the same schedule overwrites, the two read one version between them
+  (ordering.py places a kernel that reads the old values before the write; one reading two versions could go
+  nowhere). Before, a kernel reading such a memory at all stayed alone: in a training step whose optimizer updates
+  the parameters in place, every kernel reading a weight (a layer norm's backward, its weight gradient).
 
 At most MAX_OUTPUTS outputs and MAX_BUFFERS buffers a kernel. MERGE_SIBLINGS=0 turns the pass off.
 
@@ -72,6 +75,17 @@ def _not_a_product(views: list[object], out: tuple[object, ...], space: tuple[ob
     return all(a <= b or b <= a for a in still for b in still)
 
 
+def _one_version_each(a: ScheduleItem, b: ScheduleItem, overwritten: set[int]) -> bool:
+    """Do `a` and `b` together read at most one version of each memory that an assign of the schedule overwrites?
+    (A kernel reading two versions of one memory would have to run both before and after the write.)"""
+    seen: dict[int, UOp] = {}
+    for it in (a, b):
+        for node, buf in zip(it.reads, it.bufs[it.outputs :]):
+            if id(buf) in overwritten and seen.setdefault(id(buf), node) is not node:
+                return False
+    return True
+
+
 def _renumbered(ast: UOp, index: dict[int, int]) -> list[UOp]:
     """The STOREs of `ast` with each buffer argument moved to its place in the merged kernel (all at once: the new
     DEFINE_GLOBAL 1 is the old one, so a rewrite applied node by node would move it again)."""
@@ -125,8 +139,7 @@ def merge_siblings(items: list[ScheduleItem]) -> list[ScheduleItem]:
     host moves to the sibling's place when nothing between them reads what the host writes."""
     if not MERGE_SIBLINGS.value or len(items) < 2:
         return items
-    # memories an assign of this schedule overwrites: a kernel reading one may have to run before that assign
-    # (the old value) and after it (through another read): ordering.py places it, so such kernels stay alone
+    # memories an assign of this schedule overwrites: two kernels merge only if they read one version of each
     overwritten = {id(it.bufs[0]) for it in items if it.in_place}
     out: list[ScheduleItem | None] = []
     open_at: dict[_Key, int] = {}  # loop key -> the place in `out` of the kernel that takes siblings of that key
@@ -142,11 +155,10 @@ def merge_siblings(items: list[ScheduleItem]) -> list[ScheduleItem]:
 
     for item in items:
         key = _loop_key(item)
-        if key is not None and overwritten and any(id(b) in overwritten for b in item.bufs[item.outputs :]):
-            key = None
         j = open_at.get(key) if key is not None else None
         if key is not None and j is not None and (host := out[j]) is not None:
             fits = host.outputs + item.outputs <= MAX_OUTPUTS and len(host.bufs) + len(item.bufs) <= MAX_BUFFERS
+            fits = fits and _one_version_each(host, item, overwritten)
             host_writes = [w for w in (host.writes, *host.also_writes) if w is not None]
             if fits and all(written_at.get(r, -1) < j for r in item.reads):
                 out[j] = _join(host, item)
