@@ -49,6 +49,33 @@ def test_matmuls_sharing_an_operand_stay_apart() -> None:
     assert len(items) == 2 and all(len(it.ast.src) == 1 for it in items)
 
 
+def test_sums_reading_weights_updated_in_the_same_schedule_are_one_kernel() -> None:
+    """A training step's kernels that read a weight the optimizer then updates in place (one schedule): two sums
+    reading the old weights share a kernel, which runs before the update; a kernel reading the updated weights does
+    not join one reading the old ones (one kernel could not run both before and after the write)."""
+    x, w0 = _data(16, 32), _data(16, 32, seed=1)
+
+    def step(old_and_new: bool = False) -> tuple[Tensor, ...]:
+        tx, w = Tensor(x).realize(), Tensor(w0).realize()
+        if old_and_new:
+            c = (tx * w).sum(1)
+            return c, (tx * w.assign(w * 2)).sum(1)
+        return (tx * w).sum(1), (tx + w).max(1), w.assign(w * 0.5)
+
+    items = _items(*step())
+    assert len(items) == 2 and sorted(len(it.ast.src) for it in items) == [1, 2]
+    a, b, w = step()
+    Tensor.realize(a, b, w)
+    np.testing.assert_allclose(a.numpy(), (x * w0).sum(1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(b.numpy(), (x + w0).max(1), rtol=1e-6)
+    np.testing.assert_allclose(w.numpy(), w0 * 0.5, rtol=1e-6)
+    assert all(len(it.ast.src) == 1 for it in _items(*step(old_and_new=True)))
+    c, d = step(old_and_new=True)
+    Tensor.realize(c, d)
+    np.testing.assert_allclose(c.numpy(), (x * w0).sum(1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(d.numpy(), (x * w0 * 2).sum(1), rtol=1e-5, atol=1e-5)
+
+
 def test_a_kernel_reading_its_sibling_is_not_merged() -> None:
     x = Tensor(_data(8, 8)).realize()
     y = x * 2
