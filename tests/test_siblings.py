@@ -76,6 +76,20 @@ def test_sums_reading_weights_updated_in_the_same_schedule_are_one_kernel() -> N
     np.testing.assert_allclose(d.numpy(), (x * w0 * 2).sum(1), rtol=1e-5, atol=1e-5)
 
 
+def test_a_sum_of_old_weights_and_one_made_from_the_new_ones_stay_apart() -> None:
+    """One sum reads the weights before their in-place update; another reads a buffer computed from the updated
+    weights (it does not read them itself). Merged, the kernel would have to run before the update and after it:
+    they stay two kernels, and both values are right."""
+    x, w0 = _data(16, 32), _data(16, 32, seed=1)
+    tx, w = Tensor(x).realize(), Tensor(w0).realize()
+    old = (tx * w).sum(1)
+    scaled = (w.assign(w * 0.5) * 3).contiguous()
+    new = (tx * scaled).sum(1)
+    Tensor.realize(old, new)
+    np.testing.assert_allclose(old.numpy(), (x * w0).sum(1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(new.numpy(), (x * w0 * 1.5).sum(1), rtol=1e-5, atol=1e-5)
+
+
 def test_a_kernel_reading_its_sibling_is_not_merged() -> None:
     x = Tensor(_data(8, 8)).realize()
     y = x * 2

@@ -13,10 +13,11 @@ kernels share (dY above) read once. Two kernels are siblings when
   take one reduction), and
 - the later one reads nothing written by the earlier one or by any kernel between them (it runs at the earlier
   one's place), or nothing between them reads what the earlier one writes (it runs at the later one's place), and
-- of each memory that an assign of the same schedule overwrites, the two read one version between them
-  (ordering.py places a kernel that reads the old values before the write; one reading two versions could go
-  nowhere). Before, a kernel reading such a memory at all stayed alone: in a training step whose optimizer updates
-  the parameters in place, every kernel reading a weight (a layer norm's backward, its weight gradient).
+- no memory that an assign of the same schedule overwrites is read directly by one of them at a version older
+  than one that either depends on through what it reads (ordering.py places a kernel that reads the old values
+  before the write; one that also needs the new ones could go nowhere). Before, a kernel reading such a memory
+  at all stayed alone: in a training step whose optimizer updates the parameters in place, every kernel reading
+  a weight.
 
 At most MAX_OUTPUTS outputs and MAX_BUFFERS buffers a kernel. MERGE_SIBLINGS=0 turns the pass off.
 
@@ -75,15 +76,13 @@ def _not_a_product(views: list[object], out: tuple[object, ...], space: tuple[ob
     return all(a <= b or b <= a for a in still for b in still)
 
 
-def _one_version_each(a: ScheduleItem, b: ScheduleItem, overwritten: set[int]) -> bool:
-    """Do `a` and `b` together read at most one version of each memory that an assign of the schedule overwrites?
-    (A kernel reading two versions of one memory would have to run both before and after the write.)"""
-    seen: dict[int, UOp] = {}
-    for it in (a, b):
-        for node, buf in zip(it.reads, it.bufs[it.outputs :]):
-            if id(buf) in overwritten and seen.setdefault(id(buf), node) is not node:
-                return False
-    return True
+_Versions = frozenset[tuple[int, UOp]]  # (id of an overwritten memory, the version node) pairs
+
+
+def _no_newer(direct: _Versions, depends: _Versions) -> bool:
+    """Is no memory that a kernel reads directly at one version also one it depends on (through what it reads) at a
+    newer version? Such a kernel would have to run before that version is written (ordering.py) and after it."""
+    return all(int(n.arg[0]) >= int(d.arg[0]) for mem, n in direct for m, d in depends if m == mem)
 
 
 def _renumbered(ast: UOp, index: dict[int, int]) -> list[UOp]:
@@ -139,17 +138,28 @@ def merge_siblings(items: list[ScheduleItem]) -> list[ScheduleItem]:
     host moves to the sibling's place when nothing between them reads what the host writes."""
     if not MERGE_SIBLINGS.value or len(items) < 2:
         return items
-    # memories an assign of this schedule overwrites: two kernels merge only if they read one version of each
+    # memories an assign of this schedule overwrites: no merged kernel reads one directly at a version older than
+    # one it depends on through its inputs
     overwritten = {id(it.bufs[0]) for it in items if it.in_place}
+    made_from: dict[UOp, _Versions] = {}  # node -> the versions of overwritten memories it was computed from
+
+    def direct(item: ScheduleItem) -> _Versions:
+        return frozenset((id(b), r) for r, b in zip(item.reads, item.bufs[item.outputs :]) if id(b) in overwritten)
+
+    def depends(item: ScheduleItem) -> _Versions:
+        return direct(item).union(*(made_from.get(r, frozenset()) for r in item.reads))
+
     out: list[ScheduleItem | None] = []
     open_at: dict[_Key, int] = {}  # loop key -> the place in `out` of the kernel that takes siblings of that key
     written_at: dict[UOp, int] = {}  # node -> the place in `out` of the item writing it
     last_read: dict[UOp, int] = {}  # node -> the last place in `out` of an item reading it
 
     def place(item: ScheduleItem, at: int) -> None:
+        made = depends(item) | ({(id(item.bufs[0]), item.writes)} if item.in_place and item.writes else frozenset())
         for w in (item.writes, *item.also_writes):
             if w is not None:
                 written_at[w] = at
+                made_from[w] = made
         for r in item.reads:
             last_read[r] = max(last_read.get(r, -1), at)
 
@@ -158,7 +168,7 @@ def merge_siblings(items: list[ScheduleItem]) -> list[ScheduleItem]:
         j = open_at.get(key) if key is not None else None
         if key is not None and j is not None and (host := out[j]) is not None:
             fits = host.outputs + item.outputs <= MAX_OUTPUTS and len(host.bufs) + len(item.bufs) <= MAX_BUFFERS
-            fits = fits and _one_version_each(host, item, overwritten)
+            fits = fits and _no_newer(direct(host) | direct(item), depends(host) | depends(item))
             host_writes = [w for w in (host.writes, *host.also_writes) if w is not None]
             if fits and all(written_at.get(r, -1) < j for r in item.reads):
                 out[j] = _join(host, item)
