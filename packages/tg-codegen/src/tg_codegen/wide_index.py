@@ -21,7 +21,6 @@ from tg_uop.helpers import prod
 
 if TYPE_CHECKING:
     from tg_codegen.kernel import Kernel
-    from tg_shape import View
 
 WIDE_LIMIT = 2**30  # an extent at or past this makes the kernel's index maths int64
 
@@ -43,7 +42,7 @@ def index_dtype(k: Kernel) -> DType:
     outputs = [s for s, t in zip(k.full_shape, k.axis_types) if isinstance(s, int) and t not in _REDUCING]
     extents = [int(prod(outputs)), max(ints, default=0)]
     for st in sts:
-        if len(st.views) == 1 and (span := _span(st.views[0])) is not None:
+        if len(st.views) == 1 and (span := st.views[0].span()) is not None:
             extents.append(span)
         else:
             extents += [v.extent() for v in st.views] + [int(prod(ints))]
@@ -51,10 +50,3 @@ def index_dtype(k: Kernel) -> DType:
 
 
 _REDUCING = (AxisType.REDUCE, AxisType.UNROLL, AxisType.GROUP)
-
-
-def _span(v: View) -> int | None:
-    """The largest magnitude offset + sum(i x stride) takes over the view (None when a size is symbolic)."""
-    if not (isinstance(v.offset, int) and all(isinstance(x, int) for x in (*v.shape, *v.strides))):
-        return None
-    return abs(int(v.offset)) + sum((int(s) - 1) * abs(int(st)) for s, st in zip(v.shape, v.strides)) + 1

@@ -93,9 +93,18 @@ class View:
     def extent(self) -> int:
         """The element count, or the largest address the view spans, whichever is larger (int dims only)."""
         ext = int(prod(s for s in self.shape if isinstance(s, int)))
-        if isinstance(self.offset, int) and all(isinstance(x, int) for x in (*self.shape, *self.strides)):
-            ext = max(ext, abs(self.offset) + sum((s - 1) * abs(st) for s, st in zip(self.shape, self.strides)))
-        return ext
+        return ext if (span := self.span()) is None else max(ext, span - 1)
+
+    def span(self) -> int | None:
+        """|offset| + sum((size - 1) x |stride|) + 1: every partial sum of offset + sum(index x stride) over the view
+        is smaller in magnitude (None where a size, stride or the offset is symbolic).
+
+        >>> View.create((3, 4)).span()
+        12
+        """
+        if not (isinstance(self.offset, int) and all(isinstance(x, int) for x in (*self.shape, *self.strides))):
+            return None
+        return abs(self.offset) + sum((int(s) - 1) * abs(int(st)) for s, st in zip(self.shape, self.strides)) + 1
 
     # ---- movement ----
     def permute(self, order: tuple[int, ...]) -> View:
